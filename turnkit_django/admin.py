@@ -1,0 +1,108 @@
+"""Read-only admin for turnkit rows (actions that change state call services)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.html import format_html_join
+
+from .messages import load_parts
+from .models import Conversation, Delivery, Message, ToolExecution, Turn, Wait
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def render_transcript(messages: Any) -> str:
+    rows = []
+    for m in messages:
+        parts = []
+        for part in load_parts(m.content):
+            if part.kind == "text":
+                parts.append(part.text)
+            elif part.kind == "tool_call":
+                parts.append(f"→ {part.name}({part.arguments})")
+            elif part.kind == "tool_result":
+                parts.append(f"← {part.name}: {part.content}" + (" [error]" if part.is_error
+                                                                    else ""))
+            elif part.kind == "data":
+                parts.append(f"data: {part.data}")
+        rows.append((m.sequence, m.role, " ".join(parts)))
+    return format_html_join("\n", "<div><b>#{}</b> {}: {}</div>", rows)
+
+
+class MessageInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = Message
+    fields = ("sequence", "role", "kind", "turn", "content")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Conversation)
+class ConversationAdmin(ReadOnlyAdmin):
+    list_display = ("id", "agent_name", "model", "created_at")
+    list_filter = ("agent_name",)
+    search_fields = ("id", "agent_name")
+    readonly_fields = ("transcript",)
+
+    @admin.display(description="Transcript")
+    def transcript(self, obj: Conversation) -> str:
+        return render_transcript(obj.messages.order_by("sequence"))
+
+
+@admin.register(Turn)
+class TurnAdmin(ReadOnlyAdmin):
+    list_display = ("id", "agent_name", "status", "model", "cost", "created_at", "completed_at")
+    list_filter = ("status", "agent_name")
+    search_fields = ("id", "conversation__id", "root_turn__id")
+    list_select_related = ("conversation",)
+    readonly_fields = ("transcript", "tree")
+
+    @admin.display(description="Transcript")
+    def transcript(self, obj: Turn) -> str:
+        from django.db.models import Q
+
+        return render_transcript(
+            Message.objects.filter(conversation_id=obj.conversation_id)
+            .filter(Q(sequence__lte=obj.context_sequence) | Q(turn_id=obj.pk))
+            .order_by("sequence"))
+
+    @admin.display(description="Tree")
+    def tree(self, obj: Turn) -> str:
+        rows = Turn.objects.filter(root_turn_id=obj.root_turn_id).order_by("created_at").values_list(
+            "depth", "id", "agent_name", "status")
+        return format_html_join("\n", "<div>{} {} {} ({})</div>",
+                                (("·" * d, i, a, s) for d, i, a, s in rows))
+
+
+@admin.register(ToolExecution)
+class ToolExecutionAdmin(ReadOnlyAdmin):
+    list_display = ("id", "tool_name", "status", "turn", "created_at")
+    list_filter = ("status", "tool_name")
+    search_fields = ("id", "tool_call_id", "turn__id")
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyAdmin):
+    list_display = ("key", "source_conversation", "destination_conversation", "delivered_at")
+    search_fields = ("key",)
+
+
+@admin.register(Wait)
+class WaitAdmin(ReadOnlyAdmin):
+    list_display = ("waiter", "target", "created_at")

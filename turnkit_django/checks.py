@@ -1,0 +1,111 @@
+"""System checks: every misconfiguration we can detect has an id and a hint.
+
+Errors ``turnkit.E0xx`` stop ``manage.py``; warnings ``turnkit.W0xx`` are printed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import connections
+
+from .conf import DEFAULTS
+
+
+def _user() -> dict[str, Any]:
+    value = getattr(settings, "TURNKIT", None)
+    return value if isinstance(value, dict) else {}
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    from .conf import turnkit_settings
+
+    messages: list[CheckMessage] = []
+    raw = getattr(settings, "TURNKIT", None)
+    if raw is not None and not isinstance(raw, dict):
+        return [Error("settings.TURNKIT must be a dict.", hint="TURNKIT = {'LEASE': 60, ...}",
+                      id="turnkit.E002")]
+    for key in sorted(set(_user()) - set(DEFAULTS)):
+        close = [k for k in DEFAULTS if k.replace("_", "") == key.upper().replace("_", "")]
+        hint = f"Did you mean {close[0]!r}?" if close else (
+            "Known keys: " + ", ".join(sorted(DEFAULTS)))
+        messages.append(Error(f"Unknown TURNKIT setting {key!r}.", hint=hint, id="turnkit.E001"))
+
+    def number(name: str, *, minimum: float = 0, integer: bool = False) -> float | None:
+        value = _user().get(name, DEFAULTS[name])
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and value > minimum
+        if integer:
+            ok = ok and isinstance(value, int)
+        if not ok:
+            kind = "a positive integer" if integer else "a positive number of seconds"
+            messages.append(Error(f"TURNKIT[{name!r}] must be {kind}, got {value!r}.",
+                                  hint=f"Default: {DEFAULTS[name]!r}.", id="turnkit.E003"))
+            return None
+        return float(value)
+
+    heartbeat = number("HEARTBEAT_INTERVAL")
+    lease = number("LEASE")
+    reconcile = number("RECONCILE_INTERVAL")
+    number("TIMEOUT")
+    for name in ("MAX_ITERATIONS", "MAX_TOOL_EXECUTIONS", "MAINTENANCE_BATCH_SIZE",
+                 "MAX_RECOVERY_ATTEMPTS", "MAX_DEPTH"):
+        number(name, minimum=-1 if name in ("MAX_DEPTH", "MAX_RECOVERY_ATTEMPTS") else 0,
+               integer=True)
+    if heartbeat and lease and lease < 3 * heartbeat:
+        messages.append(Error(
+            f"TURNKIT['LEASE'] ({lease:g}s) must be at least 3 x HEARTBEAT_INTERVAL "
+            f"({heartbeat:g}s).",
+            hint="A worker would be presumed dead after missing fewer than three heartbeats; "
+                 "raise LEASE or lower HEARTBEAT_INTERVAL.",
+            id="turnkit.E004"))
+    if reconcile and lease and reconcile >= lease:
+        messages.append(Error(
+            f"TURNKIT['RECONCILE_INTERVAL'] ({reconcile:g}s) must be shorter than LEASE "
+            f"({lease:g}s).",
+            hint="Reconcile more often than the lease so dead workers are noticed in time.",
+            id="turnkit.E005"))
+    from .cost import validate_rates
+
+    for problem in validate_rates(_user().get("COST_RATES", {})):
+        messages.append(Error(problem, hint="Rates are USD per million tokens: "
+                              "{'input': '3', 'output': '15', 'cache_read': '0.3', "
+                              "'cache_write': '3.75'}.", id="turnkit.E006"))
+    for name in ("CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER"):
+        try:
+            getattr(turnkit_settings, name)
+        except Exception as exc:
+            messages.append(Error(str(exc), hint=f"Fix the import path in TURNKIT[{name!r}].",
+                                  id="turnkit.E007"))
+    by_name = _user().get("MAX_TOOL_EXECUTIONS_BY_NAME", {})
+    if not isinstance(by_name, dict) or not all(
+        isinstance(v, int) and v >= 0 for v in by_name.values()
+    ):
+        messages.append(Error("TURNKIT['MAX_TOOL_EXECUTIONS_BY_NAME'] must map tool names to "
+                              "non-negative integers.", hint="{'search_docs': 3}",
+                              id="turnkit.E008"))
+    return messages
+
+
+@register(Tags.database)
+def check_sqlite_mode(app_configs: Sequence[Any] | None = None,
+                      **kwargs: Any) -> list[CheckMessage]:
+    messages: list[CheckMessage] = []
+    for alias in settings.DATABASES:
+        conn = connections[alias]
+        if conn.vendor != "sqlite":
+            continue
+        mode = (conn.settings_dict.get("OPTIONS") or {}).get("transaction_mode")
+        if str(mode).upper() != "IMMEDIATE":
+            messages.append(Error(
+                f"Database {alias!r} is SQLite without the IMMEDIATE transaction mode.",
+                hint="Set DATABASES[%r]['OPTIONS'] = {'transaction_mode': 'IMMEDIATE'} so "
+                     "writers serialize; without it concurrent turns can corrupt claims." % alias,
+                id="turnkit.E010"))
+    return messages
+
+
+_ = Warning  # used by later checks

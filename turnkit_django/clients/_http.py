@@ -1,0 +1,117 @@
+"""Helpers shared by the provider clients: JSON text, secret redaction, error text.
+
+Nothing here talks to the network; the clients own their transports.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..exceptions import ModelError
+from .base import ModelRequest
+
+#: Longest provider error message copied into a ``ModelError``; provider bodies can be large.
+MAX_PROVIDER_MESSAGE = 500
+
+
+def json_text(value: Any) -> str:
+    """Return ``value`` as text for the model: strings as they are, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def parse_arguments(text: str | None) -> tuple[dict[str, Any], str | None]:
+    """Parse tool-call arguments; return ``(arguments, raw)`` with ``raw`` set when unusable.
+
+    Models sometimes send truncated or invalid JSON. The call is kept (with empty arguments and
+    the raw text) so the runtime can answer with a readable tool error instead of failing.
+    """
+    if text is None or not text.strip():
+        return {}, None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}, text
+    if not isinstance(value, dict):
+        return {}, text
+    return value, None
+
+
+def parse_output(text: str) -> tuple[bool, Any]:
+    """Parse structured output text; return ``(ok, data)``."""
+    try:
+        return True, json.loads(text)
+    except ValueError:
+        return False, None
+
+
+def schema_name(schema: dict[str, Any]) -> str:
+    """Return a provider-safe name (``[A-Za-z0-9_-]{1,64}``) for an output schema."""
+    title = str(schema.get("title") or "output")
+    name = "".join(c if c.isalnum() or c in "_-" else "_" for c in title)[:64]
+    return name or "output"
+
+
+def redact(text: str, secret: str | None) -> str:
+    """Remove ``secret`` from ``text``."""
+    if secret:
+        return text.replace(secret, "[redacted]")
+    return text
+
+
+def resolve_model(pinned: str | None, request: ModelRequest, provider: str) -> str:
+    """Return the model to call: the client's pinned model, else the request's."""
+    model = pinned or request.model
+    if not model:
+        raise ModelError(
+            f"no model for the {provider} request: set the agent's model, "
+            "TURNKIT['DEFAULT_MODEL'], or the client's model= argument"
+        )
+    return model
+
+
+def error_message(
+    provider: str,
+    status: int | None,
+    kind: str | None,
+    message: str | None,
+    secret: str | None,
+    *,
+    hint: str = "",
+    request_id: str | None = None,
+) -> str:
+    """Compose a ``ModelError`` message from the provider's error type and message only."""
+    text = f"{provider} request failed"
+    if status is not None:
+        text += f" with HTTP {status}"
+    if kind:
+        text += f" ({kind})"
+    if message:
+        text += f": {message.strip()[:MAX_PROVIDER_MESSAGE]}"
+    if request_id:
+        text += f" [request id {request_id}]"
+    if hint:
+        text += f". {hint}"
+    return redact(text, secret)
+
+
+def provider_error(body: Any) -> tuple[str | None, str | None]:
+    """Return ``(type, message)`` from an error body in the shapes providers use.
+
+    ``{"error": {"type", "message", "code"}}`` (Anthropic, OpenAI), ``{"error": "text"}``
+    (Ollama) and ``{"detail": "text"}`` (FastAPI-based servers such as vLLM).
+    """
+    if not isinstance(body, dict):
+        return None, None
+    error = body.get("error")
+    if isinstance(error, str):
+        return None, error
+    if isinstance(body.get("detail"), str):
+        return None, body["detail"]
+    if not isinstance(error, dict):
+        return None, None
+    kind = error.get("type") or error.get("code")
+    message = error.get("message")
+    return (str(kind) if kind else None, str(message) if message is not None else None)

@@ -1,0 +1,176 @@
+"""The model client protocol and the values that cross it.
+
+A client turns a :class:`ModelRequest` into a :class:`ModelResponse`. It is called with no
+database transaction open and no lock held; it may take as long as the provider needs. It raises
+:class:`~turnkit_django.exceptions.ModelError` (or ``ModelAccessError``) for failures retrying
+will not fix, after doing its own retries for transient ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from ..messages import ChatMessage, DataPart, Part, TextPart, ThinkingPart, ToolCallPart
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one or more model responses."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return (
+            self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_write_tokens
+        )
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Usage:
+        data = data or {}
+        return cls(**{k: int(data.get(k) or 0) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as the model sees it: a name, a description and a JSON schema for its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """Everything a client needs for one model call.
+
+    ``stable_instructions`` never changes between requests of the same agent configuration (so
+    providers can cache it); ``dynamic_instructions`` holds the parts that may change per request.
+    """
+
+    model: str
+    messages: tuple[ChatMessage, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    stable_instructions: str = ""
+    dynamic_instructions: str = ""
+    output_schema: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None
+    max_tokens: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def instructions(self) -> str:
+        return "\n\n".join(p for p in (self.stable_instructions, self.dynamic_instructions) if p)
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+    @property
+    def last_message(self) -> ChatMessage | None:
+        return self.messages[-1] if self.messages else None
+
+    def last_message_is_user(self) -> bool:
+        """Return whether the newest message is user input (not a tool result)."""
+        last = self.last_message
+        return last is not None and last.role == "user"
+
+    def last_message_is_tool_result(self) -> bool:
+        last = self.last_message
+        return last is not None and last.role == "tool"
+
+    def with_changes(self, **changes: Any) -> ModelRequest:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    """One model response: its parts (text, thinking, tool calls, data) and usage."""
+
+    parts: tuple[Part, ...]
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    stop_reason: str | None = None
+    provider: str | None = None
+    # Provider-reported cost in USD, when the provider tells it (OpenRouter does).
+    reported_cost: str | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def tool_calls(self) -> list[ToolCallPart]:
+        return [p for p in self.parts if isinstance(p, ToolCallPart)]
+
+    @property
+    def output_data(self) -> Any:
+        for part in self.parts:
+            if isinstance(part, DataPart):
+                return part.data
+        return None
+
+    @property
+    def thinking(self) -> list[ThinkingPart]:
+        return [p for p in self.parts if isinstance(p, ThinkingPart)]
+
+
+@runtime_checkable
+class Client(Protocol):
+    """What the runtime needs from a model client."""
+
+    #: Name used to tag provider-specific parts (thinking signatures) for verbatim replay.
+    provider: str
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        """Return the model's response to ``request`` or raise ``ModelError``."""
+        ...
+
+
+class BaseClient:
+    """Optional base class for clients: capability flags and the real-request switch."""
+
+    provider: str = "custom"
+    #: Real provider clients make network requests; ``block_model_requests()`` stops them.
+    makes_network_requests: ClassVar[bool] = False
+    supports_thinking: ClassVar[bool] = False
+    supports_structured_output: ClassVar[bool] = True
+    supports_prompt_caching: ClassVar[bool] = False
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        raise NotImplementedError
+
+    def _guard_network(self) -> None:
+        from ..testing import requests_blocked
+
+        if self.makes_network_requests and requests_blocked():
+            from ..exceptions import ModelAccessError
+
+            raise ModelAccessError(
+                f"{type(self).__name__} tried a real model request while "
+                "turnkit_django.testing.block_model_requests() is active; use ScriptedClient "
+                "or FunctionClient in tests"
+            )
+
+
+__all__ = ["BaseClient", "Client", "ModelRequest", "ModelResponse", "ToolSpec", "Usage"]

@@ -1,0 +1,94 @@
+"""Lifecycle events as Django signals, sent after the transaction that made the fact commits.
+
+Connect to :data:`event` for every event, or to a named signal (``turn_completed`` ...). Each
+receiver gets ``event=Event(...)``. Events are notifications, not the record: the tables are.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.dispatch import Signal
+from django.utils import timezone
+
+logger = logging.getLogger("turnkit_django.events")
+
+EVENT_TYPES = (
+    "turn.started",
+    "turn.completed",
+    "turn.failed",
+    "turn.cancelled",
+    "turn.recovered",
+    "turn.stale",
+    "turn.waiting",
+    "model.requested",
+    "model.completed",
+    "tool_call.started",
+    "tool_call.completed",
+    "tool_call.failed",
+    "tool_call.interrupted",
+    "tool_call.skipped",
+    "message.created",
+    "delivery.delivered",
+    "sub_agent.delegated",
+)
+
+#: Sent for every event.
+event = Signal()
+#: One signal per event type, named with underscores (``turn_completed`` ...).
+signals: dict[str, Signal] = {name: Signal() for name in EVENT_TYPES}
+
+turn_started = signals["turn.started"]
+turn_completed = signals["turn.completed"]
+turn_failed = signals["turn.failed"]
+turn_cancelled = signals["turn.cancelled"]
+turn_recovered = signals["turn.recovered"]
+model_requested = signals["model.requested"]
+model_completed = signals["model.completed"]
+tool_call_started = signals["tool_call.started"]
+tool_call_completed = signals["tool_call.completed"]
+tool_call_failed = signals["tool_call.failed"]
+tool_call_interrupted = signals["tool_call.interrupted"]
+message_created = signals["message.created"]
+delivery_delivered = signals["delivery.delivered"]
+
+EventCallback = Callable[["Event"], Any]
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    turn_id: str | None
+    conversation_id: str | None
+    payload: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime = field(default_factory=timezone.now)
+
+
+def emit(
+    type_: str,
+    *,
+    turn_id: str | None,
+    conversation_id: str | None,
+    callback: EventCallback | None = None,
+    **payload: Any,
+) -> None:
+    """Send the event once the current transaction commits (at once outside one)."""
+    evt = Event(type_, turn_id, conversation_id, payload)
+
+    def send() -> None:
+        for signal in (signals[type_], event):
+            for _receiver, result in signal.send_robust(sender=Event, event=evt):
+                if isinstance(result, Exception):
+                    logger.error("event receiver failed for %s: %r", type_, result)
+        if callback is not None:
+            try:
+                callback(evt)
+            except Exception:  # a callback must not break the turn
+                logger.exception("on_event callback failed for %s", type_)
+
+    transaction.on_commit(send)

@@ -1,0 +1,110 @@
+"""Errors raised by turnkit-django.
+
+::
+
+    TurnkitError
+    ├── ConfigurationError      (also django.core.exceptions.ImproperlyConfigured)
+    ├── AuthorizationError      the policy did not return True; nothing was written
+    ├── BudgetExceeded          a root-wide limit stopped the loop (``reason`` says which)
+    ├── ToolError               raised by tool code: becomes a failed tool result the model reads
+    ├── ModelError              the provider failed for good; fails the turn, not retried
+    │   └── ModelAccessError    missing or rejected credentials
+    ├── LostClaim               this worker's claim on a turn was revoked; it must stop writing
+    ├── InputError              run input does not match the agent's input schema
+    ├── WaitError               a wait edge was refused (cycle, self-wait, bad target)
+    └── InvalidTransition       the operation is not allowed in the turn's current status
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class TurnkitError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConfigurationError(TurnkitError, ImproperlyConfigured):
+    """The project or an agent definition is misconfigured."""
+
+
+class AuthorizationError(TurnkitError):
+    """The authorization policy refused an action."""
+
+    def __init__(self, action: str, message: str | None = None) -> None:
+        self.action = action
+        super().__init__(message or f"not authorized: {action}")
+
+
+class BudgetExceeded(TurnkitError):
+    """A root-wide limit (iterations, tools, spend, depth, time) was reached."""
+
+    def __init__(self, reason: str, *, limit: str) -> None:
+        self.reason = reason
+        self.limit = limit
+        super().__init__(reason)
+
+
+class ToolError(TurnkitError):
+    """Raised by tool code to report a failure the model should read and react to."""
+
+
+class ModelError(TurnkitError):
+    """The model provider failed in a way that retrying will not fix."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
+        self.status = status
+        self.retryable = retryable
+        super().__init__(message)
+
+
+class ModelAccessError(ModelError, ConfigurationError):
+    """Credentials for a model provider are missing or were rejected."""
+
+
+class LostClaim(TurnkitError):
+    """The fence of a turn changed: this execution may no longer write."""
+
+    def __init__(self, turn_id: str, fence: int | None = None) -> None:
+        self.turn_id = turn_id
+        self.fence = fence
+        super().__init__(f"lost the claim on turn {turn_id!r} (fence {fence})")
+
+
+class InputError(TurnkitError):
+    """Run input failed validation against the agent's input schema."""
+
+    def __init__(self, message: str, *, errors: list[dict[str, Any]] | None = None) -> None:
+        self.errors = errors or []
+        super().__init__(message)
+
+
+class WaitError(TurnkitError):
+    """A wait was refused: self-wait, cycle, or a target that cannot be waited on."""
+
+
+class InvalidTransition(TurnkitError):
+    """The requested operation is not allowed in the turn's current status."""
+
+    def __init__(self, turn_id: str, status: str, operation: str) -> None:
+        self.turn_id = turn_id
+        self.status = status
+        self.operation = operation
+        super().__init__(f"cannot {operation} turn {turn_id!r}: it is {status}")
+
+
+__all__ = [
+    "AuthorizationError",
+    "BudgetExceeded",
+    "ConfigurationError",
+    "InputError",
+    "InvalidTransition",
+    "LostClaim",
+    "ModelAccessError",
+    "ModelError",
+    "ToolError",
+    "TurnkitError",
+    "WaitError",
+]

@@ -1,0 +1,45 @@
+"""Named points in the runtime where tests inject a crash.
+
+``failpoints.arm("after_model_commit")`` makes the next pass through that point raise
+:class:`SimulatedCrash`, a ``BaseException`` the runtime does not catch, exactly like a worker
+process dying there: nothing after the point runs, and what was committed stays committed.
+Points: ``before_model_call``, ``after_model_commit``, ``after_tool_intent``, ``inside_tool``,
+``after_tool_commit``, ``before_publish``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+_lock = threading.Lock()
+_armed: dict[str, Callable[[], None] | None] = {}
+
+
+class SimulatedCrash(BaseException):  # noqa: N818 - it is not an error, it is a death
+    """Raised by an armed failpoint."""
+
+
+def arm(name: str, action: Callable[[], None] | None = None) -> None:
+    """Arm ``name`` once: the next hit raises SimulatedCrash (or runs ``action``)."""
+    with _lock:
+        _armed[name] = action
+
+
+def disarm_all() -> None:
+    with _lock:
+        _armed.clear()
+
+
+def hit(name: str) -> None:
+    """Called by the runtime at each point; a no-op unless armed."""
+    if not _armed:
+        return
+    with _lock:
+        if name not in _armed:
+            return
+        action = _armed.pop(name)
+    if action is not None:
+        action()
+        return
+    raise SimulatedCrash(name)

@@ -1,0 +1,130 @@
+"""Content parts of messages: what a transcript holds and what a model request carries.
+
+Parts are frozen dataclasses with a ``kind`` literal. They are stored in ``Message.content`` as a
+JSON list through one ``TypeAdapter`` (``dump_parts`` / ``load_parts``), so the storage boundary is
+the only place where JSON turns into types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter
+
+Role = Literal["user", "assistant", "tool"]
+
+
+@dataclass(frozen=True)
+class TextPart:
+    text: str
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True)
+class ThinkingPart:
+    """Model reasoning; replayed verbatim (with its signature) to the provider that produced it."""
+
+    text: str
+    signature: str | None = None
+    provider: str | None = None
+    redacted: bool = False
+    kind: Literal["thinking"] = "thinking"
+
+
+@dataclass(frozen=True)
+class ToolCallPart:
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    # Raw argument text when the model sent something that is not a JSON object.
+    raw_arguments: str | None = None
+    kind: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True)
+class ToolResultPart:
+    tool_call_id: str
+    name: str
+    content: Any
+    is_error: bool = False
+    kind: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(frozen=True)
+class DataPart:
+    """Structured output returned by the model for an output schema."""
+
+    data: Any
+    kind: Literal["data"] = "data"
+
+
+@dataclass(frozen=True)
+class ProviderPart:
+    """An opaque block a provider needs back verbatim (replayed only to the same provider)."""
+
+    provider: str
+    data: dict[str, Any]
+    kind: Literal["provider"] = "provider"
+
+
+Part = Annotated[
+    TextPart | ThinkingPart | ToolCallPart | ToolResultPart | DataPart | ProviderPart,
+    Field(discriminator="kind"),
+]
+
+_parts_adapter: TypeAdapter[list[Part]] = TypeAdapter(list[Part])
+
+
+def dump_parts(parts: Iterable[Part]) -> list[dict[str, Any]]:
+    """Serialize parts to the JSON stored in ``Message.content``."""
+    return _parts_adapter.dump_python(list(parts), mode="json")  # type: ignore[no-any-return]
+
+
+def load_parts(content: Any) -> list[Part]:
+    """Parse stored JSON back into parts."""
+    return _parts_adapter.validate_python(content or [])
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One message as the model sees it."""
+
+    role: Role
+    parts: tuple[Part, ...]
+    kind: str = "text"
+    sequence: int | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def tool_calls(self) -> list[ToolCallPart]:
+        return [p for p in self.parts if isinstance(p, ToolCallPart)]
+
+    @property
+    def tool_results(self) -> list[ToolResultPart]:
+        return [p for p in self.parts if isinstance(p, ToolResultPart)]
+
+
+def text_of(parts: Sequence[Part]) -> str:
+    """Concatenate the text parts."""
+    return "".join(p.text for p in parts if isinstance(p, TextPart))
+
+
+__all__ = [
+    "ChatMessage",
+    "DataPart",
+    "Part",
+    "ProviderPart",
+    "Role",
+    "TextPart",
+    "ThinkingPart",
+    "ToolCallPart",
+    "ToolResultPart",
+    "dump_parts",
+    "load_parts",
+    "text_of",
+]

@@ -1,0 +1,281 @@
+"""Conversations, turns, messages, tool executions, waits and deliveries.
+
+Only :mod:`turnkit_django.store` writes these rows. Every invariant a constraint can carry is a
+constraint: gap-free message sequences are unique per conversation, a tool call has one execution
+per turn, a delivery key is unique store-wide, a wait edge exists once, and a conversation runs
+at most one submitted turn at a time.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from functools import partial
+from typing import Any
+
+from django.contrib.contenttypes.fields import GenericForeignKey
+from django.contrib.contenttypes.models import ContentType
+from django.db import models
+from django.db.models import Q
+
+from .ids import new_id
+from .querysets import ConversationQuerySet, DeliveryQuerySet, ToolExecutionQuerySet, TurnQuerySet
+from .states import ToolStatus, TurnStatus
+
+MONEY = {"max_digits": 18, "decimal_places": 8}
+
+
+class Conversation(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=partial(new_id, "conv"),
+                          editable=False)
+    agent_name = models.CharField(max_length=200)
+    model = models.CharField(max_length=200, blank=True, default="")
+    subject_type = models.ForeignKey(ContentType, null=True, blank=True, on_delete=models.SET_NULL)
+    subject_id = models.CharField(max_length=255, blank=True, default="")
+    subject = GenericForeignKey("subject_type", "subject_id")
+    subject_prompt = models.TextField(blank=True, default="")
+    principal = models.JSONField(null=True, blank=True)
+    context = models.JSONField(default=dict, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    parent_conversation = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="child_conversations"
+    )
+    parent_turn = models.ForeignKey(
+        "Turn", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    parent_tool_execution = models.ForeignKey(
+        "ToolExecution", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    # Highest allocated message sequence; incremented under the conversation's row lock.
+    last_sequence = models.PositiveBigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ConversationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["agent_name", "created_at"], name="turnkit_conv_agent")]
+
+    def __str__(self) -> str:
+        return f"{self.agent_name} {self.id}"
+
+
+class Turn(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=partial(new_id, "turn"),
+                          editable=False)
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="turns")
+    agent_name = models.CharField(max_length=200)
+    parent_turn = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="child_turns"
+    )
+    parent_tool_execution = models.ForeignKey(
+        "ToolExecution", null=True, blank=True, on_delete=models.CASCADE,
+        related_name="child_turns",
+    )
+    root_turn = models.ForeignKey(
+        "self", on_delete=models.CASCADE, related_name="tree_turns", db_constraint=True
+    )
+    depth = models.PositiveSmallIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=TurnStatus.choices,
+                              default=TurnStatus.PENDING)
+    model = models.CharField(max_length=200)
+    # Write-once configuration: limits snapshot, output schema, thinking, prompt mode, context ...
+    options = models.JSONField(default=dict, blank=True)
+    # The persisted loop: phase, response message, candidate output, counters.
+    state = models.JSONField(default=dict, blank=True)
+    principal = models.JSONField(null=True, blank=True)
+    # The last message sequence the turn's input includes; frozen at creation.
+    context_sequence = models.PositiveBigIntegerField(default=0)
+    usage = models.JSONField(default=dict, blank=True)
+    cost = models.DecimalField(default=Decimal(0), **MONEY)
+    cost_unknown = models.BooleanField(default=False)
+    error = models.JSONField(null=True, blank=True)
+    output_text = models.TextField(blank=True, default="")
+    output_data = models.JSONField(null=True, blank=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    # Claim: the fence grows on every claim and revocation; writes carry the fence they hold.
+    fence = models.PositiveBigIntegerField(default=0)
+    claimed_by = models.CharField(max_length=200, blank=True, default="")
+    fence_log = models.JSONField(default=list, blank=True)
+    recovery_attempts = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    # Root-wide budget ledger; meaningful on root turns only, updated under the tree lock.
+    tree_iterations = models.PositiveIntegerField(default=0)
+    tree_tool_executions = models.PositiveIntegerField(default=0)
+    tree_tool_counts = models.JSONField(default=dict, blank=True)
+    tree_spend = models.DecimalField(default=Decimal(0), **MONEY)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TurnQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at"]
+        permissions = [("cancel_turn", "Can cancel turns")]
+        indexes = [
+            models.Index(fields=["conversation", "created_at"], name="turnkit_turn_conv"),
+            models.Index(fields=["status", "heartbeat_at"], name="turnkit_turn_heartbeat"),
+            models.Index(
+                fields=["updated_at"],
+                name="turnkit_turn_actionable",
+                condition=Q(submitted_at__isnull=False)
+                & Q(status__in=[TurnStatus.PENDING, TurnStatus.WAITING, TurnStatus.RUNNING]),
+            ),
+            models.Index(
+                fields=["updated_at"],
+                name="turnkit_turn_inline_running",
+                condition=Q(submitted_at__isnull=True)
+                & Q(status__in=[TurnStatus.PENDING, TurnStatus.RUNNING]),
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation"],
+                condition=Q(status=TurnStatus.RUNNING) & Q(submitted_at__isnull=False),
+                name="turnkit_one_running_submitted_turn",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=TurnStatus.values), name="turnkit_turn_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_name} {self.id} ({self.status})"
+
+    @property
+    def is_root(self) -> bool:
+        return self.root_turn_id == self.id
+
+    @property
+    def is_background(self) -> bool:
+        return self.submitted_at is not None
+
+
+class Message(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=partial(new_id, "msg"),
+                          editable=False)
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE,
+                                     related_name="messages")
+    turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.CASCADE,
+                             related_name="messages")
+    sequence = models.PositiveBigIntegerField()
+    role = models.CharField(max_length=16)
+    kind = models.CharField(max_length=32, default="text")
+    content = models.JSONField(default=list)
+    tool_execution = models.ForeignKey(
+        "ToolExecution", null=True, blank=True, on_delete=models.SET_NULL, related_name="messages"
+    )
+    metadata = models.JSONField(default=dict, blank=True)
+    # The fence of the turn's claim that wrote this message (null for application writes).
+    fence = models.PositiveBigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["conversation", "sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "sequence"],
+                                    name="turnkit_message_sequence_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.sequence} {self.role}/{self.kind}"
+
+
+class ToolExecution(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=partial(new_id, "tex"),
+                          editable=False)
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="tool_executions")
+    tool_call_id = models.CharField(max_length=200)
+    tool_name = models.CharField(max_length=200)
+    status = models.CharField(max_length=16, choices=ToolStatus.choices,
+                              default=ToolStatus.PENDING)
+    arguments = models.JSONField(default=dict, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    budget_denied = models.BooleanField(default=False)
+    fence = models.PositiveBigIntegerField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ToolExecutionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["turn", "tool_call_id"],
+                                    name="turnkit_tool_call_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} {self.id} ({self.status})"
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"turnkit:{self.id}"
+
+
+class Wait(models.Model):
+    waiter = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="waits")
+    target = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="waited_by")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["waiter", "target"], name="turnkit_wait_edge_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.waiter_id} waits for {self.target_id}"
+
+
+class Delivery(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=partial(new_id, "dlv"),
+                          editable=False)
+    key = models.CharField(max_length=255, unique=True)
+    source_conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="outbox_set"
+    )
+    destination_conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="inbox_set"
+    )
+    source_turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
+    payload = models.JSONField(default=dict)
+    message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="+")
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = DeliveryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [
+            models.Index(fields=["created_at"], name="turnkit_delivery_pending",
+                         condition=Q(delivered_at__isnull=True)),
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery {self.key!r}"
+
+
+def cost_or_none(turn: Turn) -> Decimal | None:
+    """Return the turn's cost, or None when part of it could not be priced."""
+    return None if turn.cost_unknown else turn.cost
+
+
+def json_safe(value: Any) -> Any:
+    """Return ``value`` if it is JSON-serializable as stored by JSONField, else its repr."""
+    import json
+
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value

@@ -1,0 +1,303 @@
+"""Use cases: one function each. Admin actions, commands, tasks and handles call these."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.contrib.contenttypes.models import ContentType
+from django.db import transaction
+from django.db.models import Model
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from . import store
+from .agents import schema_json
+from .events import emit
+from .exceptions import InvalidTransition
+from .ids import new_id
+from .messages import Part, ToolResultPart
+from .models import Conversation, ToolExecution, Turn
+from .repair import repair, unknown_result
+from .states import ToolStatus, TurnStatus
+from .store import NewMessage, insert_messages, lock_tree
+
+if TYPE_CHECKING:
+    from .agents import Agent
+
+logger = logging.getLogger("turnkit_django.services")
+
+
+# --------------------------------------------------------------------------- creation
+
+
+def new_conversation(
+    agent: Agent,
+    *,
+    principal: Any = None,
+    context: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    subject: Model | None = None,
+    model: str | None = None,
+    parent: Turn | None = None,
+    parent_execution: ToolExecution | None = None,
+) -> Conversation:
+    fields: dict[str, Any] = {}
+    if subject is not None:
+        fields["subject_type"] = ContentType.objects.get_for_model(subject)
+        fields["subject_id"] = str(subject.pk)
+        to_prompt = getattr(subject, "to_prompt", None)
+        fields["subject_prompt"] = str(to_prompt() if callable(to_prompt) else subject)
+    if parent is not None:
+        fields.update(parent_conversation_id=parent.conversation_id, parent_turn=parent,
+                      parent_tool_execution=parent_execution)
+    return Conversation.objects.create(
+        agent_name=agent.name,
+        model=model or agent.resolved_model(),
+        principal=principal,
+        context=dict(context or {}),
+        metadata=dict(metadata or {}),
+        **fields,
+    )
+
+
+def new_turn(
+    agent: Agent,
+    parts: Sequence[Part] = (),
+    *,
+    conversation: Conversation | None = None,
+    parent: Turn | None = None,
+    parent_execution: ToolExecution | None = None,
+    principal: Any = None,
+    context: dict[str, Any] | None = None,
+    output_schema: Any = None,
+    thinking: dict[str, Any] | None = None,
+    prompt_mode: str | None = None,
+    model: str | None = None,
+    message_metadata: dict[str, Any] | None = None,
+    **conversation_options: Any,
+) -> Turn:
+    """Create a pending turn (and its conversation and input message when needed)."""
+    with transaction.atomic():
+        if conversation is None:
+            conversation = new_conversation(
+                agent, principal=principal, context=context, parent=parent,
+                parent_execution=parent_execution, model=model, **conversation_options,
+            )
+        if parts:
+            insert_messages(conversation.pk, [NewMessage("user", parts,
+                                                         metadata=message_metadata)])
+        last = Conversation.objects.filter(pk=conversation.pk).values_list(
+            "last_sequence", flat=True).get()
+        turn_id = new_id("turn")
+        options: dict[str, Any] = {
+            "output_schema": schema_json(output_schema or agent.output_schema),
+            "thinking": thinking if thinking is not None else agent.thinking,
+            "prompt_mode": prompt_mode,
+            "context": dict(context if context is not None else conversation.context or {}),
+        }
+        if parent is None:
+            options["limits"] = agent.limits().as_json()
+        return Turn.objects.create(
+            id=turn_id,
+            conversation=conversation,
+            agent_name=agent.name,
+            parent_turn=parent,
+            parent_tool_execution=parent_execution,
+            root_turn_id=parent.root_turn_id if parent is not None else turn_id,
+            depth=parent.depth + 1 if parent is not None else 0,
+            model=model or conversation.model or agent.resolved_model(),
+            options=options,
+            principal=principal if principal is not None else conversation.principal,
+            context_sequence=last,
+            deadline_at=parent.deadline_at if parent is not None else None,
+        )
+
+
+# --------------------------------------------------------------------------- background
+
+
+def _dispatcher() -> Any:
+    from .conf import turnkit_settings
+
+    if turnkit_settings.DISPATCHER is not None:
+        return turnkit_settings.DISPATCHER
+    from .celery import enqueue_turn
+
+    return enqueue_turn
+
+
+def dispatch(turn_id: str) -> None:
+    """Ring the doorbell for ``turn_id`` once the current transaction commits."""
+
+    def send() -> None:
+        try:
+            _dispatcher()(turn_id)
+        except Exception:
+            # Celery is only a doorbell: maintenance re-dispatches what was lost.
+            logger.warning("could not dispatch turn %r; maintenance will retry", turn_id,
+                           exc_info=True)
+
+    transaction.on_commit(send)
+
+
+def submit(turn: Turn, *, callback: Conversation | None = None) -> Turn:
+    """Hand a pending turn to background execution (idempotent)."""
+    from .conf import turnkit_settings
+    from .budget import Limits
+
+    with transaction.atomic():
+        lock_tree(turn.root_turn_id)
+        row = Turn.objects.get(pk=turn.pk)
+        if row.submitted_at is not None:
+            return row
+        if row.status != TurnStatus.PENDING:
+            raise InvalidTransition(row.pk, row.status, "submit")
+        now = timezone.now()
+        fields: dict[str, Any] = {"submitted_at": now, "updated_at": now}
+        if callback is not None:
+            fields["options"] = dict(row.options, callback_conversation=callback.pk)
+        if row.is_root:
+            limits = Limits.from_json(row.options["limits"])
+            fields["deadline_at"] = limits.deadline(now)
+        else:
+            _ = turnkit_settings
+        Turn.objects.filter(pk=row.pk).update(**fields)
+        dispatch(row.pk)
+    row.refresh_from_db()
+    return row
+
+
+def run_turn(turn_id: str, *, kind: str = "celery") -> bool:
+    """Execute a submitted turn if it is claimable (what the Celery task does)."""
+    from .runtime import execute
+
+    ran = execute(turn_id, kind=kind)
+    drain()
+    return ran
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+@dataclass
+class ReconcileReport:
+    recovered: list[str] = field(default_factory=list)
+    dead_lettered: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    dispatched: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return (f"recovered {len(self.recovered)}, dead-lettered {len(self.dead_lettered)}, "
+                f"stale {len(self.stale)}, dispatched {len(self.dispatched)}")
+
+
+def _replay_safe_tools(agent_name: str) -> set[str]:
+    from .exceptions import ConfigurationError
+    from .registry import get_agent
+
+    try:
+        agent = get_agent(agent_name)
+    except ConfigurationError:
+        return set()
+    return {name for name, t in agent.tool_table().items() if t.replay_safe}
+
+
+def _recover(turn_id: str, report: ReconcileReport) -> None:
+    from .conf import turnkit_settings
+
+    cutoff = timezone.now() - timedelta(seconds=float(turnkit_settings.LEASE))
+    with transaction.atomic():
+        row = Turn.objects.filter(pk=turn_id).values("root_turn_id").first()
+        if row is None:
+            return
+        lock_tree(row["root_turn_id"])
+        turn = Turn.objects.get(pk=turn_id)
+        if turn.status != TurnStatus.RUNNING or (turn.heartbeat_at and turn.heartbeat_at >= cutoff):
+            return
+        if turn.submitted_at is None:
+            repair(turn, reason="the turn was abandoned")
+            store.revoke(turn, status=TurnStatus.STALE, reason="abandoned inline turn",
+                         completed_at=timezone.now(),
+                         error={"type": "Stale", "message": "the inline execution was abandoned"})
+            report.stale.append(turn.pk)
+            emit("turn.stale", turn_id=turn.pk, conversation_id=turn.conversation_id)
+            return
+        attempts = turn.recovery_attempts + 1
+        replay_safe = _replay_safe_tools(turn.agent_name)
+        interrupted = []
+        for execution in ToolExecution.objects.filter(turn_id=turn.pk, status=ToolStatus.RUNNING):
+            if execution.tool_name in replay_safe:
+                ToolExecution.objects.filter(pk=execution.pk, status=ToolStatus.RUNNING).update(
+                    status=ToolStatus.PENDING, updated_at=Now())
+                continue
+            ToolExecution.objects.filter(pk=execution.pk, status=ToolStatus.RUNNING).update(
+                status=ToolStatus.INTERRUPTED, error=unknown_result(), completed_at=Now(),
+                updated_at=Now())
+            interrupted.append(NewMessage(
+                "tool",
+                [ToolResultPart(execution.tool_call_id, execution.tool_name, unknown_result(),
+                                is_error=True)],
+                kind="tool_result", turn_id=turn.pk, tool_execution_id=execution.pk,
+                metadata={"interrupted": True},
+            ))
+        insert_messages(turn.conversation_id, interrupted)
+        if attempts > int(turnkit_settings.MAX_RECOVERY_ATTEMPTS):
+            repair(turn, reason="the turn was dead-lettered")
+            error = {"type": "DeadLetter",
+                     "message": f"the turn lost its worker {attempts} times; dead-lettered",
+                     "recovery_attempts": attempts}
+            store.revoke(turn, status=TurnStatus.FAILED, reason="dead-letter",
+                         recovery_attempts=attempts, error=error, completed_at=timezone.now())
+            report.dead_lettered.append(turn.pk)
+            emit("turn.failed", turn_id=turn.pk, conversation_id=turn.conversation_id,
+                 error=error)
+            return
+        store.revoke(turn, status=TurnStatus.PENDING, reason="lease expired",
+                     recovery_attempts=attempts)
+        dispatch(turn.pk)
+        report.recovered.append(turn.pk)
+        emit("turn.recovered", turn_id=turn.pk, conversation_id=turn.conversation_id,
+             recovery_attempts=attempts)
+
+
+def reconcile() -> ReconcileReport:
+    """Recover running turns whose heartbeat is older than LEASE, then run one maintenance pass."""
+    from .conf import turnkit_settings
+
+    batch = int(turnkit_settings.MAINTENANCE_BATCH_SIZE)
+    cutoff = timezone.now() - timedelta(seconds=float(turnkit_settings.LEASE))
+    report = ReconcileReport()
+    stale_ids = list(
+        Turn.objects.filter(status=TurnStatus.RUNNING, heartbeat_at__lt=cutoff)
+        .order_by("heartbeat_at").values_list("pk", flat=True)[:batch]
+    )
+    for turn_id in stale_ids:
+        _recover(turn_id, report)
+    report.dispatched.extend(drain())
+    return report
+
+
+def drain() -> list[str]:
+    """One bounded maintenance pass: dispatch background turns that may have lost their doorbell.
+
+    Reads only active rows (the partial actionable index), at most MAINTENANCE_BATCH_SIZE of
+    them, oldest-touched first, and touches what it dispatched so the next pass rotates.
+    """
+    from .conf import turnkit_settings
+
+    batch = int(turnkit_settings.MAINTENANCE_BATCH_SIZE)
+    quiet = timezone.now() - timedelta(seconds=float(turnkit_settings.RECONCILE_INTERVAL))
+    ids = list(
+        Turn.objects.actionable().filter(status=TurnStatus.PENDING, updated_at__lt=quiet)
+        .order_by("updated_at").values_list("pk", flat=True)[:batch]
+    )
+    if ids:
+        with transaction.atomic():
+            Turn.objects.filter(pk__in=ids, status=TurnStatus.PENDING).update(updated_at=Now())
+            for turn_id in ids:
+                dispatch(turn_id)
+    return ids

@@ -1,0 +1,71 @@
+"""Sub-agent delegation: a child turn in a fresh child conversation, sharing the root's budget."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import budget
+from .exceptions import BudgetExceeded
+from .messages import TextPart
+from .models import ToolExecution, Turn
+from .states import ToolStatus, TurnStatus
+
+if TYPE_CHECKING:
+    from .messages import ToolCallPart
+    from .runtime import Execution
+    from .tools.base import Tool
+
+
+def envelope(child: Turn) -> dict[str, Any]:
+    """The compact result a parent receives for a child turn."""
+    return {
+        "agent": child.agent_name,
+        "conversation_id": child.conversation_id,
+        "turn_id": child.pk,
+        "status": child.status,
+        "output_text": child.output_text,
+        "output_data": child.output_data,
+        "error": child.error,
+    }
+
+
+def create_child(parent: Execution, tool: Tool, call: ToolCallPart,
+                 execution: ToolExecution, task: str) -> Turn:
+    """Create the child conversation, turn and task message as a fenced write of the parent."""
+    from .services import new_turn
+
+    agent = tool.agent  # type: ignore[attr-defined]
+    depth = parent.row.depth + 1
+    existing = Turn.objects.filter(parent_tool_execution_id=execution.pk).first()
+    if existing is not None:
+        return existing
+    with parent.fenced.atomic() as ledger:
+        budget.check_depth(ledger, depth)
+        return new_turn(
+            agent,
+            [TextPart(task)],
+            parent=parent.row,
+            parent_execution=execution,
+            principal=parent.row.principal,
+        )
+
+
+def run_inline_child(
+    parent: Execution, tool: Tool, call: ToolCallPart, execution: ToolExecution, args: Any
+) -> tuple[str, Any, dict[str, Any] | None]:
+    """Run a sub-agent synchronously and return its envelope as the tool result."""
+    from .runtime import execute
+
+    try:
+        child = create_child(parent, tool, call, execution, args.task)
+    except BudgetExceeded as exc:
+        parent.deferred_error = exc
+        return ToolStatus.FAILED, {"error": "budget_exceeded", "message": exc.reason}, None
+    parent.emit("sub_agent.delegated", id=call.id, name=tool.tool_name,
+                child_conversation_id=child.conversation_id, task_chars=len(args.task))
+    agent = tool.agent  # type: ignore[attr-defined]
+    execute(child.pk, agent=agent, client=agent.client or parent.client,
+            on_event=parent.on_event)
+    child.refresh_from_db()
+    status = ToolStatus.COMPLETED if child.status == TurnStatus.COMPLETED else ToolStatus.FAILED
+    return status, envelope(child), None

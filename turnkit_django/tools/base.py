@@ -1,0 +1,252 @@
+"""Tool definitions: the ``@tool`` decorator, the ``Tool`` class, and ``ToolContext``."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from ..clients.base import ToolSpec
+from ..exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from ..handles import Turn
+
+Recovery = Literal["unknown", "replay_safe"]
+Terminal = bool | str | Callable[[Any], str]
+_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool knows about the call it serves. ``principal`` comes from the application."""
+
+    turn: Turn
+    conversation_id: str
+    execution_id: str
+    tool_call_id: str
+    principal: Any = None
+    context: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key stable for this execution across worker crashes and replays."""
+        return f"turnkit:{self.execution_id}"
+
+
+class _StrictArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Tool:
+    """Base class for tools with dependencies; subclass with ``name``, ``Args`` and ``call``."""
+
+    name: str = ""
+    description: str = ""
+    Args: type[BaseModel] = _StrictArgs
+    terminal: Terminal = False
+    recovery: Recovery = "unknown"
+    #: Set on built-in tools the runtime executes itself (sub-agents, coordination tools).
+    builtin: ClassVar[str | None] = None
+
+    def call(self, ctx: ToolContext, args: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.call() is not implemented")
+
+    # -- derived ---------------------------------------------------------------
+
+    @property
+    def tool_name(self) -> str:
+        return self.name or _snake(type(self).__name__)
+
+    @property
+    def tool_description(self) -> str:
+        return self.description or inspect.cleandoc(type(self).__doc__ or "") or self.tool_name
+
+    @property
+    def replay_safe(self) -> bool:
+        return self.recovery == "replay_safe"
+
+    def spec(self) -> ToolSpec:
+        schema = self.Args.model_json_schema()
+        schema.pop("title", None)
+        schema.setdefault("properties", {})
+        return ToolSpec(self.tool_name, self.tool_description, schema)
+
+    def validate(self, arguments: dict[str, Any]) -> BaseModel:
+        """Validate model-supplied arguments; raises pydantic's ``ValidationError``."""
+        return self.Args.model_validate(arguments)
+
+    def completion_text(self, result: Any) -> str:
+        """The turn's output text when this terminal tool ends it."""
+        terminal = self.terminal
+        if isinstance(terminal, str):
+            return terminal
+        if callable(terminal):
+            return str(terminal(result))
+        return result if isinstance(result, str) else render_result(result)
+
+    def check(self) -> None:
+        """Raise ConfigurationError if the definition is unusable."""
+        if not _NAME.match(self.tool_name):
+            raise ConfigurationError(
+                f"tool name {self.tool_name!r} must match {_NAME.pattern} (provider limit)"
+            )
+        if self.recovery not in ("unknown", "replay_safe"):
+            raise ConfigurationError(
+                f"tool {self.tool_name!r}: recovery must be 'unknown' or 'replay_safe'"
+            )
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.tool_name!r}>"
+
+
+class FunctionTool(Tool):
+    """A tool built from a function by ``@tool``."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        terminal: Terminal = False,
+        recovery: Recovery = "unknown",
+    ) -> None:
+        self.func = func
+        self.name = name or func.__name__
+        self.description = description or inspect.cleandoc(func.__doc__ or "") or self.name
+        self.terminal = terminal
+        self.recovery = recovery
+        self.Args, self._takes_ctx = _args_from_signature(func, self.name)
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func
+
+    def call(self, ctx: ToolContext, args: Any) -> Any:
+        kwargs = {name: getattr(args, name) for name in type(args).model_fields}
+        if self._takes_ctx:
+            return self.func(ctx, **kwargs)
+        return self.func(**kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly (handy in unit tests of the tool itself)."""
+        return self.func(*args, **kwargs)
+
+
+def _args_from_signature(
+    func: Callable[..., Any], name: str
+) -> tuple[type[BaseModel], bool]:
+    signature = inspect.signature(func)
+    try:
+        hints = get_type_hints(func, include_extras=True)
+    except NameError as exc:
+        raise ConfigurationError(f"tool {name!r}: cannot resolve type hints: {exc}") from exc
+    params = list(signature.parameters.values())
+    takes_ctx = bool(params) and (
+        params[0].name in ("ctx", "context") or hints.get(params[0].name) is ToolContext
+    )
+    if takes_ctx:
+        params = params[1:]
+    fields: dict[str, Any] = {}
+    for param in params:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigurationError(f"tool {name!r}: *args and **kwargs are not supported")
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (annotation, default)
+    model = create_model(  # type: ignore[call-overload]
+        f"{_camel(name)}Args", __base__=_StrictArgs, **fields
+    )
+    return model, takes_ctx
+
+
+@overload
+def tool(func: Callable[..., Any], /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    terminal: Terminal = False,
+    recovery: Recovery = "unknown",
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def tool(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    terminal: Terminal = False,
+    recovery: Recovery = "unknown",
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Turn a function into a tool. Its docstring is the description given to the model."""
+
+    def build(f: Callable[..., Any]) -> FunctionTool:
+        built = FunctionTool(f, name=name, description=description, terminal=terminal,
+                             recovery=recovery)
+        built.check()
+        return built
+
+    return build(func) if func is not None else build
+
+
+def render_result(value: Any) -> str:
+    """Render a tool result as text for output or previews."""
+    import json
+
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def to_json(value: Any) -> Any:
+    """Normalise a tool's return value to JSON-compatible data."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_json(v) for v in value]
+    if hasattr(value, "__dataclass_fields__"):
+        import dataclasses
+
+        return to_json(dataclasses.asdict(value))
+    return str(value)
+
+
+def validation_message(tool_name: str, exc: ValidationError) -> dict[str, Any]:
+    """A readable tool error for invalid arguments: what was wrong, per field."""
+    problems = [
+        {"field": ".".join(str(p) for p in err["loc"]) or "(arguments)", "problem": err["msg"]}
+        for err in exc.errors(include_url=False, include_input=False)
+    ]
+    return {
+        "error": "invalid_arguments",
+        "message": f"The arguments for {tool_name!r} are invalid; fix them and call again.",
+        "problems": problems,
+    }
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in re.split(r"[_\-]", name) if part)
+
+
+def copy_context(context: dict[str, Any] | None) -> dict[str, Any]:
+    return copy.deepcopy(context or {})
