@@ -39,7 +39,7 @@ def validate_json_schema(value: Any, schema: dict[str, Any]) -> None:
     for name, prop in (schema.get("properties") or {}).items():
         annotation = _TYPES.get(prop.get("type", ""), Any)
         fields[name] = (annotation, ... if name in required else None)
-    model = create_model("Input", **fields)  # type: ignore[call-overload]
+    model = create_model("Input", **fields)
     if not isinstance(value, dict):
         raise ValidationError.from_exception_data(
             "input",

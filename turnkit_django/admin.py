@@ -12,7 +12,7 @@ from .messages import load_parts
 from .models import Conversation, Delivery, Message, ToolExecution, Turn, Wait
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ReadOnlyAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -41,7 +41,7 @@ def render_transcript(messages: Any) -> str:
     return format_html_join("\n", "<div><b>#{}</b> {}: {}</div>", rows)
 
 
-class MessageInline(admin.TabularInline):  # type: ignore[type-arg]
+class MessageInline(admin.TabularInline):
     model = Message
     fields = ("sequence", "role", "kind", "turn", "content")
     readonly_fields = fields
@@ -84,8 +84,8 @@ class TurnAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Tree")
     def tree(self, obj: Turn) -> str:
-        rows = Turn.objects.filter(root_turn_id=obj.root_turn_id).order_by("created_at").values_list(
-            "depth", "id", "agent_name", "status")
+        tree = Turn.objects.filter(root_turn_id=obj.root_turn_id).order_by("created_at")
+        rows = tree.values_list("depth", "id", "agent_name", "status")
         return format_html_join("\n", "<div>{} {} {} ({})</div>",
                                 (("·" * d, i, a, s) for d, i, a, s in rows))
 

@@ -40,7 +40,7 @@ def reconcile() -> None:
 
 def enqueue_turn(turn_id: str) -> None:
     """The default dispatcher: send ``run_turn`` to the configured queue."""
-    run_turn.apply_async(args=[turn_id], queue=turnkit_settings.QUEUE)
+    run_turn.apply_async(args=(turn_id,), queue=turnkit_settings.QUEUE)
 
 
 def beat_schedule() -> dict[str, dict[str, Any]]:

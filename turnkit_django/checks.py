@@ -102,8 +102,8 @@ def check_sqlite_mode(app_configs: Sequence[Any] | None = None,
         if str(mode).upper() != "IMMEDIATE":
             messages.append(Error(
                 f"Database {alias!r} is SQLite without the IMMEDIATE transaction mode.",
-                hint="Set DATABASES[%r]['OPTIONS'] = {'transaction_mode': 'IMMEDIATE'} so "
-                     "writers serialize; without it concurrent turns can corrupt claims." % alias,
+                hint=f"Set DATABASES[{alias!r}]['OPTIONS'] = {{'transaction_mode': 'IMMEDIATE'}} "
+                     "so writers serialize; without it concurrent turns can corrupt claims.",
                 id="turnkit.E010"))
     return messages
 

@@ -16,7 +16,7 @@ _lock = threading.Lock()
 _armed: dict[str, Callable[[], None] | None] = {}
 
 
-class SimulatedCrash(BaseException):  # noqa: N818 - it is not an error, it is a death
+class SimulatedCrash(BaseException):
     """Raised by an armed failpoint."""
 
 

@@ -174,7 +174,7 @@ class Run(Turn):
         """The root and its descendants."""
         return TurnRow.objects.filter(root_turn_id=self.row.root_turn_id).order_by("created_at")
 
-    def messages(self) -> QuerySet[Message]:  # type: ignore[override]
+    def messages(self) -> QuerySet[Message]:
         """Every message of every conversation in the tree."""
         conversations = self.turns().values("conversation_id")
         return Message.objects.filter(conversation_id__in=conversations).order_by(

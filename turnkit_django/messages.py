@@ -79,7 +79,7 @@ _parts_adapter: TypeAdapter[list[Part]] = TypeAdapter(list[Part])
 
 def dump_parts(parts: Iterable[Part]) -> list[dict[str, Any]]:
     """Serialize parts to the JSON stored in ``Message.content``."""
-    return _parts_adapter.dump_python(list(parts), mode="json")  # type: ignore[no-any-return]
+    return _parts_adapter.dump_python(list(parts), mode="json")
 
 
 def load_parts(content: Any) -> list[Part]:

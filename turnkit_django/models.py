@@ -21,8 +21,6 @@ from .ids import new_id
 from .querysets import ConversationQuerySet, DeliveryQuerySet, ToolExecutionQuerySet, TurnQuerySet
 from .states import ToolStatus, TurnStatus
 
-MONEY = {"max_digits": 18, "decimal_places": 8}
-
 
 class Conversation(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=partial(new_id, "conv"),
@@ -87,7 +85,7 @@ class Turn(models.Model):
     # The last message sequence the turn's input includes; frozen at creation.
     context_sequence = models.PositiveBigIntegerField(default=0)
     usage = models.JSONField(default=dict, blank=True)
-    cost = models.DecimalField(default=Decimal(0), **MONEY)
+    cost = models.DecimalField(default=Decimal(0), max_digits=18, decimal_places=8)
     cost_unknown = models.BooleanField(default=False)
     error = models.JSONField(null=True, blank=True)
     output_text = models.TextField(blank=True, default="")
@@ -106,7 +104,7 @@ class Turn(models.Model):
     tree_iterations = models.PositiveIntegerField(default=0)
     tree_tool_executions = models.PositiveIntegerField(default=0)
     tree_tool_counts = models.JSONField(default=dict, blank=True)
-    tree_spend = models.DecimalField(default=Decimal(0), **MONEY)
+    tree_spend = models.DecimalField(default=Decimal(0), max_digits=18, decimal_places=8)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

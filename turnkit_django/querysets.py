@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
 from django.db import models
 
 from .states import ACTIVE_TURN_STATUSES, FINISHED_TOOL_STATUSES, ToolStatus, TurnStatus
 
-if TYPE_CHECKING:
-    _TurnBase = models.QuerySet[Any]
-else:
-    _TurnBase = models.QuerySet
 
-
-class ConversationQuerySet(models.QuerySet):  # type: ignore[type-arg]
+class ConversationQuerySet(models.QuerySet):
     def roots(self) -> ConversationQuerySet:
         return self.filter(parent_conversation__isnull=True)
 
 
-class TurnQuerySet(_TurnBase):
+class TurnQuerySet(models.QuerySet):
     def active(self) -> TurnQuerySet:
         return self.filter(status__in=ACTIVE_TURN_STATUSES)
 
@@ -47,7 +41,7 @@ class TurnQuerySet(_TurnBase):
         return self.filter(root_turn_id=models.F("id"))
 
 
-class ToolExecutionQuerySet(models.QuerySet):  # type: ignore[type-arg]
+class ToolExecutionQuerySet(models.QuerySet):
     def running(self) -> ToolExecutionQuerySet:
         return self.filter(status=ToolStatus.RUNNING)
 
@@ -55,6 +49,6 @@ class ToolExecutionQuerySet(models.QuerySet):  # type: ignore[type-arg]
         return self.filter(status__in=FINISHED_TOOL_STATUSES)
 
 
-class DeliveryQuerySet(models.QuerySet):  # type: ignore[type-arg]
+class DeliveryQuerySet(models.QuerySet):
     def pending(self) -> DeliveryQuerySet:
         return self.filter(delivered_at__isnull=True)

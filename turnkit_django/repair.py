@@ -33,8 +33,8 @@ def open_tool_calls(turn_id: str) -> list[tuple[str, str, dict[str, Any]]]:
     """Return (call id, tool name, arguments) of calls in the turn without a result message."""
     calls: list[tuple[str, str, dict[str, Any]]] = []
     answered: set[str] = set()
-    for role, content in Message.objects.filter(turn_id=turn_id).values_list("role", "content"):
-        for part in load_parts(content):
+    for stored in Message.objects.filter(turn_id=turn_id).values_list("content", flat=True):
+        for part in load_parts(stored):
             if part.kind == "tool_call":
                 calls.append((part.id, part.name, part.arguments))
             elif part.kind == "tool_result":
@@ -56,6 +56,7 @@ def repair(turn: Turn, *, reason: str, fence: int | None = None) -> int:
                                               tool_call_id__in=[c[0] for c in pending])
     }
     messages = []
+    content: Any
     for call_id, name, arguments in pending:
         execution = executions.get(call_id)
         if execution is None:

@@ -38,7 +38,7 @@ from .tools.base import Tool, ToolContext, render_result, to_json, validation_me
 logger = logging.getLogger("turnkit_django.runtime")
 
 
-class Suspended(Exception):  # noqa: N818 - control flow, not an error
+class Suspended(Exception):
     """The turn released its claim to wait (background fan-out, wait_for)."""
 
 
@@ -328,7 +328,7 @@ class Execution:
     def _run_call(
         self, call: ToolCallPart, execution: ToolExecution | None
     ) -> dict[str, Any] | None:
-        """Run one tool call to its single result; return the terminal record if it ends the turn."""
+        """Run one tool call to its single result; return a terminal record if it ends the turn."""
         started = self._start(call, execution)
         if started is None:
             return None

@@ -146,8 +146,8 @@ def dispatch(turn_id: str) -> None:
 
 def submit(turn: Turn, *, callback: Conversation | None = None) -> Turn:
     """Hand a pending turn to background execution (idempotent)."""
-    from .conf import turnkit_settings
     from .budget import Limits
+    from .conf import turnkit_settings
 
     with transaction.atomic():
         lock_tree(turn.root_turn_id)

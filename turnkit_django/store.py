@@ -49,7 +49,7 @@ def now() -> datetime:
 
 def lock_tree(root_id: str) -> dict[str, Any]:
     """Take the tree lock (the root turn's row) and return its ledger fields."""
-    row = (
+    row: Any = (
         Turn.objects.select_for_update()
         .filter(pk=root_id)
         .values("fence", "status", "deadline_at", "tree_iterations", "tree_tool_executions",
@@ -58,7 +58,7 @@ def lock_tree(root_id: str) -> dict[str, Any]:
     )
     if row is None:
         raise Turn.DoesNotExist(f"root turn {root_id!r} does not exist")
-    return row
+    return dict(row)
 
 
 def allocate_sequences(conversation_id: str, count: int = 1) -> int:

@@ -51,7 +51,7 @@ def reply(text: str = "", *, data: Any = None, usage: dict[str, int] | None = No
     return Reply(text, data, usage)
 
 
-def call(name: str, *, id: str | None = None, usage: dict[str, int] | None = None,  # noqa: A002
+def call(name: str, *, id: str | None = None, usage: dict[str, int] | None = None,
          raw_arguments: str | None = None, **arguments: Any) -> Call:
     """A response that calls tool ``name`` with ``arguments``."""
     return Call(name, arguments, id, usage, raw_arguments)
@@ -160,7 +160,7 @@ def _blocking() -> Iterator[None]:
             _blocked.clear()
 
 
-class block_model_requests(contextlib.ContextDecorator):  # noqa: N801 - used like a function
+class block_model_requests(contextlib.ContextDecorator):
     """Make real provider clients raise: as a context manager, decorator, or plain call.
 
     ``block_model_requests()`` called on its own (for example in a ``conftest.py``) blocks for

@@ -112,6 +112,7 @@ def provider_error(body: Any) -> tuple[str | None, str | None]:
         return None, body["detail"]
     if not isinstance(error, dict):
         return None, None
-    kind = error.get("type") or error.get("code")
+    labels = [str(v) for v in (error.get("type"), error.get("code")) if v]
+    kind = ", ".join(dict.fromkeys(labels)) or None
     message = error.get("message")
-    return (str(kind) if kind else None, str(message) if message is not None else None)
+    return kind, str(message) if message is not None else None

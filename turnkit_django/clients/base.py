@@ -26,7 +26,10 @@ class Usage:
     @property
     def total_tokens(self) -> int:
         return (
-            self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_write_tokens
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
+            + self.cache_write_tokens
         )
 
     def __add__(self, other: Usage) -> Usage:

@@ -158,7 +158,7 @@ def _args_from_signature(
         annotation = hints.get(param.name, Any)
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (annotation, default)
-    model = create_model(  # type: ignore[call-overload]
+    model = create_model(
         f"{_camel(name)}Args", __base__=_StrictArgs, **fields
     )
     return model, takes_ctx
