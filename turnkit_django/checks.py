@@ -108,4 +108,37 @@ def check_sqlite_mode(app_configs: Sequence[Any] | None = None,
     return messages
 
 
-_ = Warning  # used by later checks
+@register(Tags.compatibility, deploy=True)
+def check_celery(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """Warn when the project's Celery app will not run reconciliation or route our tasks."""
+    try:
+        from celery import current_app
+    except ImportError:  # pragma: no cover - celery is an optional extra
+        return []
+    from .conf import turnkit_settings
+
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    if app.main in (None, "default", "__main__") and not app.conf.get("beat_schedule"):
+        return []  # no project Celery app configured in this process
+    messages: list[CheckMessage] = []
+    tasks = {entry.get("task") for entry in (app.conf.beat_schedule or {}).values()}
+    if "turnkit.reconcile" not in tasks:
+        messages.append(Warning(
+            "The Celery beat schedule has no turnkit.reconcile entry.",
+            hint="Merge turnkit_django.celery.beat_schedule() into app.conf.beat_schedule, or "
+                 "run `manage.py turnkit_reconcile --loop`; without it turns whose worker died "
+                 "are never recovered.",
+            id="turnkit.W001"))
+    queue = turnkit_settings.QUEUE
+    routes = app.conf.task_routes or {}
+    routed = isinstance(routes, dict) and any(
+        key in routes and (routes[key] or {}).get("queue") == queue
+        for key in ("turnkit.*", "turnkit.reconcile", "turnkit.maintain")
+    )
+    if not routed and app.conf.task_default_queue != queue:
+        messages.append(Warning(
+            f"turnkit's maintenance tasks are not routed to the queue {queue!r}.",
+            hint=f"Add task_routes = {{'turnkit.*': {{'queue': {queue!r}}}}} and start workers "
+                 f"with -Q {queue}.",
+            id="turnkit.W002"))
+    return messages

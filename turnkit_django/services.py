@@ -176,8 +176,23 @@ def run_turn(turn_id: str, *, kind: str = "celery") -> bool:
     from .runtime import execute
 
     ran = execute(turn_id, kind=kind)
+    if ran:
+        dispatch_next_in_lane(turn_id)
     drain()
     return ran
+
+
+def dispatch_next_in_lane(turn_id: str) -> None:
+    """Ring for the oldest pending submitted turn of the conversation that ``turn_id`` left."""
+    conversation_id = Turn.objects.filter(pk=turn_id).values_list(
+        "conversation_id", flat=True).first()
+    following = (
+        Turn.objects.filter(conversation_id=conversation_id, status=TurnStatus.PENDING,
+                            submitted_at__isnull=False)
+        .order_by("submitted_at", "id").values_list("pk", flat=True).first()
+    )
+    if following is not None:
+        dispatch(following)
 
 
 # --------------------------------------------------------------------------- recovery
@@ -281,15 +296,46 @@ def reconcile() -> ReconcileReport:
     return report
 
 
+def release_waiting(batch: int) -> list[str]:
+    """Move waiting turns whose targets all finished, or whose deadline passed, to pending."""
+    from .models import Wait
+    from .states import ACTIVE_TURN_STATUSES
+
+    released: list[str] = []
+    waiting = list(
+        Turn.objects.actionable().filter(status=TurnStatus.WAITING).order_by("updated_at")
+        .values_list("pk", "root_turn_id")[:batch]
+    )
+    for turn_id, root_id in waiting:
+        with transaction.atomic():
+            lock_tree(root_id)
+            turn = Turn.objects.filter(pk=turn_id, status=TurnStatus.WAITING).first()
+            if turn is None:
+                continue
+            expired = turn.deadline_at is not None and turn.deadline_at <= timezone.now()
+            blocked = Wait.objects.filter(waiter_id=turn_id,
+                                          target__status__in=ACTIVE_TURN_STATUSES).exists()
+            if expired or not blocked:
+                Turn.objects.filter(pk=turn_id).update(status=TurnStatus.PENDING,
+                                                       updated_at=Now())
+                dispatch(turn_id)
+                released.append(turn_id)
+            else:
+                # Touch it so a blocked batch rotates behind the others (fair rotation).
+                Turn.objects.filter(pk=turn_id).update(updated_at=Now())
+    return released
+
+
 def drain() -> list[str]:
-    """One bounded maintenance pass: dispatch background turns that may have lost their doorbell.
+    """One bounded maintenance pass: release waiters, re-ring turns that lost their doorbell.
 
     Reads only active rows (the partial actionable index), at most MAINTENANCE_BATCH_SIZE of
-    them, oldest-touched first, and touches what it dispatched so the next pass rotates.
+    them per query, oldest-touched first, and touches what it handled so the next pass rotates.
     """
     from .conf import turnkit_settings
 
     batch = int(turnkit_settings.MAINTENANCE_BATCH_SIZE)
+    release_waiting(batch)
     quiet = timezone.now() - timedelta(seconds=float(turnkit_settings.RECONCILE_INTERVAL))
     ids = list(
         Turn.objects.actionable().filter(status=TurnStatus.PENDING, updated_at__lt=quiet)

@@ -1,0 +1,406 @@
+"""Claude through the official ``anthropic`` SDK (the Messages API).
+
+How a transcript becomes a request:
+
+- ``stable_instructions`` is the first system block, marked ``cache_control: ephemeral`` (so tools
+  and the stable prompt are cached); ``dynamic_instructions`` is a second, uncached block. With
+  ``prompt_caching`` the request also carries the top-level ``cache_control`` marker, which caches
+  the conversation up to its last block for the next step of the loop.
+- ``tool`` messages become ``user`` messages of ``tool_result`` blocks; consecutive messages of the
+  same API role are merged, so all results of one assistant turn travel in one user message.
+- Assistant thinking produced by this provider is replayed verbatim (text and signature); a
+  redacted block is stored as ``ThinkingPart(redacted=True, signature=<its data>)``. Thinking from
+  other providers is dropped. Blocks this client has no part type for are kept as
+  ``ProviderPart(provider="anthropic")`` and replayed as they came.
+- Structured output uses ``output_config.format`` (a JSON schema); the JSON text stays in the
+  transcript as text (so replay is byte-identical) and its parsed value is added as a ``DataPart``.
+
+The SDK retries 429, 5xx, timeouts and connection errors itself (``max_retries``); failures that
+remain become :class:`~turnkit_django.exceptions.ModelError`. Error messages carry the provider's
+error type and message only, never the key or a header.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from ..exceptions import ConfigurationError, ModelAccessError, ModelError
+from ..messages import (
+    ChatMessage,
+    DataPart,
+    Part,
+    ProviderPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+from ._http import (
+    error_message,
+    json_text,
+    parse_output,
+    provider_error,
+    resolve_model,
+)
+from .base import BaseClient, ModelRequest, ModelResponse, Usage
+
+API_KEY_ENV = "ANTHROPIC_API_KEY"
+PROVIDER = "anthropic"
+_EPHEMERAL = {"type": "ephemeral"}
+# Parameters every supported SDK version accepts as keywords; newer ones go through extra_body.
+_SDK_KEYWORDS = frozenset({"model", "max_tokens", "messages", "system", "tools", "thinking"})
+_THINKING_KEYS = frozenset({"budget", "effort", "display", "adaptive"})
+
+
+class AnthropicClient(BaseClient):
+    """A :class:`~turnkit_django.clients.Client` for Claude models through the Messages API.
+
+    ``model`` pins every request of this client to one model; without it the request's model
+    (the agent's, or ``TURNKIT["DEFAULT_MODEL"]``) is used. The SDK client is built on the first
+    request, so configuring this client without a key does not fail at startup.
+    """
+
+    provider = PROVIDER
+    makes_network_requests = True
+    supports_thinking = True
+    supports_structured_output = True
+    supports_prompt_caching = True
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        http_client: Any = None,
+        max_tokens: int = 4096,
+        prompt_caching: bool = True,
+        default_headers: dict[str, str] | None = None,
+    ) -> None:
+        self.model = model
+        self.base_url = base_url
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.max_tokens = max_tokens
+        self.prompt_caching = prompt_caching
+        self._api_key = api_key
+        self._http_client = http_client
+        self._default_headers = dict(default_headers or {})
+        self._sdk_client: Any = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"AnthropicClient(model={self.model!r}, base_url={self.base_url!r})"
+
+    # -- configuration -----------------------------------------------------------------------
+
+    def missing_credentials(self) -> str | None:
+        """Return what is missing to make requests (for system checks), or None."""
+        if self._api_key or os.environ.get(API_KEY_ENV):
+            return None
+        return f"no Anthropic API key: set the {API_KEY_ENV} environment variable or pass api_key="
+
+    def _key(self) -> str:
+        key = self._api_key or os.environ.get(API_KEY_ENV)
+        if not key:
+            raise ModelAccessError(
+                f"no Anthropic API key: set the {API_KEY_ENV} environment variable "
+                "or pass AnthropicClient(api_key=...)"
+            )
+        return key
+
+    def _sdk(self) -> Any:
+        with self._lock:
+            if self._sdk_client is None:
+                self._sdk_client = self._build_sdk()
+            return self._sdk_client
+
+    def _build_sdk(self) -> Any:
+        try:
+            import anthropic
+        except ImportError:
+            raise ConfigurationError(
+                "AnthropicClient needs the anthropic SDK: pip install 'turnkit-django[anthropic]'"
+            ) from None
+        options: dict[str, Any] = {
+            "api_key": self._key(),
+            "max_retries": self.max_retries,
+            "timeout": self.timeout,
+        }
+        if self.base_url:
+            options["base_url"] = self.base_url
+        if self._http_client is not None:
+            options["http_client"] = self._http_client
+        if self._default_headers:
+            options["default_headers"] = self._default_headers
+        try:
+            return anthropic.Anthropic(**options)
+        except TypeError as exc:  # an http_client of the wrong httpx package, for instance
+            raise ConfigurationError(f"could not configure the anthropic SDK: {exc}") from None
+
+    # -- the request -------------------------------------------------------------------------
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        """Send ``request`` to the Messages API and translate the answer."""
+        self._guard_network()
+        body = self.build_request(request)
+        sdk = self._sdk()
+        import anthropic
+
+        keywords = {k: v for k, v in body.items() if k in _SDK_KEYWORDS}
+        extra = {k: v for k, v in body.items() if k not in _SDK_KEYWORDS}
+        try:
+            raw = sdk.messages.with_raw_response.create(**keywords, extra_body=extra or None)
+            data = raw.http_response.json()
+        except anthropic.APIError as exc:
+            error = self._translate_error(exc)
+        except ValueError:
+            error = ModelError("Anthropic returned a response that is not JSON", retryable=True)
+        else:
+            return self.parse_response(data, request)
+        # Raised outside the except block: the SDK exception (which holds the request and its
+        # headers) must not travel along as __context__ into logs and stored errors.
+        raise error
+
+    def build_request(self, request: ModelRequest) -> dict[str, Any]:
+        """Return the JSON body of the Messages API request for ``request``."""
+        thinking, effort = self._thinking(request.thinking)
+        max_tokens = request.max_tokens or self.max_tokens
+        budget = (thinking or {}).get("budget_tokens")
+        if isinstance(budget, int) and budget >= max_tokens:
+            # Thinking tokens count toward max_tokens, which must exceed the budget.
+            max_tokens = budget + self.max_tokens
+        body: dict[str, Any] = {
+            "model": resolve_model(self.model, request, PROVIDER),
+            "max_tokens": max_tokens,
+            "messages": self._messages(request.messages),
+        }
+        system = self._system(request)
+        if system:
+            body["system"] = system
+        if request.tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters}
+                for t in request.tools
+            ]
+        if thinking:
+            body["thinking"] = thinking
+        output_config: dict[str, Any] = {}
+        if effort:
+            output_config["effort"] = effort
+        if request.output_schema is not None:
+            output_config["format"] = {"type": "json_schema", "schema": request.output_schema}
+        if output_config:
+            body["output_config"] = output_config
+        if self.prompt_caching:
+            body["cache_control"] = dict(_EPHEMERAL)
+        return body
+
+    def _system(self, request: ModelRequest) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = []
+        if request.stable_instructions:
+            block: dict[str, Any] = {"type": "text", "text": request.stable_instructions}
+            if self.prompt_caching:
+                block["cache_control"] = dict(_EPHEMERAL)
+            blocks.append(block)
+        if request.dynamic_instructions:
+            blocks.append({"type": "text", "text": request.dynamic_instructions})
+        return blocks
+
+    @staticmethod
+    def _thinking(config: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
+        """Return the ``thinking`` parameter and the effort for a thinking configuration.
+
+        ``{"budget": N}`` is manual extended thinking; ``{"adaptive": True}`` is adaptive
+        thinking; ``{"effort": "low"}`` sets ``output_config.effort``; ``display`` is passed on.
+        A dict with ``type`` is the wire form and is sent as it is (``effort`` aside).
+        """
+        if not config:
+            return None, None
+        effort = config.get("effort")
+        if "type" in config:
+            return {k: v for k, v in config.items() if k != "effort"}, effort
+        unknown = set(config) - _THINKING_KEYS
+        if unknown:
+            raise ModelError(
+                f"unknown thinking options {sorted(unknown)} for Anthropic; use budget, "
+                "adaptive, effort, display, or the API's own form with a 'type' key"
+            )
+        thinking: dict[str, Any] | None = None
+        if config.get("budget"):
+            thinking = {"type": "enabled", "budget_tokens": int(config["budget"])}
+        elif config.get("adaptive"):
+            thinking = {"type": "adaptive"}
+        if thinking is not None and config.get("display"):
+            thinking["display"] = config["display"]
+        return thinking, effort
+
+    # -- transcript translation --------------------------------------------------------------
+
+    def _messages(self, messages: tuple[ChatMessage, ...]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for message in messages:
+            if message.role == "assistant":
+                role, blocks = "assistant", self._assistant_blocks(message.parts)
+            else:
+                role, blocks = "user", self._user_blocks(message.parts)
+            if not blocks:
+                continue
+            if out and out[-1]["role"] == role:
+                out[-1]["content"].extend(blocks)
+            else:
+                out.append({"role": role, "content": blocks})
+        for entry in out:
+            if entry["role"] == "user":
+                # Tool results must lead the user message that follows the tool calls.
+                entry["content"].sort(key=lambda block: block.get("type") != "tool_result")
+        return out
+
+    @staticmethod
+    def _user_blocks(parts: tuple[Part, ...]) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = []
+        for part in parts:
+            if isinstance(part, ToolResultPart):
+                block: dict[str, Any] = {
+                    "type": "tool_result",
+                    "tool_use_id": part.tool_call_id,
+                    "content": json_text(part.content),
+                }
+                if part.is_error:
+                    block["is_error"] = True
+                blocks.append(block)
+            elif isinstance(part, TextPart | DataPart):
+                text = part.text if isinstance(part, TextPart) else json_text(part.data)
+                if text:
+                    blocks.append({"type": "text", "text": text})
+            elif isinstance(part, ProviderPart) and part.provider == PROVIDER:
+                blocks.append(dict(part.data))
+        return blocks
+
+    @staticmethod
+    def _assistant_blocks(parts: tuple[Part, ...]) -> list[dict[str, Any]]:
+        # A structured answer keeps its JSON text; the parsed DataPart is sent only without it.
+        has_text = any(isinstance(p, TextPart) and p.text for p in parts)
+        blocks: list[dict[str, Any]] = []
+        for part in parts:
+            if isinstance(part, ThinkingPart):
+                if part.provider != PROVIDER or not part.signature:
+                    continue  # another provider's reasoning, or nothing that can be verified
+                if part.redacted:
+                    blocks.append({"type": "redacted_thinking", "data": part.signature})
+                else:
+                    blocks.append(
+                        {"type": "thinking", "thinking": part.text, "signature": part.signature}
+                    )
+            elif isinstance(part, TextPart):
+                if part.text:
+                    blocks.append({"type": "text", "text": part.text})
+            elif isinstance(part, ToolCallPart):
+                blocks.append(
+                    {"type": "tool_use", "id": part.id, "name": part.name, "input": part.arguments}
+                )
+            elif isinstance(part, DataPart):
+                if not has_text:
+                    blocks.append({"type": "text", "text": json_text(part.data)})
+            elif isinstance(part, ProviderPart) and part.provider == PROVIDER:
+                blocks.append(dict(part.data))
+        return blocks
+
+    # -- the response ------------------------------------------------------------------------
+
+    def parse_response(self, data: dict[str, Any], request: ModelRequest) -> ModelResponse:
+        """Translate a Messages API response body into a :class:`ModelResponse`."""
+        parts: list[Part] = []
+        texts: list[str] = []
+        for block in data.get("content") or []:
+            kind = block.get("type")
+            if kind == "text":
+                texts.append(block.get("text") or "")
+                parts.append(TextPart(texts[-1]))
+            elif kind == "thinking":
+                parts.append(
+                    ThinkingPart(
+                        text=block.get("thinking") or "",
+                        signature=block.get("signature"),
+                        provider=PROVIDER,
+                    )
+                )
+            elif kind == "redacted_thinking":
+                parts.append(
+                    ThinkingPart(
+                        text="", signature=block.get("data"), provider=PROVIDER, redacted=True
+                    )
+                )
+            elif kind == "tool_use":
+                arguments = block.get("input")
+                parts.append(
+                    ToolCallPart(
+                        id=str(block.get("id")),
+                        name=str(block.get("name")),
+                        arguments=arguments if isinstance(arguments, dict) else {},
+                        raw_arguments=None if isinstance(arguments, dict) else json_text(arguments),
+                    )
+                )
+            else:
+                parts.append(ProviderPart(provider=PROVIDER, data=block))
+        if request.output_schema is not None and texts:
+            ok, value = parse_output("".join(texts))
+            if ok:
+                parts.append(DataPart(value))
+        usage = data.get("usage") or {}
+        return ModelResponse(
+            parts=tuple(parts),
+            usage=Usage(
+                input_tokens=int(usage.get("input_tokens") or 0),
+                output_tokens=int(usage.get("output_tokens") or 0),
+                cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
+                cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
+            ),
+            model=str(data.get("model") or request.model),
+            stop_reason=data.get("stop_reason"),
+            provider=PROVIDER,
+        )
+
+    def _translate_error(self, exc: Exception) -> ModelError:
+        import anthropic
+
+        key = self._api_key or os.environ.get(API_KEY_ENV)
+        if isinstance(exc, anthropic.APIStatusError):
+            status = exc.status_code
+            kind, message = provider_error(exc.body)
+            request_id = getattr(exc, "request_id", None)
+            if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
+                # The provider's text for a rejected key is left out: some echo part of the key.
+                text = error_message(
+                    "Anthropic",
+                    status,
+                    kind,
+                    message if status == 403 else None,
+                    key,
+                    hint=f"check the key in {API_KEY_ENV} (or api_key=) and its permissions",
+                    request_id=request_id,
+                )
+                return ModelAccessError(text, status=status)
+            hint = "check the model name" if status == 404 else ""
+            text = error_message(
+                "Anthropic", status, kind, message, key, hint=hint, request_id=request_id
+            )
+            return ModelError(
+                text, status=status, retryable=status in (408, 409, 429) or status >= 500
+            )
+        retries = f"after {self.max_retries} retries"
+        if isinstance(exc, anthropic.APITimeoutError):
+            return ModelError(
+                f"Anthropic request timed out (timeout {self.timeout}s) {retries}", retryable=True
+            )
+        if isinstance(exc, anthropic.APIConnectionError):
+            where = self.base_url or "the Anthropic API"
+            return ModelError(f"could not connect to {where} {retries}", retryable=True)
+        return ModelError(error_message("Anthropic", None, type(exc).__name__, None, key))
+
+
+__all__ = ["AnthropicClient"]
