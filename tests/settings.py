@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from urllib.parse import unquote, urlparse
 
-SECRET_KEY = "turnkit-tests-not-secret"  # noqa: S105
+SECRET_KEY = "turnkit-tests-not-secret"
 DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"

@@ -1,0 +1,77 @@
+# turnkit-django development tasks. `make test` is the whole suite (what .ci/run calls); it works
+# on a fresh clone: it creates .venv, installs what is missing and starts its own servers.
+#
+#   make test              lint + docs + unit, integration/concurrency and e2e tiers
+#   make test-unit         unit tier only (SQLite in memory)
+#   make test-integration  integration + concurrency tiers (throwaway PostgreSQL)
+#   make test-e2e          e2e tier (throwaway PostgreSQL + Redis)
+#   make test PYTEST_ARGS='-x -k claim'   extra pytest arguments, passed to every tier
+#   make bench             per-step overhead against the floor (throwaway PostgreSQL)
+#   make lint | docs | demo | venv | clean | distclean
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+EXTRAS := test,dev,docs,anthropic,celery,redis,postgres
+PYTEST_ARGS ?=
+
+# The install is redone when the content of pyproject.toml changes or .venv is missing.
+VENV_STAMP := build/venv-$(shell sha256sum pyproject.toml | cut -c1-16).stamp
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PIP_NO_INPUT := 1
+export NO_MKDOCS_2_WARNING := 1
+
+.PHONY: help venv test test-unit test-integration test-e2e lint docs demo bench clean distclean FORCE
+
+help:
+	@sed -n '1,/^$$/s/^# \{0,1\}//p' Makefile
+
+venv: $(VENV_STAMP)
+
+$(VENV_STAMP): $(if $(wildcard $(BIN)/python),,FORCE)
+	@if [ ! -x $(BIN)/python ]; then \
+		echo "creating $(VENV) with $$(command -v $(PYTHON))"; \
+		$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }; \
+	fi
+	$(BIN)/python -m pip install --quiet --editable '.[$(EXTRAS)]'
+	@mkdir -p build && rm -f build/venv-*.stamp && touch $@
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy turnkit_django
+
+docs: venv
+	$(BIN)/mkdocs build --strict --site-dir build/site
+
+test: lint docs
+	bash scripts/run-tests.sh all -- $(PYTEST_ARGS)
+
+test-unit: venv
+	bash scripts/run-tests.sh unit -- $(PYTEST_ARGS)
+
+test-integration: venv
+	bash scripts/run-tests.sh integration -- $(PYTEST_ARGS)
+
+test-e2e: venv
+	bash scripts/run-tests.sh e2e -- $(PYTEST_ARGS)
+
+bench: venv
+	bash scripts/bench.sh
+
+demo: venv
+	$(BIN)/python example_project/demo.py
+
+clean:
+	-bash scripts/services.sh stop-all
+	rm -rf build site htmlcov .coverage .coverage.* .pytest_cache .mypy_cache .ruff_cache .tox *.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)
+
+FORCE:
