@@ -109,6 +109,27 @@ def check_sqlite_mode(app_configs: Sequence[Any] | None = None,
 
 
 @register(Tags.compatibility, deploy=True)
+def check_client_credentials(app_configs: Sequence[Any] | None = None,
+                             **kwargs: Any) -> list[CheckMessage]:
+    """Warn when the configured model client has no credentials (deploy checks only)."""
+    from .clients import default_client
+
+    try:
+        client = default_client()
+    except Exception as exc:
+        return [Error(f"TURNKIT['CLIENT'] could not be built: {exc}",
+                      hint="Check the import path and the client's constructor arguments.",
+                      id="turnkit.E009")]
+    missing = getattr(client, "missing_credentials", None)
+    problem = missing() if callable(missing) else None
+    if not problem:
+        return []
+    return [Warning(f"The model client {type(client).__name__} has no credentials: {problem}.",
+                    hint="Set the provider's API key in the environment of every web and "
+                         "worker process.", id="turnkit.W003")]
+
+
+@register(Tags.compatibility, deploy=True)
 def check_celery(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """Warn when the project's Celery app will not run reconciliation or route our tasks."""
     try:

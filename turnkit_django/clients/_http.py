@@ -39,6 +39,15 @@ def parse_arguments(text: str | None) -> tuple[dict[str, Any], str | None]:
     return value, None
 
 
+def json_object(response: Any) -> dict[str, Any] | None:
+    """Return the JSON object body of an HTTP response, or None when it is not one."""
+    try:
+        data = response.json()
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def parse_output(text: str) -> tuple[bool, Any]:
     """Parse structured output text; return ``(ok, data)``."""
     try:
@@ -55,8 +64,8 @@ def schema_name(schema: dict[str, Any]) -> str:
 
 
 def redact(text: str, secret: str | None) -> str:
-    """Remove ``secret`` from ``text``."""
-    if secret:
+    """Remove ``secret`` from ``text`` (very short values are left: they would mangle it)."""
+    if secret and len(secret) >= 6:
         return text.replace(secret, "[redacted]")
     return text
 

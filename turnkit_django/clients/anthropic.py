@@ -39,6 +39,7 @@ from ..messages import (
 )
 from ._http import (
     error_message,
+    json_object,
     json_text,
     parse_output,
     provider_error,
@@ -102,16 +103,16 @@ class AnthropicClient(BaseClient):
         """Return what is missing to make requests (for system checks), or None."""
         if self._api_key or os.environ.get(API_KEY_ENV):
             return None
-        return f"no Anthropic API key: set the {API_KEY_ENV} environment variable or pass api_key="
+        return (
+            f"no Anthropic API key: set the {API_KEY_ENV} environment variable "
+            "or pass AnthropicClient(api_key=...)"
+        )
 
     def _key(self) -> str:
-        key = self._api_key or os.environ.get(API_KEY_ENV)
-        if not key:
-            raise ModelAccessError(
-                f"no Anthropic API key: set the {API_KEY_ENV} environment variable "
-                "or pass AnthropicClient(api_key=...)"
-            )
-        return key
+        missing = self.missing_credentials()
+        if missing:
+            raise ModelAccessError(missing)
+        return str(self._api_key or os.environ.get(API_KEY_ENV))
 
     def _sdk(self) -> Any:
         with self._lock:
@@ -155,12 +156,13 @@ class AnthropicClient(BaseClient):
         extra = {k: v for k, v in body.items() if k not in _SDK_KEYWORDS}
         try:
             raw = sdk.messages.with_raw_response.create(**keywords, extra_body=extra or None)
-            data = raw.http_response.json()
         except anthropic.APIError as exc:
             error = self._translate_error(exc)
-        except ValueError:
-            error = ModelError("Anthropic returned a response that is not JSON", retryable=True)
         else:
+            data = json_object(raw.http_response)
+            if data is None:
+                where = self.base_url or "the Anthropic API"
+                raise ModelError(f"{where} did not answer with a JSON object")
             return self.parse_response(data, request)
         # Raised outside the except block: the SDK exception (which holds the request and its
         # headers) must not travel along as __context__ into logs and stored errors.
@@ -381,11 +383,11 @@ class AnthropicClient(BaseClient):
                     kind,
                     message if status == 403 else None,
                     key,
-                    hint=f"check the key in {API_KEY_ENV} (or api_key=) and its permissions",
+                    hint=f"Check the key in {API_KEY_ENV} (or api_key=) and its permissions",
                     request_id=request_id,
                 )
                 return ModelAccessError(text, status=status)
-            hint = "check the model name" if status == 404 else ""
+            hint = "Check the model name" if status == 404 else ""
             text = error_message(
                 "Anthropic", status, kind, message, key, hint=hint, request_id=request_id
             )

@@ -38,6 +38,7 @@ from ..exceptions import ModelAccessError, ModelError
 from ..messages import ChatMessage, DataPart, Part, TextPart, ThinkingPart, ToolCallPart
 from ._http import (
     error_message,
+    json_object,
     json_text,
     parse_arguments,
     parse_output,
@@ -133,7 +134,10 @@ class OpenAIClient(BaseClient):
         """Return what is missing to make requests (for system checks), or None."""
         if self._key() or self.base_url != DEFAULT_BASE_URL:
             return None
-        return f"no OpenAI API key: set the {API_KEY_ENV} environment variable or pass api_key="
+        return (
+            f"no OpenAI API key: set the {API_KEY_ENV} environment variable or pass "
+            f"OpenAIClient(api_key=...); for a local server set base_url= or {BASE_URL_ENV}"
+        )
 
     def _client(self) -> httpx.Client:
         with self._lock:
@@ -155,12 +159,10 @@ class OpenAIClient(BaseClient):
     def complete(self, request: ModelRequest) -> ModelResponse:
         """Send ``request`` to ``{base_url}/chat/completions`` and translate the answer."""
         self._guard_network()
+        missing = self.missing_credentials()
+        if missing:
+            raise ModelAccessError(missing)
         key = self._key()
-        if key is None and self.base_url == DEFAULT_BASE_URL:
-            raise ModelAccessError(
-                f"no OpenAI API key: set the {API_KEY_ENV} environment variable or pass "
-                f"OpenAIClient(api_key=...); for a local server set base_url= or {BASE_URL_ENV}"
-            )
         body = self.build_request(request)
         data = self._post(f"{self.base_url}/chat/completions", body, key)
         return self.parse_response(data, request)
@@ -246,11 +248,8 @@ class OpenAIClient(BaseClient):
             text = f"could not connect to {self._label()} ({type(exc).__name__})"
             return ModelError(text, retryable=True), backoff
         if response.is_success:
-            try:
-                data = response.json()
-            except ValueError:
-                data = None
-            if isinstance(data, dict):
+            data = json_object(response)
+            if data is not None:
                 return data, 0.0
             text = f"{self._label()} did not answer with a JSON object; is base_url a /v1 endpoint?"
             return ModelError(text, status=response.status_code), 0.0
@@ -273,10 +272,10 @@ class OpenAIClient(BaseClient):
                 kind,
                 None,
                 key,
-                hint=f"check the key in {API_KEY_ENV} (or api_key=) and the organization",
+                hint=f"Check the key in {API_KEY_ENV} (or api_key=) and the organization",
             )
             return ModelAccessError(text, status=status)
-        hint = "check the model name" if status == 404 else ""
+        hint = "Check the model name" if status == 404 else ""
         text = error_message(self._label(), status, kind, message, key, hint=hint)
         transient = status in (408, 409, 429) or status >= 500
         # An exhausted quota is a 429 too, but waiting does not fix it.

@@ -1,0 +1,111 @@
+"""Cost from usage: built-in rates, COST_RATES overrides, snapshots, long-prompt bands."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.test import override_settings
+
+from turnkit_django.clients import Usage
+from turnkit_django.cost import BUILTIN_RATES, compute_cost, rates_for, validate_rates
+
+
+def test_cost_of_a_cached_claude_call() -> None:
+    # Sonnet 5.5: $2 in, $10 out, $0.10 cache read, $2.50 cache write per million tokens.
+    usage = Usage(
+        input_tokens=1000, output_tokens=500, cache_read_tokens=20_000, cache_write_tokens=4000
+    )
+    assert compute_cost("claude-sonnet-5-5", usage) == Decimal("0.01900000")
+
+
+def test_cost_of_an_openai_call_with_cached_tokens() -> None:
+    # gpt-5.4-mini: $0.75 in, $0.075 cached, $4.50 out; cached tokens are not in input_tokens.
+    usage = Usage(input_tokens=128, output_tokens=9, cache_read_tokens=1920)
+    assert compute_cost("gpt-5.4-mini", usage) == Decimal("0.00028050")
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "family"),
+    [
+        ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5"),
+        ("claude-haiku-4-5-20251001", "claude-haiku-4-5"),
+        ("claude-opus-4-20250514", "claude-opus-4"),
+        ("gpt-4o-2024-08-06", "gpt-4o"),
+        ("gpt-5.4-mini-2026-03-17", "gpt-5.4-mini"),
+    ],
+)
+def test_dated_snapshots_use_the_family_rate(snapshot: str, family: str) -> None:
+    assert rates_for(snapshot) is BUILTIN_RATES[family]
+
+
+@pytest.mark.parametrize(
+    "model", ["gpt-5.4-turbo", "claude-sonnet-5-7", "claude-sonnet-4-5-latest", "llama3.2", ""]
+)
+def test_unknown_models_have_unknown_cost_not_zero(model: str) -> None:
+    assert rates_for(model) is None
+    assert compute_cost(model, Usage(input_tokens=10, output_tokens=10)) is None
+
+
+def test_a_token_kind_without_a_rate_makes_the_cost_unknown() -> None:
+    # gpt-5.5-pro has no cached-input price.
+    assert compute_cost("gpt-5.5-pro", Usage(input_tokens=10)) == Decimal("0.00030000")
+    assert compute_cost("gpt-5.5-pro", Usage(input_tokens=10, cache_read_tokens=5)) is None
+
+
+def test_no_usage_on_a_known_model_costs_zero() -> None:
+    assert compute_cost("claude-haiku-4-5", Usage()) == Decimal("0E-8")
+
+
+def test_reported_cost_wins() -> None:
+    assert compute_cost("anything/unknown", Usage(input_tokens=5), reported="0.003075") == Decimal(
+        "0.003075"
+    )
+
+
+def test_long_prompt_band_prices_the_whole_call() -> None:
+    # Haiku 5.5: up to 100k prompt tokens $0.10/$0.50; above, $0.50/$2.50 on every token.
+    at_threshold = Usage(input_tokens=60_000, cache_read_tokens=40_000, output_tokens=1000)
+    over = Usage(input_tokens=60_001, cache_read_tokens=40_000, output_tokens=1000)
+    assert compute_cost("claude-haiku-5-5", at_threshold) == Decimal("0.00690000")
+    assert compute_cost("claude-haiku-5-5", over) == Decimal("0.03450050")
+
+
+def test_cost_rates_setting_overrides_and_extends() -> None:
+    rates = {
+        "claude-sonnet-5-5": {"input": "1", "output": "1", "cache_read": "1", "cache_write": "1"},
+        "llama3.2": {"input": "0", "output": "0"},
+    }
+    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
+    with override_settings(TURNKIT={"COST_RATES": rates}):
+        assert compute_cost("claude-sonnet-5-5", usage) == Decimal("2.00000000")
+        assert compute_cost("claude-sonnet-5-5-20261001", usage) == Decimal("2.00000000")
+        assert compute_cost("llama3.2", usage) == Decimal("0E-8")
+    assert compute_cost("claude-sonnet-5-5", usage) == Decimal("12.00000000")
+    assert compute_cost("llama3.2", usage) is None
+
+
+def test_every_builtin_rate_is_valid() -> None:
+    assert validate_rates(BUILTIN_RATES) == []
+
+
+def test_validate_rates_reports_problems() -> None:
+    problems = validate_rates(
+        {
+            "a": {"input": "-1", "outptu": "2"},
+            "b": "3",
+            "c": {"input": "x"},
+            "d": {"input": "1", "long_prompt": {"input": "2"}},
+            "e": {"input": "1", "long_prompt": {"threshold": 10, "long_prompt": {}}},
+        }
+    )
+    assert problems == [
+        "COST_RATES['a'] has unknown keys ['outptu']",
+        "COST_RATES['a']['input'] is negative",
+        "COST_RATES['b'] must be a dict",
+        "COST_RATES['c']['input'] is not a number",
+        "COST_RATES['d']['long_prompt'] needs a 'threshold' (prompt tokens)",
+        "COST_RATES['e']['long_prompt'] has unknown keys ['long_prompt']",
+        "COST_RATES['e']['long_prompt']['long_prompt'] is not a number",
+    ]
+    assert validate_rates([]) == ["COST_RATES must be a dict of model name -> rates"]
