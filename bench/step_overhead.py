@@ -32,7 +32,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
-from turnkit_django import Agent, tool  # noqa: E402
+from turnkit_django import Agent, register, tool  # noqa: E402
 from turnkit_django.services import run_turn  # noqa: E402
 from turnkit_django.testing import FunctionClient, call, reply  # noqa: E402
 
@@ -54,7 +54,7 @@ def respond(request):  # type: ignore[no-untyped-def]
     return call("probe", n=done) if done < 2 else reply("done")
 
 
-AGENT = Agent("bench", tools=[probe], client=FunctionClient(respond), max_iterations=10)
+AGENT = register(Agent("bench", tools=[probe], client=FunctionClient(respond), max_iterations=10))
 
 
 def floor_setup() -> None:
