@@ -31,3 +31,62 @@ def registered() -> Iterator[Any]:
 def _disarm_failpoints() -> Iterator[None]:
     yield
     failpoints.disarm_all()
+
+
+def _uses_database(request: pytest.FixtureRequest) -> bool:
+    """Whether the test uses the database; if so, make sure it is set up before the caller.
+
+    Requesting ``db`` here orders the database fixture before the calling fixture, so the
+    caller's teardown (the check) runs before the test's transaction is rolled back or flushed,
+    whatever order pytest chose for autouse fixtures.
+    """
+    names = request.fixturenames
+    uses = request.node.get_closest_marker("django_db") is not None or any(
+        name in names for name in ("db", "transactional_db", "django_db_reset_sequences")
+    )
+    if uses:
+        request.getfixturevalue("db")
+    return uses
+
+
+@pytest.fixture
+def invariants(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Check I1-I4 on the data the test leaves behind; yields ``assert_invariants``."""
+    from turnkit_django.verify import assert_invariants
+
+    uses_database = _uses_database(request)
+    yield assert_invariants
+    if uses_database:
+        assert_invariants()
+
+
+@pytest.fixture(autouse=True)
+def verify_after_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Autouse where imported (integration, concurrency conftests): check I1-I4 after each test.
+
+    A test that builds corrupted data on purpose opts out with ``@pytest.mark.corrupts_data``.
+    """
+    check = _uses_database(request) and request.node.get_closest_marker("corrupts_data") is None
+    yield
+    if check:
+        from turnkit_django.verify import assert_invariants
+
+        assert_invariants()
+
+
+def crash_and_resume(turn_id: str, point: str) -> None:
+    """Run a submitted turn until it dies at failpoint ``point``, reconcile it, run it again."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from turnkit_django import reconcile, services
+    from turnkit_django.models import Turn
+
+    failpoints.arm(point)
+    with pytest.raises(failpoints.SimulatedCrash):
+        services.run_turn(turn_id, kind="test")
+    assert Turn.objects.get(pk=turn_id).status == "running"
+    Turn.objects.filter(pk=turn_id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    assert turn_id in reconcile().recovered
+    assert services.run_turn(turn_id, kind="test")

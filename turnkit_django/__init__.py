@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 from .exceptions import (
     AuthorizationError,
     BudgetExceeded,
+    CompactionError,
     ConfigurationError,
+    DeliveryConflict,
     InputError,
     InvalidTransition,
     LostClaim,
@@ -24,8 +26,10 @@ from .exceptions import (
 if TYPE_CHECKING:
     from .agents import Agent
     from .handles import Conversation, Run, Turn, load_conversation, load_run, load_turn
+    from .policies import check_output_policy
     from .registry import register
     from .services import drain, reconcile
+    from .skills import Skill
     from .tools.base import Tool, ToolContext, tool
 
 __version__ = "0.1.0.dev0"
@@ -46,6 +50,8 @@ _LAZY = {
     "load_conversation": ("handles", "load_conversation"),
     "reconcile": ("services", "reconcile"),
     "drain": ("services", "drain"),
+    "Skill": ("skills", "Skill"),
+    "check_output_policy": ("policies", "check_output_policy"),
 }
 
 
@@ -62,20 +68,24 @@ __all__ = [
     "Agent",
     "AuthorizationError",
     "BudgetExceeded",
+    "CompactionError",
     "ConfigurationError",
     "Conversation",
+    "DeliveryConflict",
     "InputError",
     "InvalidTransition",
     "LostClaim",
     "ModelAccessError",
     "ModelError",
     "Run",
+    "Skill",
     "Tool",
     "ToolContext",
     "ToolError",
     "Turn",
     "TurnkitError",
     "WaitError",
+    "check_output_policy",
     "drain",
     "load_conversation",
     "load_run",

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html_join
+from django.utils.translation import ngettext
 
 from .messages import load_parts
 from .models import Conversation, Delivery, Message, ToolExecution, Turn, Wait
@@ -72,6 +74,55 @@ class TurnAdmin(ReadOnlyAdmin):
     search_fields = ("id", "conversation__id", "root_turn__id")
     list_select_related = ("conversation",)
     readonly_fields = ("transcript", "tree")
+    actions = ("cancel_turns", "cancel_turns_with_descendants")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("turnkit.cancel_turn")
+
+    @admin.action(description="Cancel", permissions=["cancel"])
+    def cancel_turns(self, request: HttpRequest, queryset: QuerySet[Turn]) -> None:
+        self._cancel(request, queryset, cascade=False)
+
+    @admin.action(description="Cancel with descendants", permissions=["cancel"])
+    def cancel_turns_with_descendants(self, request: HttpRequest,
+                                      queryset: QuerySet[Turn]) -> None:
+        self._cancel(request, queryset, cascade=True)
+
+    def _cancel(self, request: HttpRequest, queryset: QuerySet[Turn], *, cascade: bool) -> None:
+        from .exceptions import AuthorizationError, TurnkitError
+        from .services import cancel
+
+        principal = {"user": request.user.pk, "staff": True}
+        cancelled = unchanged = 0
+        refused: list[str] = []
+        for turn_id in queryset.values_list("pk", flat=True):
+            try:
+                report = cancel(turn_id, cascade=cascade, principal=principal)
+            except AuthorizationError:
+                refused.append(f"{turn_id} (not authorized)")
+                continue
+            except (TurnkitError, Turn.DoesNotExist) as exc:
+                refused.append(f"{turn_id} ({exc})")
+                continue
+            cancelled += len(report.cancelled)
+            if not report.changed:
+                unchanged += 1
+        if cancelled:
+            self.message_user(request, ngettext("%(count)d turn was cancelled.",
+                                                "%(count)d turns were cancelled.",
+                                                cancelled) % {"count": cancelled},
+                              messages.SUCCESS)
+        if unchanged:
+            self.message_user(request, ngettext(
+                "%(count)d turn had already finished; nothing changed.",
+                "%(count)d turns had already finished; nothing changed.",
+                unchanged) % {"count": unchanged}, messages.WARNING)
+        if refused:
+            self.message_user(request, ngettext(
+                "%(count)d turn could not be cancelled: %(turns)s.",
+                "%(count)d turns could not be cancelled: %(turns)s.",
+                len(refused)) % {"count": len(refused), "turns": ", ".join(refused)},
+                messages.ERROR)
 
     @admin.display(description="Transcript")
     def transcript(self, obj: Turn) -> str:

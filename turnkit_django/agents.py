@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from . import policies, prompts
 from .budget import Limits, resolve_limits
 from .clients.base import Client
+from .compaction import check_options as check_compaction
 from .exceptions import ConfigurationError, InputError
-from .prompts import PROMPT_MODES
+from .skills import LOAD_SKILL, LoadSkillTool, Skill, as_skills, check_keys
 from .tools.base import Tool
 from .tools.subagent import SubAgentTool
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from .handles import Conversation, Run
 
 Schema = type[BaseModel] | dict[str, Any] | None
+THINKING_KEYS = frozenset({"budget", "effort", "adaptive", "display", "type"})
 
 
 def schema_json(schema: Schema) -> dict[str, Any] | None:
@@ -35,6 +38,26 @@ def schema_json(schema: Schema) -> dict[str, Any] | None:
     raise ConfigurationError(
         f"a schema must be a pydantic model class or a JSON schema dict, got {schema!r}"
     )
+
+
+def check_thinking(value: Any, where: str) -> None:
+    """Validate a thinking configuration: None, False, or a dict such as ``{"budget": 4000}``."""
+    if value is None or value is False:
+        return
+    if not isinstance(value, dict) or not value:
+        raise ConfigurationError(
+            f"{where}: thinking must be a non-empty dict such as {{'budget': 4000}} or "
+            f"{{'effort': 'low'}}, got {value!r}"
+        )
+    unknown = set(value) - THINKING_KEYS
+    if unknown:
+        raise ConfigurationError(
+            f"{where}: unknown thinking options {sorted(unknown)}; use {sorted(THINKING_KEYS)}"
+        )
+    budget = value.get("budget")
+    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)
+                               or budget <= 0):
+        raise ConfigurationError(f"{where}: thinking budget must be a positive integer of tokens")
 
 
 class Agent:
@@ -64,8 +87,15 @@ class Agent:
         client: Client | None = None,
         thinking: dict[str, Any] | None = None,
         prompt_mode: str | None = None,
-        system_prompt: str | Callable[[Any], str] | None = None,
+        system_prompt: str | Callable[[Any], Any] | None = None,
         on_event: EventCallback | None = None,
+        skills: Sequence[Skill] | Skill | None = None,
+        available_skills: Sequence[Skill] | Skill | None = None,
+        output_policy: Any = None,
+        output_policy_mode: str = "fail",
+        output_retries: int = 0,
+        context_contributors: Sequence[Callable[[Any], Any]] = (),
+        compaction: bool | dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError("an agent needs a non-empty name")
@@ -86,39 +116,69 @@ class Agent:
             "timeout": timeout,
         }
         self.client = client
+        check_thinking(thinking, f"agent {name!r}")
         self.thinking = thinking
-        if prompt_mode is not None and prompt_mode not in PROMPT_MODES:
-            raise ConfigurationError(
-                f"agent {name!r}: prompt_mode must be one of {PROMPT_MODES}, got {prompt_mode!r}"
-            )
+        prompts.check_options(name, prompt_mode, system_prompt)
         self.prompt_mode = prompt_mode
         self.system_prompt = system_prompt
         self.on_event = on_event
+        self.skills = as_skills(skills, agent=name, option="skills")
+        self.available_skills = as_skills(available_skills, agent=name, option="available_skills")
+        check_keys(name, self.skills, self.available_skills)
+        self._load_skill = LoadSkillTool([*self.skills, *self.available_skills])
+        self.output_policies = policies.build(output_policy, agent=name)
+        policies.check_options(name, output_policy_mode, output_retries)
+        self.output_policy_mode = output_policy_mode
+        self.output_retries = output_retries
+        self.context_contributors = tuple(context_contributors)
+        for item in self.context_contributors:
+            if not callable(item):
+                raise ConfigurationError(
+                    f"agent {name!r}: context contributor {item!r} is not callable; pass "
+                    "functions taking the turn and returning a string or a dict"
+                )
+        check_compaction(compaction, f"agent {name!r}")
+        self.compaction = compaction
         self._check()
 
     # -- definition ------------------------------------------------------------
 
     def _check(self) -> None:
-        seen: set[str] = set()
-        for item in self.tool_table().values():
-            item.check()
-        for item in [*self.tools, *(SubAgentTool(a) for a in self.sub_agents)]:
+        seen: dict[str, Tool] = {}
+        skill_tools = [t for s in (*self.skills, *self.available_skills) for t in s.tools]
+        builtin = [self._load_skill] if self.available_skills else []
+        for item in [*self.tools, *skill_tools, *builtin,
+                     *(SubAgentTool(a) for a in self.sub_agents)]:
             if not isinstance(item, Tool):
                 raise ConfigurationError(
                     f"agent {self.name!r}: {item!r} is not a tool; decorate functions with "
                     "@tool or subclass turnkit_django.Tool"
                 )
-            if item.tool_name in seen:
+            item.check()
+            # One tool object may be listed twice (by two skills); two objects may not share a name.
+            if seen.setdefault(item.tool_name, item) is not item:
                 raise ConfigurationError(
-                    f"agent {self.name!r}: two tools are named {item.tool_name!r}"
+                    f"agent {self.name!r}: two tools are named {item.tool_name!r} (tools, skill "
+                    f"tools, sub-agents and {LOAD_SKILL!r} share one namespace); rename one"
                 )
-            seen.add(item.tool_name)
         schema_json(self.output_schema)
         schema_json(self.input_schema)
 
-    def tool_table(self) -> dict[str, Tool]:
-        """Return the tools the model may call, by name."""
+    def tool_table(self, loaded: Iterable[str] | None = None) -> dict[str, Tool]:
+        """Return the tools the model may call, by name.
+
+        ``loaded`` names the available skills loaded in a turn: only their tools are included.
+        None includes every tool the agent can ever offer.
+        """
+        keys = None if loaded is None else set(loaded)
         table: dict[str, Tool] = {t.tool_name: t for t in self.tools}
+        for skill in self.skills:
+            table.update((t.tool_name, t) for t in skill.tools)
+        if self.available_skills:
+            table[LOAD_SKILL] = self._load_skill
+        for skill in self.available_skills:
+            if keys is None or skill.key in keys:
+                table.update((t.tool_name, t) for t in skill.tools)
         for sub in self.sub_agents:
             table[sub.name] = SubAgentTool(sub)
         return table
@@ -143,6 +203,8 @@ class Agent:
             "description": self.description,
             "model": self.model,
             "tools": sorted(self.tool_table()),
+            "skills": [s.key for s in self.skills],
+            "available_skills": [s.key for s in self.available_skills],
             "limits": {k: str(v) for k, v in self.limit_overrides.items()},
         }
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
@@ -168,22 +230,28 @@ class Agent:
         schema = self.input_schema
         if schema is None or value is None:
             return value
-        try:
-            if isinstance(schema, dict):
-                from ._jsonschema import validate_json_schema
+        if isinstance(schema, dict):
+            from ._jsonschema import problems
 
-                validate_json_schema(value, schema)
-                return value
-            validated = TypeAdapter(schema).validate_python(value)
-            return validated.model_dump(mode="json")
-        except ValidationError as exc:
-            errors = [
-                {"field": ".".join(str(p) for p in e["loc"]), "problem": e["msg"]}
-                for e in exc.errors(include_url=False, include_input=False)
-            ]
+            errors = problems(value, schema)
+            result = value
+        else:
+            try:
+                result = TypeAdapter(schema).validate_python(value).model_dump(mode="json")
+                errors = []
+            except ValidationError as exc:
+                errors = [
+                    {"field": ".".join(str(p) for p in e["loc"]) or "(input)",
+                     "problem": e["msg"]}
+                    for e in exc.errors(include_url=False, include_input=False)
+                ]
+        if errors:
             raise InputError(
-                f"input for agent {self.name!r} does not match its input_schema", errors=errors
-            ) from exc
+                f"input for agent {self.name!r} does not match its input_schema: "
+                + "; ".join(f"{e['field']}: {e['problem']}" for e in errors),
+                errors=errors,
+            )
+        return result
 
     # -- use ---------------------------------------------------------------------
 

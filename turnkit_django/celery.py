@@ -38,6 +38,14 @@ def reconcile() -> None:
     run()
 
 
+@shared_task(name="turnkit.cancel_sweep", ignore_result=True)
+def cancel_sweep() -> None:
+    """Finish large cascades: cancel active turns under cascade-cancelled parents."""
+    from .services import cancel_sweep as run
+
+    run()
+
+
 def enqueue_turn(turn_id: str) -> None:
     """The default dispatcher: send ``run_turn`` to the configured queue."""
     run_turn.apply_async(args=(turn_id,), queue=turnkit_settings.QUEUE)
@@ -50,4 +58,6 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
     return {
         "turnkit-reconcile": {"task": "turnkit.reconcile", "schedule": interval,
                               "options": {"queue": queue, "expires": interval}},
+        "turnkit-cancel-sweep": {"task": "turnkit.cancel_sweep", "schedule": interval,
+                                 "options": {"queue": queue, "expires": interval}},
     }

@@ -68,6 +68,14 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
             f"({lease:g}s).",
             hint="Reconcile more often than the lease so dead workers are noticed in time.",
             id="turnkit.E005"))
+    number("PROMPT_DATA_MAX_CHARS", integer=True)
+    from .compaction import check_options as check_compaction
+
+    try:
+        check_compaction(_user().get("COMPACTION", DEFAULTS["COMPACTION"]), "TURNKIT['COMPACTION']")
+    except Exception as exc:
+        messages.append(Error(str(exc), hint="Use True, False, or a dict such as "
+                              "{'context_limit': 128000, 'threshold': 0.75}.", id="turnkit.E020"))
     from .cost import validate_rates
 
     for problem in validate_rates(_user().get("COST_RATES", {})):

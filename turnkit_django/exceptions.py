@@ -12,6 +12,8 @@
     ├── LostClaim               this worker's claim on a turn was revoked; it must stop writing
     ├── InputError              run input does not match the agent's input schema
     ├── WaitError               a wait edge was refused (cycle, self-wait, bad target)
+    ├── CompactionError         a manual compaction could not summarise (e.g. empty summary)
+    ├── DeliveryConflict        a delivery key is already used for a different message
     └── InvalidTransition       the operation is not allowed in the turn's current status
 """
 
@@ -85,6 +87,25 @@ class WaitError(TurnkitError):
     """A wait was refused: self-wait, cycle, or a target that cannot be waited on."""
 
 
+class DeliveryConflict(TurnkitError):
+    """A delivery key is already used for a different message.
+
+    The message names the key only: the stored delivery (its text, sender, destination) is never
+    disclosed to the caller that collided with it.
+    """
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(
+            f"delivery key {key!r} is already used for a different message; use a new key for "
+            "new content (a retry must send exactly the same message)"
+        )
+
+
+class CompactionError(TurnkitError):
+    """A manual compaction could not produce a summary; nothing was changed."""
+
+
 class InvalidTransition(TurnkitError):
     """The requested operation is not allowed in the turn's current status."""
 
@@ -98,7 +119,9 @@ class InvalidTransition(TurnkitError):
 __all__ = [
     "AuthorizationError",
     "BudgetExceeded",
+    "CompactionError",
     "ConfigurationError",
+    "DeliveryConflict",
     "InputError",
     "InvalidTransition",
     "LostClaim",

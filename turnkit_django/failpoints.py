@@ -4,7 +4,8 @@
 :class:`SimulatedCrash`, a ``BaseException`` the runtime does not catch, exactly like a worker
 process dying there: nothing after the point runs, and what was committed stays committed.
 Points: ``before_model_call``, ``after_model_commit``, ``after_tool_intent``, ``inside_tool``,
-``after_tool_commit``, ``before_publish``.
+``after_tool_commit``, ``before_publish``, ``after_revision_commit`` (an output-policy revision
+request was committed), ``after_compaction_commit`` (a context summary was committed).
 """
 
 from __future__ import annotations

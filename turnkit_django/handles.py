@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from django.db.models import Q, QuerySet, Sum
 
@@ -16,13 +16,14 @@ from . import services
 from .clients.base import ModelRequest, Usage
 from .messages import TextPart
 from .models import Conversation as ConversationRow
-from .models import Message, ToolExecution
+from .models import Delivery, Message, ToolExecution
 from .models import Turn as TurnRow
 from .states import TERMINAL_TURN_STATUSES
 
 if TYPE_CHECKING:
     from .agents import Agent
     from .events import EventCallback
+    from .policies import Audit
 
 
 def _agent_for(row: TurnRow, agent: Agent | None) -> Agent:
@@ -31,6 +32,17 @@ def _agent_for(row: TurnRow, agent: Agent | None) -> Agent:
     from .registry import get_agent
 
     return get_agent(row.agent_name)
+
+
+_UNSET: Any = object()
+
+
+def _authorize_read(conversation: ConversationRow, principal: Any) -> None:
+    if principal is not _UNSET:
+        from .authorization import authorize
+
+        authorize("read_messages", principal=principal, conversation_id=conversation.pk,
+                  conversation_principal=conversation.principal)
 
 
 def _task_parts(task: str, input: Any) -> list[TextPart]:
@@ -91,6 +103,13 @@ class Turn:
     def cost(self) -> Decimal | None:
         return None if self.row.cost_unknown else self.row.cost
 
+    @property
+    def audit(self) -> Audit | None:
+        """The output policies' verdict, when the agent has output policies."""
+        from .policies import Audit
+
+        return None if self.row.audit is None else Audit.from_json(self.row.audit)
+
     def refresh(self) -> Turn:
         self.row.refresh_from_db()
         return self
@@ -121,10 +140,12 @@ class Turn:
         """Execute the pending turn inline, in this process, and return it finished."""
         from .exceptions import InvalidTransition
         from .runtime import execute
+        from .waits import join_for_inline
 
         self.refresh()
         if self.row.status != "pending":
             raise InvalidTransition(self.row.pk, self.row.status, "execute")
+        join_for_inline(self.row)
         execute(self.row.pk, agent=self.agent, on_event=on_event or self._on_event)
         return self.refresh()
 
@@ -132,6 +153,18 @@ class Turn:
         """Hand the turn to background execution; returns at once."""
         target = callback.row if isinstance(callback, Conversation) else callback
         self.row = services.submit(self.row, callback=target)
+        return self
+
+    def wait_for(self, *targets: Any, principal: Any = _UNSET) -> Self:
+        """Run only after ``targets`` finish, given their results as input; call before submit."""
+        options = {} if principal is _UNSET else {"principal": principal}
+        self.row = services.add_wait(self.row, targets, **options)
+        return self
+
+    def cancel(self, cascade: bool = False, principal: Any = None) -> Self:
+        """Cancel the turn (and with ``cascade`` its descendants); a finished turn is unchanged."""
+        services.cancel(self.row, cascade=cascade, principal=principal)
+        self.refresh()
         return self
 
     def __repr__(self) -> str:
@@ -156,11 +189,13 @@ class Run(Turn):
         *,
         input: Any = None,
         on_event: EventCallback | None = None,
-        prompt_mode: str | None = "task",
+        prompt_mode: str | None = None,
         **options: Any,
     ) -> Run:
         validated = agent.validate_input(input)
-        row = services.new_turn(agent, _task_parts(task, validated), prompt_mode=prompt_mode,
+        # Runs default to task mode unless the agent chose its own mode.
+        mode = prompt_mode or agent.prompt_mode or "task"
+        row = services.new_turn(agent, _task_parts(task, validated), prompt_mode=mode,
                                 **options)
         run = cls(row, agent)
         run._on_event = on_event
@@ -253,13 +288,49 @@ class Conversation:
                 return turn.submit()
         return turn.execute(on_event=on_event)
 
-    def messages(self, after: int = 0) -> QuerySet[Message]:
-        """Messages with a sequence greater than ``after``, in order (a cursor read)."""
+    def messages(self, after: int = 0, *, principal: Any = _UNSET) -> QuerySet[Message]:
+        """Messages with a sequence greater than ``after``, in order (a cursor read).
+
+        With ``principal=`` the ``read_messages`` action is authorized first.
+        """
+        _authorize_read(self.row, principal)
         return Message.objects.filter(conversation_id=self.row.pk, sequence__gt=after).order_by(
             "sequence")
 
     def turns(self) -> QuerySet[TurnRow]:
         return TurnRow.objects.filter(conversation_id=self.row.pk).order_by("created_at")
+
+    def send_message(self, other: Conversation | ConversationRow, text: str, *, key: str,
+                     principal: Any = None, source_turn: Any = None) -> Delivery:
+        """Send ``text`` to ``other`` durably, once per ``key`` (a retry returns the same one)."""
+        destination = other.row if isinstance(other, Conversation) else other
+        turn = getattr(source_turn, "row", source_turn)
+        return services.send_message(self.row, destination, text, key=key, principal=principal,
+                                     source_turn=turn)
+
+    def inbox(self, *, principal: Any = _UNSET) -> QuerySet[Delivery]:
+        """Deliveries sent to this conversation, oldest first (pending ones included)."""
+        _authorize_read(self.row, principal)
+        return Delivery.objects.filter(destination_conversation_id=self.row.pk).order_by(
+            "created_at", "id")
+
+    def outbox(self, *, principal: Any = _UNSET) -> QuerySet[Delivery]:
+        """Deliveries this conversation sent, oldest first."""
+        _authorize_read(self.row, principal)
+        return Delivery.objects.filter(source_conversation_id=self.row.pk).order_by(
+            "created_at", "id")
+
+    def compact(self, focus: str | None = None, *, keep_last: int | None = None,
+                client: Any = None) -> Message:
+        """Summarise older messages now; later turns see the summary in their place.
+
+        Raises CompactionError when there is too little to compact, a turn is active, or the
+        summary comes back empty. Originals stay in the transcript.
+        """
+        from .compaction import compact_conversation
+
+        return compact_conversation(self.row.pk, self.agent, focus=focus, keep_last=keep_last,
+                                    client=client)
 
     def refresh(self) -> Conversation:
         self.row.refresh_from_db()

@@ -95,6 +95,8 @@ class ChatMessage:
     parts: tuple[Part, ...]
     kind: str = "text"
     sequence: int | None = None
+    # Stored message metadata the runtime reads back (a context summary's replaced range).
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
     def text(self) -> str:

@@ -90,6 +90,8 @@ class Turn(models.Model):
     error = models.JSONField(null=True, blank=True)
     output_text = models.TextField(blank=True, default="")
     output_data = models.JSONField(null=True, blank=True)
+    # The output policies' verdict (with earlier revisions' audits), when the agent has policies.
+    audit = models.JSONField(null=True, blank=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True)
     # Claim: the fence grows on every claim and revocation; writes carry the fence they hold.

@@ -25,13 +25,16 @@ from . import budget, failpoints, store
 from .agents import Agent
 from .authorization import is_allowed
 from .clients.base import Client, ModelRequest, ModelResponse
-from .cost import compute_cost
+from .compaction import auto_compact, project
 from .events import EventCallback, emit
 from .exceptions import BudgetExceeded, LostClaim, ModelError, TurnkitError
+from .internal import charge
 from .messages import ChatMessage, DataPart, TextPart, ToolCallPart, ToolResultPart, load_parts
 from .models import Conversation, Message, ToolExecution, Turn
+from .policies import review
 from .prompts import compose
 from .repair import repair, unknown_result
+from .skills import LOAD_SKILL, turn_tools, unknown_tool
 from .states import FINISHED_TOOL_STATUSES, Phase, ToolStatus, TurnStatus
 from .tools.base import Tool, ToolContext, render_result, to_json, validation_message
 
@@ -103,7 +106,8 @@ class Execution:
         self.on_event = on_event or agent.on_event
         self.state: dict[str, Any] = copy.deepcopy(row.state or {})
         self.state.setdefault("phase", Phase.MODEL)
-        self.tools: dict[str, Tool] = agent.tool_table()
+        # Tools of loaded skills are derived from persisted executions, so a resumed turn agrees.
+        self.tools: dict[str, Tool] = turn_tools(agent, row.pk)
         self.visible = self._load_visible()
 
     # -- plumbing ----------------------------------------------------------------
@@ -125,7 +129,7 @@ class Execution:
     @staticmethod
     def _chat(message: Message) -> ChatMessage:
         return ChatMessage(message.role, tuple(load_parts(message.content)),  # type: ignore[arg-type]
-                           message.kind, message.sequence)
+                           message.kind, message.sequence, message.metadata or {})
 
     def _remember(self, message: Message) -> None:
         self.visible.append(self._chat(message))
@@ -143,7 +147,8 @@ class Execution:
                     self.tools_step()
                 elif phase == Phase.OUTPUT:
                     self.output_step()
-                    return
+                    if self.state["phase"] != Phase.MODEL:  # not sent back for a revision
+                        return
                 else:
                     return
         except (LostClaim, Suspended):
@@ -164,21 +169,21 @@ class Execution:
         options = self.row.options or {}
         return ModelRequest(
             model=self.row.model,
-            messages=tuple(self.visible),
+            messages=tuple(project(self.visible)),
             tools=tuple(t.spec() for t in self.tools.values()),
             stable_instructions=instructions.stable,
             dynamic_instructions=instructions.dynamic,
             output_schema=options.get("output_schema"),
-            thinking=options.get("thinking"),
+            thinking=options.get("thinking") or None,
             metadata={"turn_id": self.row.pk, "conversation_id": self.conversation.pk,
-                      "agent": self.agent.name},
+                      "agent": self.agent.name, "prompt": instructions.report()},
         )
 
     def model_step(self) -> None:
         with self.fenced.atomic() as ledger:
             budget.check_open(ledger, timezone.now())
             self.fenced.update_root(**budget.reserve_iteration(ledger))
-        request = self.build_request()
+        request = auto_compact(self, self.build_request())
         self.emit("model.requested", model=request.model, tool_names=request.tool_names,
                   message_count=len(request.messages))
         failpoints.hit("before_model_call")
@@ -187,20 +192,13 @@ class Execution:
         failpoints.hit("after_model_commit")
 
     def record_response(self, response: ModelResponse) -> None:
-        cost = compute_cost(response.model or self.row.model, response.usage,
-                            response.reported_cost)
-        usage = (self._usage() + response.usage).as_dict()
         state = dict(self.state)
         state["iterations"] = state.get("iterations", 0) + 1
         state["phase"] = Phase.TOOLS if response.tool_calls else Phase.OUTPUT
         state["candidate"] = {"text": response.text, "data": response.output_data}
         kind = "tool_call" if response.tool_calls else "text"
-        turn_fields: dict[str, Any] = {"state": state, "usage": usage}
-        if cost is None:
-            turn_fields["cost_unknown"] = True
-        else:
-            turn_fields["cost"] = F("cost") + cost
         with self.fenced.atomic():
+            turn_fields, cost = charge(self, response, self.row.model)
             message = self.fenced.append(
                 "assistant", response.parts, kind=kind,
                 metadata={"model": response.model or self.row.model,
@@ -210,23 +208,12 @@ class Execution:
                           "provider": response.provider},
             )
             state["response_message_id"] = message.pk
-            if cost is not None and cost:
-                if self.claim.is_root:
-                    turn_fields["tree_spend"] = F("tree_spend") + cost
-                else:
-                    self.fenced.update_root(tree_spend=F("tree_spend") + cost)
-            self.fenced.update_turn(**turn_fields)
+            self.fenced.update_turn(state=state, **turn_fields)
         self.state = state
-        self.row.usage = usage
         self._remember(message)
         self.emit("model.completed", model=response.model or self.row.model,
                   tool_call_count=len(response.tool_calls), usage=response.usage.as_dict(),
                   cost=None if cost is None else str(cost))
-
-    def _usage(self) -> Any:
-        from .clients.base import Usage
-
-        return Usage.from_dict(self.row.usage)
 
     # -- tools phase --------------------------------------------------------------------
 
@@ -337,6 +324,8 @@ class Execution:
         status, content, terminal = self._invoke(tool, call, started)
         failpoints.hit("after_tool_call")
         self._finish(started, call, status, content, expected=(ToolStatus.RUNNING,))
+        if call.name == LOAD_SKILL and status == ToolStatus.COMPLETED:
+            self.tools = turn_tools(self.agent, self.row.pk)
         failpoints.hit("after_tool_commit")
         if self.deferred_error is not None:
             raise self.deferred_error
@@ -346,11 +335,7 @@ class Execution:
         self, tool: Tool | None, call: ToolCallPart, execution: ToolExecution
     ) -> tuple[str, Any, dict[str, Any] | None]:
         if tool is None:
-            known = ", ".join(sorted(self.tools)) or "none"
-            return ToolStatus.FAILED, {
-                "error": "unknown_tool",
-                "message": f"There is no tool named {call.name!r}. Available tools: {known}.",
-            }, None
+            return ToolStatus.FAILED, unknown_tool(self.agent, call.name, self.tools), None
         if call.raw_arguments is not None:
             return ToolStatus.FAILED, {
                 "error": "invalid_arguments",
@@ -433,20 +418,26 @@ class Execution:
         candidate = self.state.get("candidate") or {}
         text = candidate.get("text") or ""
         data = candidate.get("data")
+        outcome = review(self, text, data)
+        if outcome.revised:
+            return
         failpoints.hit("before_publish")
-        self.publish(text, data)
+        if outcome.error is not None:
+            self.fail(outcome.error, **outcome.fields)
+        else:
+            self.publish(text, data, **outcome.fields)
 
-    def publish(self, text: str, data: Any) -> None:
+    def publish(self, text: str, data: Any, **fields: Any) -> None:
         state = dict(self.state, phase=Phase.DONE)
         with self.fenced.atomic():
             self.fenced.update_turn(
                 status=TurnStatus.COMPLETED, output_text=text, output_data=data, state=state,
-                completed_at=timezone.now(), fence=F("fence") + 1, claimed_by="",
+                completed_at=timezone.now(), fence=F("fence") + 1, claimed_by="", **fields,
             )
         self.state = state
         self.emit("turn.completed", status=TurnStatus.COMPLETED, output_text=text)
 
-    def fail(self, error: dict[str, Any]) -> None:
+    def fail(self, error: dict[str, Any], **fields: Any) -> None:
         """Finish the turn as failed, closing every open tool call first."""
         state = dict(self.state, phase=Phase.DONE)
         try:
@@ -454,7 +445,7 @@ class Execution:
                 repair(self.row, reason="the turn failed", fence=self.claim.fence)
                 self.fenced.update_turn(
                     status=TurnStatus.FAILED, error=error, state=state,
-                    completed_at=timezone.now(), fence=F("fence") + 1, claimed_by="",
+                    completed_at=timezone.now(), fence=F("fence") + 1, claimed_by="", **fields,
                 )
         except LostClaim:
             return

@@ -21,12 +21,15 @@ from .exceptions import InvalidTransition
 from .ids import new_id
 from .messages import Part, ToolResultPart
 from .models import Conversation, ToolExecution, Turn
+from .prompts import snapshot
 from .repair import repair, unknown_result
 from .states import ToolStatus, TurnStatus
 from .store import NewMessage, insert_messages, lock_tree
 
 if TYPE_CHECKING:
     from .agents import Agent
+    from .cancel import CancelReport
+    from .models import Delivery
 
 logger = logging.getLogger("turnkit_django.services")
 
@@ -58,10 +61,20 @@ def new_conversation(
         agent_name=agent.name,
         model=model or agent.resolved_model(),
         principal=principal,
-        context=dict(context or {}),
+        context=snapshot(context or {}, "context"),
         metadata=dict(metadata or {}),
         **fields,
     )
+
+
+def _thinking(agent: Agent, thinking: Any, prompt_mode: str | None) -> Any:
+    """Check a turn's prompt options; return its thinking (own, False for off, or the agent's)."""
+    from .agents import check_thinking
+    from .prompts import check_options
+
+    check_options(agent.name, prompt_mode, None)
+    check_thinking(thinking, f"turn of agent {agent.name!r}")
+    return thinking if thinking is not None else agent.thinking
 
 
 def new_turn(
@@ -95,9 +108,11 @@ def new_turn(
         turn_id = new_id("turn")
         options: dict[str, Any] = {
             "output_schema": schema_json(output_schema or agent.output_schema),
-            "thinking": thinking if thinking is not None else agent.thinking,
+            "thinking": _thinking(agent, thinking, prompt_mode),
             "prompt_mode": prompt_mode,
-            "context": dict(context if context is not None else conversation.context or {}),
+            # A deep copy: later changes to the caller's dict never reach the turn.
+            "context": snapshot(context if context is not None else conversation.context or {},
+                                "context"),
         }
         if parent is None:
             options["limits"] = agent.limits().as_json()
@@ -156,8 +171,11 @@ def submit(turn: Turn, *, callback: Conversation | None = None) -> Turn:
             return row
         if row.status != TurnStatus.PENDING:
             raise InvalidTransition(row.pk, row.status, "submit")
+        from .waits import submit_status
+
         now = timezone.now()
-        fields: dict[str, Any] = {"submitted_at": now, "updated_at": now}
+        fields: dict[str, Any] = {"submitted_at": now, "updated_at": now,
+                                  "status": submit_status(row)}
         if callback is not None:
             fields["options"] = dict(row.options, callback_conversation=callback.pk)
         if row.is_root:
@@ -178,6 +196,9 @@ def run_turn(turn_id: str, *, kind: str = "celery") -> bool:
     ran = execute(turn_id, kind=kind)
     if ran:
         dispatch_next_in_lane(turn_id)
+        from .deliveries import wake_after
+
+        wake_after(turn_id)  # buffered deliveries get their continuation
     drain()
     return ran
 
@@ -300,6 +321,7 @@ def release_waiting(batch: int) -> list[str]:
     """Move waiting turns whose targets all finished, or whose deadline passed, to pending."""
     from .models import Wait
     from .states import ACTIVE_TURN_STATUSES
+    from .waits import on_release
 
     released: list[str] = []
     waiting = list(
@@ -318,6 +340,7 @@ def release_waiting(batch: int) -> list[str]:
             if expired or not blocked:
                 Turn.objects.filter(pk=turn_id).update(status=TurnStatus.PENDING,
                                                        updated_at=Now())
+                on_release(turn, expired=expired)
                 dispatch(turn_id)
                 released.append(turn_id)
             else:
@@ -333,8 +356,10 @@ def drain() -> list[str]:
     them per query, oldest-touched first, and touches what it handled so the next pass rotates.
     """
     from .conf import turnkit_settings
+    from .deliveries import deliver_pending
 
     batch = int(turnkit_settings.MAINTENANCE_BATCH_SIZE)
+    deliver_pending(batch)
     release_waiting(batch)
     quiet = timezone.now() - timedelta(seconds=float(turnkit_settings.RECONCILE_INTERVAL))
     ids = list(
@@ -347,3 +372,45 @@ def drain() -> list[str]:
             for turn_id in ids:
                 dispatch(turn_id)
     return ids
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+def cancel(turn: Turn | str, *, cascade: bool = False, principal: Any = None) -> CancelReport:
+    """Cancel a turn (and with ``cascade`` its descendants); see :mod:`turnkit_django.cancel`."""
+    from .cancel import cancel as run
+
+    return run(turn.pk if isinstance(turn, Turn) else turn, cascade=cascade, principal=principal)
+
+
+def cancel_sweep() -> list[str]:
+    """Finish cascades: cancel active turns under cascade-cancelled parents (one batch)."""
+    from .cancel import sweep
+
+    return sweep()
+
+
+def send_message(source_conversation: Conversation, destination_conversation: Conversation,
+                 text: str, *, key: str, principal: Any, source_turn: Turn | None = None,
+                 ) -> Delivery:
+    """Send a durable message to another conversation once per key; see :mod:`.deliveries`."""
+    from .deliveries import send_message as send
+
+    return send(source_conversation, destination_conversation, text, key=key,
+                principal=principal, source_turn=source_turn)
+
+
+def deliver(delivery_id: str) -> Delivery:
+    """Deliver one delivery (idempotent): one message, and a continuation if the destination
+    is idle."""
+    from .deliveries import deliver as run
+
+    return run(delivery_id)
+
+
+def add_wait(waiter: Turn, targets: Sequence[Any], **options: Any) -> Turn:
+    """Make ``waiter`` run after ``targets`` finish (``principal=`` optional); see :mod:`.waits`."""
+    from .waits import add_wait as run
+
+    return run(waiter, targets, **options)

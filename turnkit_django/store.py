@@ -48,9 +48,15 @@ def now() -> datetime:
 
 
 def lock_tree(root_id: str) -> dict[str, Any]:
-    """Take the tree lock (the root turn's row) and return its ledger fields."""
+    """Take the tree lock (the root turn's row) and return its ledger fields.
+
+    ``FOR NO KEY UPDATE``: it excludes every other tree-lock holder but not the ``KEY SHARE``
+    lock a foreign-key insert takes on the row it references (a wait edge, a delivery or a child
+    pointing at a turn of this tree); with ``FOR UPDATE`` such an insert made under another lock
+    (the wait-graph lock) deadlocks against a tree-lock holder waiting for that lock.
+    """
     row: Any = (
-        Turn.objects.select_for_update()
+        Turn.objects.select_for_update(no_key=True)
         .filter(pk=root_id)
         .values("fence", "status", "deadline_at", "tree_iterations", "tree_tool_executions",
                 "tree_tool_counts", "tree_spend", "options")
@@ -142,19 +148,17 @@ class Claim:
 
 
 def _lane_is_free(turn: Turn) -> bool:
-    """Serial lane: no other turn of the conversation is busy and this is the oldest submitted."""
+    """Serial lane: no other turn of the conversation is busy and this is the oldest submitted.
+
+    One statement, hence one snapshot: with two (busy, then older) a competing claim committing
+    between them would be seen as neither pending nor running, and both turns would pass.
+    """
     others = Turn.objects.filter(conversation_id=turn.conversation_id).exclude(pk=turn.pk)
-    busy = others.filter(
-        status__in=[TurnStatus.RUNNING, TurnStatus.WAITING, TurnStatus.PAUSED]
-    ).exists()
-    if busy:
-        return False
-    older = others.filter(
-        status=TurnStatus.PENDING,
-        submitted_at__isnull=False,
-    ).filter(Q(submitted_at__lt=turn.submitted_at) | Q(submitted_at=turn.submitted_at,
-                                                       id__lt=turn.id))
-    return not older.exists()
+    busy = Q(status__in=[TurnStatus.RUNNING, TurnStatus.WAITING, TurnStatus.PAUSED])
+    older = Q(status=TurnStatus.PENDING, submitted_at__isnull=False) & (
+        Q(submitted_at__lt=turn.submitted_at) | Q(submitted_at=turn.submitted_at, id__lt=turn.id)
+    )
+    return not others.filter(busy | older).exists()
 
 
 def claim(turn_id: str, worker: str) -> Claim | None:

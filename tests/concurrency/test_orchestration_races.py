@@ -1,0 +1,97 @@
+"""Orchestration races on PostgreSQL (issue 4, done-when 3).
+
+* two opposite waits created at the same moment: never both committed;
+* the same delivery delivered by two workers at once: one message, one continuation;
+* cancel racing a turn's completion: exactly one terminal state wins.
+
+Racers are threads, each with its own connection, released together by a barrier every round.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import pytest
+
+from tests.concurrency.threads import Race
+from tests.orchestration import answering
+from turnkit_django import LostClaim, WaitError, deliveries, services, store
+from turnkit_django.handles import Run
+from turnkit_django.models import Message, Turn, Wait
+from turnkit_django.runtime import Execution
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
+
+
+def wait(waiter_id: str, target_id: str) -> bool:
+    """Add one wait edge; False when it was refused as a cycle."""
+    try:
+        services.add_wait(Turn.objects.get(pk=waiter_id), [target_id])
+    except WaitError as exc:
+        assert "cycle" in str(exc)
+        return False
+    return True
+
+
+def test_two_opposite_waits_created_at_once_never_both_commit():
+    agent = answering("lane")
+    with Race(2) as race:
+        for round_ in range(300):
+            x = Run.create(agent, f"x{round_}").submit()
+            y = Run.create(agent, f"y{round_}").submit()
+            won = race.round([partial(wait, x.id, y.id), partial(wait, y.id, x.id)])
+            assert sorted(won) == [False, True], f"round {round_}: {won}"
+            edges = Wait.objects.filter(waiter_id__in=[x.id, y.id])
+            assert edges.count() == 1, f"round {round_}"
+    assert Wait.objects.count() == 300
+
+
+def test_the_same_delivery_delivered_by_two_workers_appends_one_message_and_one_continuation(
+        registered):
+    sender = registered(answering("sender_agent")).conversation()
+    inbox = registered(answering("inbox_agent"))
+    with Race(2) as race:
+        for round_ in range(100):
+            destination = inbox.conversation(principal={"owner": round_})
+            delivery = deliveries.send_message(sender.row, destination.row, f"note {round_}",
+                                               key=f"race-{round_}", principal=None,
+                                               deliver_now=False)
+            race.round([partial(services.deliver, delivery.pk)] * 2)
+            assert Message.objects.filter(conversation_id=destination.id,
+                                          metadata__delivery_id=delivery.pk).count() == 1
+            (continuation,) = destination.turns()
+            assert continuation.principal == {"owner": round_}
+            assert continuation.options["woken_by"]["delivery_id"] == delivery.pk
+
+
+def publish(execution: Execution) -> str:
+    try:
+        execution.publish("finished", None)
+    except LostClaim:
+        return "fenced out"
+    return "completed"
+
+
+def test_cancel_racing_completion_has_exactly_one_winner():
+    agent = answering("finisher")
+    outcomes: dict[Any, int] = {}
+    with Race(2) as race:
+        for round_ in range(150):
+            run = Run.create(agent, f"task {round_}").submit()
+            claim = store.claim(run.id, "racer")
+            assert claim is not None
+            row = Turn.objects.select_related("conversation").get(pk=run.id)
+            execution = Execution(claim, row, agent)
+            published, report = race.round([partial(publish, execution),
+                                            partial(services.cancel, run.id)])
+            final = Turn.objects.get(pk=run.id)
+            if published == "completed":
+                assert not report.changed and final.status == "completed"
+                assert final.output_text == "finished" and final.error is None
+            else:
+                assert report.changed and final.status == "cancelled"
+                assert final.output_text == ""
+            assert final.fence == claim.fence + 1  # one terminal write moved the fence once
+            outcomes[final.status] = outcomes.get(final.status, 0) + 1
+    assert sum(outcomes.values()) == 150

@@ -1,0 +1,44 @@
+"""Cancel a turn, or a run with all its descendants."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...exceptions import TurnkitError
+from ...models import Turn
+from ...services import cancel
+
+
+class Command(BaseCommand):
+    help = ("Cancel a turn (with --cascade also every descendant). Running tool calls are "
+            "interrupted, transcripts repaired, in-flight workers fenced out.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("turn_id", help="The turn (or run) to cancel.")
+        parser.add_argument("--cascade", action="store_true",
+                            help="Also cancel every descendant turn.")
+        parser.add_argument("--principal", default=None, metavar="JSON",
+                            help="The principal to authorize the cancel for, as JSON "
+                                 '(for example \'{"user": 7}\'); default none.')
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        principal = None
+        if options["principal"] is not None:
+            try:
+                principal = json.loads(options["principal"])
+            except ValueError as exc:
+                raise CommandError(f"--principal is not valid JSON: {exc}") from exc
+        try:
+            report = cancel(options["turn_id"], cascade=options["cascade"], principal=principal)
+        except Turn.DoesNotExist as exc:
+            raise CommandError(f"no turn {options['turn_id']!r}") from exc
+        except TurnkitError as exc:
+            raise CommandError(str(exc)) from exc
+        if not report.changed:
+            self.stdout.write(f"turn {report.turn_id!r} is already {report.status}; "
+                              "nothing changed")
+            return
+        self.stdout.write(str(report))
