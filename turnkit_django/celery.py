@@ -1,7 +1,7 @@
 """Celery tasks: thin wrappers over services. Celery is the doorbell; the database decides.
 
-Import this module in your Celery app (``app.autodiscover_tasks()`` finds it, or import it
-explicitly). Tasks are idempotent: a duplicate, late or lost message is harmless.
+Load this module in your Celery app: ``CELERY_IMPORTS = ["turnkit_django.celery"]`` (or
+``app.conf.imports``); ``autodiscover_tasks()`` only finds modules named ``tasks``. Tasks are idempotent: a duplicate, late or lost message is harmless.
 """
 
 from __future__ import annotations
