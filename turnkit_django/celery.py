@@ -1,7 +1,8 @@
 """Celery tasks: thin wrappers over services. Celery is the doorbell; the database decides.
 
 Load this module in your Celery app: ``CELERY_IMPORTS = ["turnkit_django.celery"]`` (or
-``app.conf.imports``); ``autodiscover_tasks()`` only finds modules named ``tasks``. Tasks are idempotent: a duplicate, late or lost message is harmless.
+``app.conf.imports``); ``autodiscover_tasks()`` only finds modules named ``tasks``.
+Tasks are idempotent: a duplicate, late or lost message is harmless.
 """
 
 from __future__ import annotations
