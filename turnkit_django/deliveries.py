@@ -169,7 +169,9 @@ def completion_callback(turn: Turn) -> Delivery | None:
 
 
 def _lock_conversation(conversation_id: str) -> Conversation:
-    return Conversation.objects.select_for_update().get(pk=conversation_id)
+    """The conversation lock; ``NO KEY``: it serializes with sequence allocation (an UPDATE of
+    the row) but does not block inserts of rows that merely reference the conversation."""
+    return Conversation.objects.select_for_update(no_key=True).get(pk=conversation_id)
 
 
 def deliver(delivery_id: str) -> Delivery:

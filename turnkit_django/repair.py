@@ -66,8 +66,11 @@ def repair(turn: Turn, *, reason: str, fence: int | None = None) -> int:
                 completed_at=Now(),
             )
             content, interrupted = not_executed(reason), False
-        elif execution.status == ToolStatus.RUNNING:
-            ToolExecution.objects.filter(pk=execution.pk, status=ToolStatus.RUNNING).update(
+        elif execution.status == ToolStatus.RUNNING or (
+            execution.status == ToolStatus.PENDING and execution.attempts > 0
+        ):
+            # A replay-safe call reset to pending by recovery may already have taken effect.
+            ToolExecution.objects.filter(pk=execution.pk, status=execution.status).update(
                 status=ToolStatus.INTERRUPTED, error=unknown_result(), completed_at=Now(),
                 updated_at=Now(),
             )

@@ -231,7 +231,7 @@ def test_send_message_asks_the_policy_with_both_conversations(pair, policy_calls
     source, destination = pair
     with policy("tests.orchestration.allow"):
         source.send_message(destination, "hi", key="p1", principal=SENDER)
-    ((action, principal, resources),) = [c for c in policy_calls if c[0] == "send_message"]
+    ((_, principal, resources),) = [c for c in policy_calls if c[0] == "send_message"]
     assert principal == SENDER
     assert resources["source_conversation_id"] == source.id
     assert resources["destination_conversation_id"] == destination.id

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from tests.dispatch import background
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
-from tests.orchestration import DENIALS, answering, policy, policy_calls, snapshot
+from tests.orchestration import DENIALS, policy, policy_calls, snapshot
 from turnkit_django import Agent, AuthorizationError, InvalidTransition, WaitError, services
 from turnkit_django.clients.base import ModelRequest
 from turnkit_django.handles import Run
@@ -161,7 +161,12 @@ def test_submit_with_unmet_waits_is_waiting_then_joined_results_come_in_requeste
     assert [r["turn_id"] for r in results] == [first.id, second.id]
     assert [r["output_text"] for r in results] == ["result of first task",
                                                    "result of second task"]
-    assert [m.text for m in request.messages][0] == "combine"
+    # The task, then the results, before the first model call.
+    assert [(m.role, m.text.split("\n")[0]) for m in request.messages] == [
+        ("user", "combine"),
+        ("user", "The turns this turn waited for have finished. Their results, in the order "
+                 "they were requested:"),
+    ]
     # Joined once, owned by the waiter, after its task message.
     message = Message.objects.get(turn_id=waiter.id, role="user")
     assert message.metadata == {"source": "wait_for", "targets": [first.id, second.id]}
