@@ -1,4 +1,8 @@
-"""Unit tier fixtures (SQLite in memory)."""
+"""Unit tier fixtures (SQLite in memory).
+
+Every test that used the database is checked against the invariants afterwards
+(``verify_after_test``); tests that corrupt data on purpose are marked ``corrupts_data``.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,12 @@ from collections.abc import Callable
 import pytest
 
 from tests.dispatch import background
-from tests.helpers import _disarm_failpoints, invariants, registered
+from tests.helpers import _disarm_failpoints, invariants, registered, verify_after_test
 from turnkit_django.models import Message
 from turnkit_django.verify import assert_invariants
 
-__all__ = ["_disarm_failpoints", "background", "invariants", "registered", "valid_transcript"]
+__all__ = ["_disarm_failpoints", "background", "invariants", "registered", "valid_transcript",
+           "verify_after_test"]
 
 
 def check_transcript(conversation_id: str) -> list[tuple[str, str]]:
