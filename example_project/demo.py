@@ -83,7 +83,7 @@ def refunds_for(order_id: str) -> int:
 
 def inline_demo() -> None:
     from example_project.support.agents import support
-    from example_project.support.transcript import show
+    from turnkit_django.transcript import show
 
     heading("1. Inline run: look up, delegate to a sub-agent, refund (terminal tool)")
     task = "Refund order 42: the teapot arrived broken."
@@ -152,7 +152,7 @@ class Timeline:
         self.refunds = refunds_for(order_id)
 
     def say(self, actor: str, what: str, detail: str = "", *, at: float | None = None) -> None:
-        from example_project.support.transcript import WIDTH, clip
+        from turnkit_django.transcript import WIDTH, clip
 
         elapsed = (time.time() if at is None else at) - self.started
         prefix = f"  {elapsed:5.2f}s  {actor:<12}{what:<20} "
@@ -169,7 +169,7 @@ class Timeline:
         return set(Turn.objects.filter(root_turn_id=self.run_id).values_list("pk", flat=True))
 
     def _describe(self, entry: dict[str, Any]) -> str:
-        from example_project.support.transcript import result_text
+        from turnkit_django.transcript import result_text
 
         kind, payload, row = entry["type"], entry["payload"], entry["row"]
         if kind == "turn.started":
@@ -228,7 +228,7 @@ def start_worker(timeline: Timeline, number: int) -> Process:
 
 def background_demo() -> None:
     from example_project.support.agents import support
-    from example_project.support.transcript import show
+    from turnkit_django.transcript import show
 
     heading("2. Background run: SIGKILL the Celery worker mid-refund, recover, finish")
     print(f"  broker    file system under {DEMO_VAR.relative_to(ROOT)}/broker, no server")

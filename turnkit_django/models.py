@@ -52,7 +52,11 @@ class Conversation(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["agent_name", "created_at"], name="turnkit_conv_agent")]
+        indexes = [
+            models.Index(fields=["agent_name", "created_at"], name="turnkit_conv_agent"),
+            models.Index(fields=["updated_at"], name="turnkit_conv_idle",
+                         condition=Q(parent_conversation__isnull=True)),
+        ]
 
     def __str__(self) -> str:
         return f"{self.agent_name} {self.id}"

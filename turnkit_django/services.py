@@ -414,3 +414,33 @@ def add_wait(waiter: Turn, targets: Sequence[Any], **options: Any) -> Turn:
     from .waits import add_wait as run
 
     return run(waiter, targets, **options)
+
+
+# --------------------------------------------------------------------------- retention
+
+
+def prune(*, before: Any, batch: int | None = None, dry_run: bool = False) -> int:
+    """Delete root conversations idle since ``before`` whose turns are all finished.
+
+    Works in batches of ``batch`` (default MAINTENANCE_BATCH_SIZE) conversations, each in its
+    own short transaction; child conversations, turns, messages and tool executions go with
+    their root by cascade. Returns how many root conversations were (or would be) deleted.
+    """
+    from .conf import turnkit_settings
+    from .states import ACTIVE_TURN_STATUSES
+
+    size = int(batch or turnkit_settings.MAINTENANCE_BATCH_SIZE)
+    candidates = Conversation.objects.filter(
+        parent_conversation__isnull=True, updated_at__lt=before
+    ).exclude(turns__status__in=ACTIVE_TURN_STATUSES).exclude(
+        child_conversations__turns__status__in=ACTIVE_TURN_STATUSES)
+    if dry_run:
+        return candidates.count()
+    total = 0
+    while True:
+        with transaction.atomic():
+            ids = list(candidates.order_by("updated_at").values_list("pk", flat=True)[:size])
+            if not ids:
+                return total
+            Conversation.objects.filter(pk__in=ids).delete()
+        total += len(ids)

@@ -72,9 +72,9 @@ def allocate_sequences(conversation_id: str, count: int = 1) -> int:
     table = Conversation._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} SET last_sequence = last_sequence + %s "  # noqa: S608
+            f"UPDATE {table} SET last_sequence = last_sequence + %s, updated_at = %s "  # noqa: S608
             "WHERE id = %s RETURNING last_sequence",
-            [count, conversation_id],
+            [count, now(), conversation_id],
         )
         row = cursor.fetchone()
     if row is None:

@@ -1,6 +1,8 @@
-"""Readable, aligned transcripts of a run and its sub-agents (used by the demo; try it in a shell).
+"""Readable, aligned text transcripts of a turn and its sub-agents.
 
-    from example_project.support.transcript import show
+Used by ``manage.py turnkit_inspect`` and the demo; in a shell::
+
+    from turnkit_django.transcript import show
     show(load_run("turn_..."))
 """
 
@@ -9,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from turnkit_django import Run
-from turnkit_django.messages import ToolResultPart, load_parts
-from turnkit_django.models import Message, ToolExecution, Turn
+from .handles import Run
+from .messages import ToolResultPart, load_parts
+from .models import Message, ToolExecution, Turn
 
 WIDTH = 100
 
@@ -99,6 +101,11 @@ def summary(run: Run) -> list[str]:
     return [f"  {label:<9}{value}" for label, value in rows]
 
 
+def render(run: Run) -> str:
+    """The transcript of ``run``'s tree and its summary, as text."""
+    return "\n".join([*transcript(run.row), "", *summary(run)])
+
+
 def show(run: Run) -> None:
     """Print the transcript of ``run``'s tree and its summary."""
-    print("\n".join([*transcript(run.row), "", *summary(run)]))
+    print(render(run))  # noqa: T201 - an interactive helper
