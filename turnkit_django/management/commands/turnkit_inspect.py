@@ -15,7 +15,7 @@ class Command(BaseCommand):
     help = "Print the tree, transcript, usage and cost of a turn, run or conversation id."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("id", help="A turn or run id (turn_...) or a conversation id (conv_...)")
+        parser.add_argument("id", help="A turn or run id (turn_...) or conversation id (conv_...)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         ident: str = options["id"]
