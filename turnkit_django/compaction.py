@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("turnkit_django.compaction")
 
 SUMMARY_KIND = "context_summary"
+REQUEST_KIND = "context_summary_request"  # the synthetic question before a summary
 DEFAULTS: dict[str, Any] = {
     "enabled": True,
     "context_limit": 128_000,
@@ -119,28 +120,31 @@ def options_for(agent: Agent) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------- projection
 
 
-def _summary_pair(summary: ChatMessage) -> list[ChatMessage]:
+def _is_summary(message: ChatMessage) -> bool:
+    return message.kind == SUMMARY_KIND and "replaced_range" in message.metadata
+
+
+def _summary_lead(summary: ChatMessage, next_role: str | None) -> list[ChatMessage]:
+    """The messages standing for the range, keeping user and assistant turns alternating."""
     text = BANNER + summary.text
-    return [ChatMessage("user", (TextPart(QUESTION),), "context_summary_request"),
+    if next_role == "assistant":
+        return [ChatMessage("user", (TextPart(f"{QUESTION}\n\n{text}"),), SUMMARY_KIND,
+                            summary.sequence, summary.metadata)]
+    return [ChatMessage("user", (TextPart(QUESTION),), REQUEST_KIND),
             ChatMessage("assistant", (TextPart(text),), SUMMARY_KIND, summary.sequence,
                         summary.metadata)]
 
 
 def project(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     """What the model sees: the newest summary in place of its range, older summaries gone."""
-    latest = next((m for m in reversed(messages) if m.kind == SUMMARY_KIND), None)
+    latest = next((m for m in reversed(messages) if _is_summary(m)), None)
     if latest is None:
         return list(messages)
     start, end = latest.metadata["replaced_range"]
-    out: list[ChatMessage] = []
-    for message in messages:
-        if message.kind == SUMMARY_KIND:
-            continue
-        if message.sequence is not None and start <= message.sequence <= end:
-            continue
-        out.append(message)
+    out = [m for m in messages if not _is_summary(m)
+           and not (m.sequence is not None and start <= m.sequence <= end)]
     # The range starts at the head of the history, so the summary leads what is left.
-    return _summary_pair(latest) + out
+    return _summary_lead(latest, out[0].role if out else None) + out
 
 
 def estimate(request: ModelRequest) -> int:
@@ -158,7 +162,7 @@ def choose(messages: Sequence[ChatMessage], keep_last: int) -> tuple[list[ChatMe
     The tail keeps at least ``keep_last`` messages and never starts with a tool result whose
     call is in the head.
     """
-    visible = [m for m in project(messages) if m.kind != "context_summary_request"]
+    visible = [m for m in project(messages) if m.kind != REQUEST_KIND]
     cut = len(visible) - keep_last
     while cut >= 2 and not _clean_cut(visible, cut):
         cut -= 1
@@ -166,7 +170,7 @@ def choose(messages: Sequence[ChatMessage], keep_last: int) -> tuple[list[ChatMe
         return None
     head = visible[:cut]
     first = head[0]
-    start = first.metadata["replaced_range"][0] if first.kind == SUMMARY_KIND else first.sequence
+    start = first.metadata["replaced_range"][0] if _is_summary(first) else first.sequence
     end = head[-1].sequence
     if start is None or end is None:
         return None
@@ -184,8 +188,8 @@ def _clean_cut(visible: Sequence[ChatMessage], cut: int) -> bool:
 def _render(head: Sequence[ChatMessage], max_tool_chars: int) -> str:
     lines = []
     for message in head:
-        if message.kind == SUMMARY_KIND:
-            lines.append(f"[earlier summary]\n{message.text}")
+        if _is_summary(message):
+            lines.append(f"[earlier summary]\n{message.text.split(BANNER, 1)[-1]}")
             continue
         for part in message.parts:
             if isinstance(part, TextPart) and part.text:
@@ -232,21 +236,21 @@ def _metadata(rng: tuple[int, int], options: dict[str, Any], model: str, focus: 
             **extra}
 
 
-def compact_turn(ex: Execution, options: dict[str, Any], *, focus: str | None = None,
-                 auto: bool = True) -> bool:
+def compact_turn(ex: Execution, options: dict[str, Any], estimated_tokens: int) -> bool:
     """Summarise the turn's older visible messages; return whether a summary was appended."""
     chosen = choose(ex.visible, int(options["tail_messages"]))
     if chosen is None:
         return False
     head, rng = chosen
     model = options["model"] or ex.row.model
-    response = internal.call(ex, summary_request(head, options, model, focus), "compaction")
+    response = internal.call(ex, summary_request(head, options, model, None), "compaction")
     summary = _summary_text(response)
     with ex.fenced.atomic():
         fields, cost = internal.charge(ex, response, model)
         message = ex.fenced.append(
             "assistant", [TextPart(summary)], kind=SUMMARY_KIND,
-            metadata=_metadata(rng, options, model, focus, auto, turn_id=ex.row.pk,
+            metadata=_metadata(rng, options, model, None, True, turn_id=ex.row.pk,
+                               estimated_tokens=estimated_tokens,
                                usage=response.usage.as_dict(),
                                cost=None if cost is None else str(cost)),
         )
@@ -267,7 +271,7 @@ def auto_compact(ex: Execution, request: ModelRequest) -> ModelRequest:
     if size < usable:
         return request
     try:
-        compacted = compact_turn(ex, options)
+        compacted = compact_turn(ex, options, size)
     except (BudgetExceeded, LostClaim):
         raise
     except Exception:

@@ -315,9 +315,9 @@ def review(ex: Execution, text: str, data: Any) -> Outcome:
     output = data if data is not None else text
     turn = TurnHandle(ex.row, agent)
     violations: list[Violation] = []
-    for policy in agent.output_policies:
+    for index, policy in enumerate(agent.output_policies):
         if policy.judged:
-            violations += _judged(ex, policy, output)
+            violations += _judged(ex, policy, output, str(index))
         else:
             violations += policy.run(output, text, data, turn)
     revisions = int(ex.state.get("revisions", 0))
@@ -337,16 +337,17 @@ def review(ex: Execution, text: str, data: Any) -> Outcome:
                                         "output_data": data})
 
 
-def _judged(ex: Execution, policy: Policy, output: Any) -> list[Violation]:
+def _judged(ex: Execution, policy: Policy, output: Any, key: str) -> list[Violation]:
     """A judge's verdict on the candidate: stored in the state, or asked and then stored."""
-    stored = (ex.state.get("judged") or {}).get(policy.name)
+    # Keyed by position: two policy files may share a name.
+    stored = (ex.state.get("judged") or {}).get(key)
     if stored is not None:
         return [Violation.from_json(v) for v in stored]
     model = ex.row.model
     response = internal.call(ex, judge_request(policy, output, model), "output_policy")
     found = verdict(response, policy.name)
     state = dict(ex.state)
-    state["judged"] = {**(state.get("judged") or {}), policy.name: [v.as_json() for v in found]}
+    state["judged"] = {**(state.get("judged") or {}), key: [v.as_json() for v in found]}
     with ex.fenced.atomic():
         fields, cost = internal.charge(ex, response, model)
         ex.fenced.update_turn(state=state, **fields)

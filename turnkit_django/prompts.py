@@ -209,17 +209,20 @@ def _contribution(item: Callable[..., Any], turn: Any) -> str:
     return data_block(name, value)
 
 
-def _dynamic_sections(agent: Agent, turn: Turn, conversation: Conversation) -> list[Section]:
+def _dynamic_sections(agent: Agent, turn: Turn, conversation: Conversation,
+                      mode: str) -> list[Section]:
     from .handles import Turn as TurnHandle
 
+    # A sub-agent (minimal mode) sees only its task: no subject, no live context.
+    data = mode != "minimal"
     subject = ""
-    if conversation.subject_prompt:
+    if data and conversation.subject_prompt:
         subject = "## Subject\n" + data_block("subject", conversation.subject_prompt)
     blocks = []
     context = (turn.options or {}).get("context")
-    if context:
+    if data and context:
         blocks.append(data_block("run_context", context))
-    if agent.context_contributors:
+    if data and agent.context_contributors:
         handle = TurnHandle(turn, agent)
         blocks.extend(_contribution(item, handle) for item in agent.context_contributors)
     blocks = [b for b in blocks if b]
@@ -249,15 +252,19 @@ def compose(agent: Agent, turn: Turn, conversation: Conversation) -> Prompt:
         prompt = Prompt((Section("instructions",
                                  agent.instructions.strip() or f"You are {escape(agent.name)}."),))
     else:
-        sections = _stable_sections(agent, mode) + _dynamic_sections(agent, turn, conversation)
-        if mode == "minimal":
-            sections = [s for s in sections if s.name not in ("subject", "live_context")]
+        sections = _stable_sections(agent, mode) + _dynamic_sections(agent, turn, conversation,
+                                                                     mode)
         prompt = Prompt(tuple(sections))
     if callable(agent.system_prompt):
         custom = agent.system_prompt(prompt)
         if isinstance(custom, Prompt):
             return custom
-        return Prompt((Section("custom", str(custom)),))
+        if not isinstance(custom, str):
+            raise ConfigurationError(
+                f"agent {agent.name!r}: system_prompt returned {type(custom).__name__}; return "
+                "a string or the Prompt it was given (changed with replace() or without())"
+            )
+        return Prompt((Section("custom", custom),))
     return prompt
 
 

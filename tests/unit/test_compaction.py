@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -62,10 +63,13 @@ def summaries_of(conversation_id: str) -> list[Message]:
                                        kind="context_summary").order_by("sequence"))
 
 
-def assert_calls_paired(request: ModelRequest) -> None:
+def assert_well_formed(request: ModelRequest) -> None:
+    """Every tool call has its result, and user and assistant turns alternate."""
     calls = [c.id for m in request.messages for c in m.tool_calls]
     results = [r.tool_call_id for m in request.messages for r in m.tool_results]
     assert sorted(calls) == sorted(results)
+    roles = [m.role for m in request.messages]
+    assert not any(a == b != "tool" for a, b in pairwise(roles)), roles
 
 
 def test_automatic_compaction_replaces_the_range_in_the_request_only(
@@ -83,10 +87,11 @@ def test_automatic_compaction_replaces_the_range_in_the_request_only(
 
     requests = model.agent_requests()
     for request in requests:
-        assert_calls_paired(request)
+        assert_well_formed(request)
     after = next(r for r in requests if any(m.kind == "context_summary" for m in r.messages))
-    question, summary, *rest = after.messages
-    assert question.role == "user" and summary.kind == "context_summary"
+    summary, *rest = after.messages  # the tail starts with an assistant message: one user turn
+    assert summary.role == "user" and summary.kind == "context_summary"
+    assert summary.text.startswith("Summarise our conversation so far.")
     assert summary.text.endswith("summary 1") and "the later message wins" in summary.text
     assert all(m.sequence is not None and m.sequence > end for m in rest)
     assert not any(m.sequence is not None and start <= m.sequence <= end for m in rest)
@@ -139,7 +144,7 @@ def test_a_tool_call_is_never_split_from_its_results() -> None:
     batch = Message.objects.filter(turn_id=run.id, kind="tool_call").order_by("sequence")[1]
     assert end < batch.sequence  # the whole batch stayed in the tail
     for request in model.agent_requests():
-        assert_calls_paired(request)
+        assert_well_formed(request)
 
 
 def test_failed_automatic_compaction_is_ignored() -> None:

@@ -103,6 +103,8 @@ def test_custom_system_prompt_callable_receives_the_composed_prompt() -> None:
 
     as_text = agent(system_prompt=lambda prompt: prompt.stable + "\nSigned.").prepare("Go")
     assert as_text.preview().stable_instructions.endswith("\nSigned.")
+    with pytest.raises(ConfigurationError, match="system_prompt returned NoneType"):
+        agent(system_prompt=lambda prompt: None).prepare("Go").preview()
 
 
 def test_run_context_with_closing_tags_is_rendered_as_inert_data() -> None:
