@@ -6,11 +6,15 @@ so every process registers the same agents and a worker can rebuild any turn by 
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
-from turnkit_django import Agent, ToolContext, ToolError, register, tool
+from turnkit_django import Agent, Skill, ToolContext, ToolError, register, tool
 
 from . import payments
+
+EXAMPLE = Path(__file__).resolve().parent.parent
 
 ORDERS: dict[str, dict[str, Any]] = {
     "42": {"order_id": "42", "customer": "Ada", "item": "ceramic teapot",
@@ -45,10 +49,22 @@ def issue_refund(ctx: ToolContext, order_id: str, amount_cents: int, note: str =
     )
 
 
+def short_and_calm(output: Any) -> dict[str, str] | None:
+    """Output policy: a customer note has at most three sentences and no exclamation marks."""
+    text = str(output)
+    if "!" in text:
+        return {"rule": "no_exclamation", "message": "contains an exclamation mark"}
+    if len([s for s in re.split(r"[.?]\s", text) if s.strip()]) > 3:
+        return {"rule": "three_sentences", "message": "is longer than three sentences"}
+    return None
+
+
 writer = Agent(
     "writer",
     description="Drafts short customer-facing messages.",
     instructions="Write two warm, plain sentences. No greeting line, no signature.",
+    output_policy=[short_and_calm],
+    output_retries=1,
 )
 
 support = register(Agent(
@@ -57,6 +73,8 @@ support = register(Agent(
     instructions="Look the order up, have the writer draft a note for the customer, then refund.",
     tools=[lookup_order, issue_refund],
     sub_agents=[writer],
+    # Always in the prompt: the team's refund rules, kept as markdown next to the code.
+    skills=[Skill.from_file(EXAMPLE / "skills" / "refunds.md")],
     max_iterations=8,
     max_tool_executions=10,
 ))
