@@ -1,0 +1,37 @@
+"""Django settings of the e2e tier's worker processes (and the TURNKIT timings the tests share).
+
+``tests.settings`` plus: the PostgreSQL database pytest-django created for the session
+(``TURNKIT_E2E_DATABASE_NAME``, set by the harness), connections closed after each task,
+``application_name`` naming the worker (so hygiene checks and operators can see who holds what),
+and short timings so leases expire in seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+from tests.settings import *  # noqa: F403
+from tests.settings import DATABASES, TURNKIT
+
+# Shared with the test process (tests/e2e/conftest.py applies the same dict there).
+E2E_TURNKIT = {
+    **TURNKIT,
+    "HEARTBEAT_INTERVAL": 0.3,
+    "LEASE": 2.5,
+    "RECONCILE_INTERVAL": 1.0,
+    "MAX_RECOVERY_ATTEMPTS": 2,
+    "MAINTENANCE_BATCH_SIZE": 100,
+}
+TURNKIT = E2E_TURNKIT
+
+DATABASES = copy.deepcopy(DATABASES)
+_default = DATABASES["default"]
+if os.environ.get("TURNKIT_E2E_DATABASE_NAME"):
+    _default["NAME"] = os.environ["TURNKIT_E2E_DATABASE_NAME"]
+_default["CONN_MAX_AGE"] = 0
+if _default["ENGINE"] == "django.db.backends.postgresql":
+    _default["OPTIONS"] = {
+        "application_name": "turnkit-e2e-" + os.environ.get("TURNKIT_E2E_WORKER", "process"),
+        "connect_timeout": 5,
+    }

@@ -1,0 +1,107 @@
+"""Agents for the e2e tier, registered in every process (web, Celery workers, test process).
+
+``e2e_scripted`` answers from a script carried in the turn's input: the last user message is JSON
+``{"steps": [...]}`` and the model answers step *n* with *n* = the number of assistant messages
+after that input, so the answer depends only on the transcript and any worker gives the same one.
+A step is ``{"call": tool, "args": {...}}``, ``{"reply": text}``, optionally with ``"gate": name``
+(block the first model call that reaches it, see :func:`tests.testapp.ledger.gate`).
+
+The tools write their side effects to the ledger with the tool execution's idempotency key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from turnkit_django import Agent, ToolContext, register, tool
+from turnkit_django.clients.base import ModelRequest
+from turnkit_django.events import Event
+from turnkit_django.events import event as any_event
+from turnkit_django.testing import Entry, FunctionClient, call, reply
+
+from .ledger import gate, record
+
+SCRIPTED_AGENT = "e2e_scripted"
+
+
+def script_step(request: ModelRequest) -> tuple[dict[str, Any], int]:
+    """The script of the request's newest input and the step this request is at."""
+    messages = request.messages
+    inputs = [i for i, m in enumerate(messages) if m.role == "user"]
+    if not inputs:
+        return {}, 0
+    try:
+        script = json.loads(messages[inputs[-1]].text)
+    except ValueError:
+        script = {}
+    step = sum(1 for m in messages[inputs[-1] + 1:] if m.role == "assistant")
+    return (script if isinstance(script, dict) else {}), step
+
+
+def respond(request: ModelRequest) -> Entry:
+    script, step = script_step(request)
+    turn_id = request.metadata.get("turn_id")
+    steps = script.get("steps") or []
+    entry = steps[step] if step < len(steps) else {"reply": "done"}
+    record("model", turn=turn_id, step=step)
+    if entry.get("gate"):
+        gate(entry["gate"], turn=turn_id, step=step)
+    record("model.done", turn=turn_id, step=step)
+    if "call" in entry:
+        return call(entry["call"], id=f"call_{turn_id}_{step}", **entry.get("args", {}))
+    return reply(str(entry.get("reply", "done")))
+
+
+def _effect(tool_name: str, ctx: ToolContext, label: str, hold: str) -> str:
+    record("effect", tool=tool_name, key=ctx.idempotency_key, turn=ctx.turn.id,
+           call=ctx.tool_call_id, label=label)
+    gate(hold, turn=ctx.turn.id, call=ctx.tool_call_id)
+    return f"{label}: done"
+
+
+@tool
+def unsafe_effect(ctx: ToolContext, label: str, hold: str = "") -> str:
+    """Apply a side effect that must not run twice, then wait at gate ``hold`` if given."""
+    return _effect("unsafe_effect", ctx, label, hold)
+
+
+@tool(recovery="replay_safe")
+def safe_effect(ctx: ToolContext, label: str, hold: str = "") -> str:
+    """Apply an idempotent side effect (keyed), then wait at gate ``hold`` if given."""
+    return _effect("safe_effect", ctx, label, hold)
+
+
+@tool
+def span(ctx: ToolContext, label: str, seconds: float = 0.2) -> str:
+    """Record when this call starts and ends, ``seconds`` apart."""
+    record("span.start", turn=ctx.turn.id, label=label)
+    time.sleep(seconds)
+    record("span.end", turn=ctx.turn.id, label=label)
+    return label
+
+
+@tool(recovery="replay_safe")
+def poison(ctx: ToolContext) -> str:
+    """Kill the process running it, every time it is (re-)run."""
+    record("poison", turn=ctx.turn.id, key=ctx.idempotency_key)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+scripted = register(Agent(
+    SCRIPTED_AGENT,
+    instructions="Follow the script.",
+    tools=[unsafe_effect, safe_effect, span, poison],
+    client=FunctionClient(respond),
+))
+
+
+def _ledger_event(sender: Any, event: Event, **kwargs: Any) -> None:
+    record("event", type=event.type, turn=event.turn_id)
+
+
+any_event.connect(_ledger_event, dispatch_uid="turnkit-e2e-ledger")
