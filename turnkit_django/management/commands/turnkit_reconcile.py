@@ -9,11 +9,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import turnkit_settings
-from ...services import reconcile
+from ...services import cancel_sweep, reconcile
 
 
 class Command(BaseCommand):
-    help = "Recover abandoned turns (heartbeat older than LEASE) and run one maintenance pass."
+    help = (
+        "Recover abandoned turns (heartbeat older than LEASE) and run one maintenance pass; "
+        "with --loop, also finish cancel cascades, standing in for beat."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--loop", action="store_true",
@@ -33,6 +36,10 @@ class Command(BaseCommand):
             signal.signal(sig, lambda *_: stop.set())
         while not stop.is_set():
             report = reconcile()
+            # The loop stands in for beat, so it also finishes cancel cascades.
+            swept = cancel_sweep()
             if report.recovered or report.dead_lettered or report.stale or report.dispatched:
                 self.stdout.write(str(report))
+            if swept:
+                self.stdout.write(f"cancel sweep: cancelled {len(swept)} descendants")
             stop.wait(interval)
