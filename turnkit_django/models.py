@@ -269,11 +269,6 @@ class Delivery(models.Model):
         return f"delivery {self.key!r}"
 
 
-def cost_or_none(turn: Turn) -> Decimal | None:
-    """Return the turn's cost, or None when part of it could not be priced."""
-    return None if turn.cost_unknown else turn.cost
-
-
 def json_safe(value: Any) -> Any:
     """Return ``value`` if it is JSON-serializable as stored by JSONField, else its repr."""
     import json

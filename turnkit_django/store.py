@@ -30,7 +30,7 @@ from django.utils import timezone
 from .exceptions import LostClaim
 from .messages import Part, dump_parts
 from .models import Conversation, Message, ToolExecution, Turn
-from .states import ACTIVE_TURN_STATUSES, ToolStatus, TurnStatus
+from .states import ToolStatus, TurnStatus
 
 _incarnation = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
 
@@ -304,10 +304,6 @@ def revoke(turn: Turn, *, status: str, reason: str, **fields: Any) -> int:
         **fields,
     )
     return fence
-
-
-def active_statuses() -> frozenset[str]:
-    return frozenset(str(s) for s in ACTIVE_TURN_STATUSES)
 
 
 __all__ = [

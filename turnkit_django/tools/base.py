@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import inspect
 import re
 from collections.abc import Callable
@@ -246,7 +245,3 @@ def _snake(name: str) -> str:
 
 def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in re.split(r"[_\-]", name) if part)
-
-
-def copy_context(context: dict[str, Any] | None) -> dict[str, Any]:
-    return copy.deepcopy(context or {})
