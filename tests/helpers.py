@@ -51,7 +51,7 @@ def _uses_database(request: pytest.FixtureRequest) -> bool:
 
 @pytest.fixture
 def invariants(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """Check I1-I4 on the data the test leaves behind; yields ``assert_invariants``."""
+    """Check the invariants on the data the test leaves behind; yields ``assert_invariants``."""
     from turnkit_django.verify import assert_invariants
 
     uses_database = _uses_database(request)
@@ -62,7 +62,7 @@ def invariants(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.fixture(autouse=True)
 def verify_after_test(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Autouse where imported (integration, concurrency conftests): check I1-I4 after each test.
+    """Autouse where imported (tier conftests): check I1-I4, I6, I7 after each test.
 
     A test that builds corrupted data on purpose opts out with ``@pytest.mark.corrupts_data``.
     """

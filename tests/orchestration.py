@@ -7,15 +7,17 @@ the ``policy_calls`` fixture).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from tests.dispatch import override_turnkit
-from turnkit_django import Agent
+from turnkit_django import Agent, failpoints
+from turnkit_django.clients.base import ModelRequest
+from turnkit_django.messages import load_parts
 from turnkit_django.models import Conversation, Delivery, Message, ToolExecution, Turn, Wait
-from turnkit_django.testing import FunctionClient, reply
+from turnkit_django.testing import Entry, FunctionClient, reply
 
 calls: list[tuple[str, Any, dict[str, Any]]] = []
 #: ``selective`` denies these actions, and any action on these turn ids.
@@ -59,6 +61,12 @@ def tenant_policy(action: str, *, principal: Any, **resources: Any) -> bool:
                for owner in owners)
 
 
+def tenant_recorded(action: str, *, principal: Any, **resources: Any) -> bool:
+    """:func:`tenant_policy`, recording every call in ``calls``."""
+    calls.append((action, principal, resources))
+    return tenant_policy(action, principal=principal, **resources)
+
+
 DENIALS = ["tests.orchestration.deny", "tests.orchestration.truthy_one",
            "tests.orchestration.truthy_yes"]
 
@@ -93,16 +101,69 @@ def answering(name: str, text: str = "done", **options: Any) -> Agent:
     return Agent(name, client=FunctionClient(lambda request: reply(text)), **options)
 
 
+def scripted(*steps: Any) -> Callable[[ModelRequest], Entry]:
+    """A model answering step *n* at its *n*-th call in the transcript it is shown.
+
+    A step is an entry (reply, call, list of calls) or a function of the tool results so far
+    (their contents, oldest first) returning one; past the last step it replies "done".
+    """
+    def respond(request: ModelRequest) -> Entry:
+        step = sum(1 for m in request.messages if m.role == "assistant")
+        outputs = [p.content for m in request.messages for p in m.tool_results]
+        entry = steps[step] if step < len(steps) else reply("done")
+        return entry(outputs) if callable(entry) else entry
+
+    return respond
+
+
+def tool_results(turn_id: str) -> list[tuple[str, bool, Any]]:
+    """(call id, is_error, content) of the turn's tool results, in transcript order."""
+    found = []
+    for message in Message.objects.filter(turn_id=turn_id, role="tool").order_by("sequence"):
+        found.extend((p.tool_call_id, p.is_error, p.content) for p in load_parts(message.content))
+    return found
+
+
+def crash_at(point: str, nth: int = 1) -> None:
+    """Arm failpoint ``point`` to crash the worker at its ``nth`` pass."""
+    passes = {"count": 0}
+
+    def action() -> None:
+        passes["count"] += 1
+        if passes["count"] >= nth:
+            raise failpoints.SimulatedCrash(point)
+        failpoints.arm(point, action)
+
+    failpoints.arm(point, action)
+
+
+def recover(turn_id: str) -> None:
+    """The turn's worker died: age its heartbeat and let reconcile hand the turn back."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from turnkit_django import reconcile
+
+    Turn.objects.filter(pk=turn_id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    assert turn_id in reconcile().recovered
+
+
 __all__ = [
     "DENIALS",
     "allow",
     "answering",
+    "crash_at",
     "deny",
     "policy",
     "policy_calls",
+    "recover",
+    "scripted",
     "selective",
     "snapshot",
     "tenant_policy",
+    "tenant_recorded",
+    "tool_results",
     "truthy_one",
     "truthy_yes",
 ]

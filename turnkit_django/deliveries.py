@@ -25,6 +25,7 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -163,6 +164,31 @@ def completion_callback(turn: Turn) -> Delivery | None:
         payload={"text": json.dumps(result, sort_keys=True, default=str),
                  "sender_principal": turn.principal, "envelope": result},
     )
+
+
+def finished(turn_id: str) -> Delivery | None:
+    """Call in the transaction of a submitted turn's terminal write (holding its tree lock).
+
+    Creates the completion callback (re-authorized now; see :func:`completion_callback`) and
+    wakes the turn's conversation (buffered deliveries get their continuation), so both commit
+    or roll back with the terminal status. The callback is delivered after the commit; if this
+    process dies first, maintenance delivers it. Inline turns have neither.
+    """
+    turn = Turn.objects.get(pk=turn_id)
+    if turn.submitted_at is None:
+        return None
+    delivery = completion_callback(turn)
+    wake(turn.conversation_id)
+    if delivery is not None and delivery.delivered_at is None:
+        transaction.on_commit(partial(_deliver_later, delivery.pk))
+    return delivery
+
+
+def _deliver_later(delivery_id: str) -> None:
+    try:
+        deliver(delivery_id)
+    except Exception:
+        logger.warning("could not deliver %r; maintenance will retry", delivery_id, exc_info=True)
 
 
 # --------------------------------------------------------------------------- delivering
@@ -315,6 +341,7 @@ __all__ = [
     "create",
     "deliver",
     "deliver_pending",
+    "finished",
     "is_busy",
     "send_message",
     "wake",

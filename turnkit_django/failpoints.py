@@ -5,7 +5,8 @@
 process dying there: nothing after the point runs, and what was committed stays committed.
 Points: ``before_model_call``, ``after_model_commit``, ``after_tool_intent``, ``inside_tool``,
 ``after_tool_commit``, ``before_publish``, ``after_revision_commit`` (an output-policy revision
-request was committed), ``after_compaction_commit`` (a context summary was committed).
+request was committed), ``after_compaction_commit`` (a context summary was committed),
+``after_child_launch`` (a background delegation's execution, child and wait edge committed).
 """
 
 from __future__ import annotations

@@ -21,11 +21,12 @@ from django.db.models import F
 from django.utils import timezone
 from pydantic import ValidationError
 
-from . import budget, failpoints, store
+from . import budget, failpoints, fanout, store
 from .agents import Agent
 from .authorization import is_allowed
 from .clients.base import Client, ModelRequest, ModelResponse
 from .compaction import auto_compact, project
+from .deliveries import finished
 from .events import EventCallback, emit
 from .exceptions import BudgetExceeded, LostClaim, ModelError, TurnkitError
 from .internal import charge
@@ -37,6 +38,7 @@ from .repair import repair, unknown_result
 from .skills import LOAD_SKILL, turn_tools, unknown_tool
 from .states import FINISHED_TOOL_STATUSES, Phase, ToolStatus, TurnStatus
 from .tools.base import Tool, ToolContext, render_result, to_json, validation_message
+from .tools.coordination import CoordinationTool
 
 logger = logging.getLogger("turnkit_django.runtime")
 
@@ -235,6 +237,9 @@ class Execution:
             if terminal is not None:
                 self._skip(call, f"the turn ended with {terminal['tool']!r}")
                 continue
+            if self.background and fanout.delegates(self, call):
+                fanout.run_group(self, calls, call, existing)  # joins, or raises Suspended
+                continue
             outcome = self._run_call(call, execution)
             if outcome is not None:
                 terminal = outcome
@@ -357,6 +362,8 @@ class Execution:
             from .subagents import run_inline_child
 
             return run_inline_child(self, tool, call, execution, args)
+        if isinstance(tool, CoordinationTool):
+            return tool.execute(self, call, execution, args)
         from .handles import Turn as TurnHandle
 
         ctx = ToolContext(
@@ -434,6 +441,7 @@ class Execution:
                 status=TurnStatus.COMPLETED, output_text=text, output_data=data, state=state,
                 completed_at=timezone.now(), fence=F("fence") + 1, claimed_by="", **fields,
             )
+            finished(self.row.pk)  # callback and wake commit with the terminal write
         self.state = state
         self.emit("turn.completed", status=TurnStatus.COMPLETED, output_text=text)
 
@@ -447,6 +455,7 @@ class Execution:
                     status=TurnStatus.FAILED, error=error, state=state,
                     completed_at=timezone.now(), fence=F("fence") + 1, claimed_by="", **fields,
                 )
+                finished(self.row.pk)
         except LostClaim:
             return
         self.state = state
@@ -482,6 +491,7 @@ def execute(
     row = Turn.objects.select_related("conversation").get(pk=turn_id)
     resolved = agent if agent is not None and agent.name == row.agent_name else get_agent(
         row.agent_name)
+    client = client or fanout.inherited_client(row, resolved)  # a worker rebuilding a child
     execution = Execution(claim_, row, resolved, client=client, on_event=on_event)
     execution.emit("turn.started", status=TurnStatus.RUNNING, model=row.model)
     with Heartbeat(claim_, float(turnkit_settings.HEARTBEAT_INTERVAL)):

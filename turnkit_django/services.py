@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
-from django.db.models import Model
+from django.db.models import Exists, Model, OuterRef
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -160,10 +160,20 @@ def dispatch(turn_id: str) -> None:
 
 
 def submit(turn: Turn, *, callback: Conversation | None = None) -> Turn:
-    """Hand a pending turn to background execution (idempotent)."""
+    """Hand a pending turn to background execution (idempotent).
+
+    A ``callback`` conversation receives the turn's result when it finishes; the ``callback``
+    action is authorized for the turn's principal first (and again at completion).
+    """
     from .budget import Limits
     from .conf import turnkit_settings
 
+    if callback is not None:
+        from .authorization import authorize
+
+        authorize("callback", principal=turn.principal, turn_id=turn.pk,
+                  destination_conversation_id=callback.pk,
+                  destination_principal=callback.principal)
     with transaction.atomic():
         lock_tree(turn.root_turn_id)
         row = Turn.objects.get(pk=turn.pk)
@@ -245,7 +255,7 @@ def _replay_safe_tools(agent_name: str) -> set[str]:
 def _recover(turn_id: str, report: ReconcileReport) -> None:
     from .conf import turnkit_settings
 
-    cutoff = timezone.now() - timedelta(seconds=float(turnkit_settings.LEASE))
+    cutoff = database_now() - timedelta(seconds=float(turnkit_settings.LEASE))
     with transaction.atomic():
         row = Turn.objects.filter(pk=turn_id).values("root_turn_id").first()
         if row is None:
@@ -281,6 +291,11 @@ def _recover(turn_id: str, report: ReconcileReport) -> None:
                 metadata={"interrupted": True},
             ))
         insert_messages(turn.conversation_id, interrupted)
+        for message in interrupted:
+            result = message.parts[0]
+            emit("tool_call.interrupted", turn_id=turn.pk, conversation_id=turn.conversation_id,
+                 id=getattr(result, "tool_call_id", None), name=getattr(result, "name", None),
+                 tool_execution_id=message.tool_execution_id)
         if attempts > int(turnkit_settings.MAX_RECOVERY_ATTEMPTS):
             repair(turn, reason="the turn was dead-lettered")
             error = {"type": "DeadLetter",
@@ -288,6 +303,9 @@ def _recover(turn_id: str, report: ReconcileReport) -> None:
                      "recovery_attempts": attempts}
             store.revoke(turn, status=TurnStatus.FAILED, reason="dead-letter",
                          recovery_attempts=attempts, error=error, completed_at=timezone.now())
+            from .deliveries import finished
+
+            finished(turn.pk)  # callback and wake commit with the dead-letter
             report.dead_lettered.append(turn.pk)
             emit("turn.failed", turn_id=turn.pk, conversation_id=turn.conversation_id,
                  error=error)
@@ -305,7 +323,9 @@ def reconcile() -> ReconcileReport:
     from .conf import turnkit_settings
 
     batch = int(turnkit_settings.MAINTENANCE_BATCH_SIZE)
-    cutoff = timezone.now() - timedelta(seconds=float(turnkit_settings.LEASE))
+    # Heartbeats are stamped with the database's clock, so the lease is measured on it too:
+    # a worker host whose clock is skewed can neither be reclaimed early nor recovered late.
+    cutoff = database_now() - timedelta(seconds=float(turnkit_settings.LEASE))
     report = ReconcileReport()
     stale_ids = list(
         Turn.objects.filter(status=TurnStatus.RUNNING, heartbeat_at__lt=cutoff)
@@ -349,6 +369,17 @@ def release_waiting(batch: int) -> list[str]:
     return released
 
 
+def database_now() -> datetime:
+    """Return the database server's current time (the clock heartbeats are stamped with)."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement_timestamp()")
+            return cursor.fetchone()[0]
+    return timezone.now()  # SQLite runs in this process: its clock is ours
+
+
 def drain() -> list[str]:
     """One bounded maintenance pass: release waiters, re-ring turns that lost their doorbell.
 
@@ -361,9 +392,17 @@ def drain() -> list[str]:
     batch = int(turnkit_settings.MAINTENANCE_BATCH_SIZE)
     deliver_pending(batch)
     release_waiting(batch)
-    quiet = timezone.now() - timedelta(seconds=float(turnkit_settings.RECONCILE_INTERVAL))
+    quiet = database_now() - timedelta(seconds=float(turnkit_settings.RECONCILE_INTERVAL))
+    # Ring only the head of each conversation's lane: a turn queued behind a busy or older turn
+    # cannot be claimed anyway, and the lane hands over to it when its predecessor finishes.
+    lane = Turn.objects.filter(conversation_id=OuterRef("conversation_id")).exclude(
+        pk=OuterRef("pk"))
+    busy = lane.filter(status__in=[TurnStatus.RUNNING, TurnStatus.WAITING, TurnStatus.PAUSED])
+    older = lane.filter(status=TurnStatus.PENDING, submitted_at__isnull=False,
+                        submitted_at__lt=OuterRef("submitted_at"))
     ids = list(
         Turn.objects.actionable().filter(status=TurnStatus.PENDING, updated_at__lt=quiet)
+        .filter(~Exists(busy), ~Exists(older))
         .order_by("updated_at").values_list("pk", flat=True)[:batch]
     )
     if ids:

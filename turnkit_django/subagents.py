@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import budget
+from .authorization import is_allowed
 from .exceptions import BudgetExceeded
 from .messages import TextPart
 from .models import ToolExecution, Turn
 from .states import ToolStatus, TurnStatus
 
 if TYPE_CHECKING:
+    from .agents import Agent
     from .messages import ToolCallPart
     from .runtime import Execution
     from .tools.base import Tool
@@ -29,12 +31,24 @@ def envelope(child: Turn) -> dict[str, Any]:
     }
 
 
-def create_child(parent: Execution, tool: Tool, call: ToolCallPart,
-                 execution: ToolExecution, task: str) -> Turn:
-    """Create the child conversation, turn and task message as a fenced write of the parent."""
+def launch_refusal(parent: Execution, agent_name: str, arguments: Any) -> dict[str, Any] | None:
+    """Ask the policy for ``launch_agent``; return the failed tool result when it refuses."""
+    if is_allowed("launch_agent", principal=parent.row.principal, turn_id=parent.row.pk,
+                  conversation_id=parent.conversation.pk, agent=agent_name,
+                  arguments=arguments, turn_principal=parent.row.principal):
+        return None
+    return {"error": "not_authorized",
+            "message": f"You are not allowed to start the {agent_name!r} agent for this principal."}
+
+
+def create_child(parent: Execution, agent: Agent, execution: ToolExecution, task: str) -> Turn:
+    """Create (once per tool execution) the child conversation, turn and task message.
+
+    A fenced write of the parent; the child is found again by ``parent_tool_execution``, so a
+    replayed call never creates a second child.
+    """
     from .services import new_turn
 
-    agent = tool.agent  # type: ignore[attr-defined]
     depth = parent.row.depth + 1
     existing = Turn.objects.filter(parent_tool_execution_id=execution.pk).first()
     if existing is not None:
@@ -56,8 +70,11 @@ def run_inline_child(
     """Run a sub-agent synchronously and return its envelope as the tool result."""
     from .runtime import execute
 
+    refusal = launch_refusal(parent, tool.tool_name, call.arguments)
+    if refusal is not None:
+        return ToolStatus.FAILED, refusal, None
     try:
-        child = create_child(parent, tool, call, execution, args.task)
+        child = create_child(parent, tool.agent, execution, args.task)  # type: ignore[attr-defined]
     except BudgetExceeded as exc:
         parent.deferred_error = exc
         return ToolStatus.FAILED, {"error": "budget_exceeded", "message": exc.reason}, None

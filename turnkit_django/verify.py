@@ -1,4 +1,4 @@
-"""The invariant checker: prove that stored data keeps invariants I1-I4 (docs: testing).
+"""The invariant checker: prove that stored data keeps invariants I1-I4, I6, I7 (docs: testing).
 
 Run it on quiescent data (after a test, after a chaos scenario, from ``manage.py turnkit_verify``):
 it reads rows in several queries, so a worker writing at the same moment can make it report a
@@ -42,6 +42,9 @@ I4 - no write by a revoked fence
     * within a turn's transcript the fences of its messages never decrease.
 
 Application writes (user input, repairs made by reconcile) carry no fence; fence checks skip them.
+
+I6 (cascade cancels reach every descendant) and I7 (acyclic wait graph, no forgotten waiter) are
+checked by :mod:`turnkit_django.verify_graph` from the active turns.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from django.db.models import Q, QuerySet
 
 from .models import Conversation, Delivery, Message, ToolExecution, Turn
 from .states import FINISHED_TOOL_STATUSES, TERMINAL_TURN_STATUSES, Phase, TurnStatus
+from .verify_graph import check_graph
 
 INPUT_KEYS = ("delivery_id", "input_key")
 CHUNK_SIZE = 200
@@ -439,28 +443,32 @@ class _Checker:
 def verify(*, turn_ids: Iterable[str] | None = None,
            conversation_ids: Iterable[str] | None = None,
            chunk_size: int = CHUNK_SIZE) -> Report:
-    """Check I1-I4 and return a report with counts; filters select whole conversations.
+    """Check I1-I4, I6, I7 and return a report with counts; filters select conversations.
 
     Without filters every conversation is checked. ``turn_ids`` selects the conversations that
     hold those turns and ``conversation_ids`` selects conversations; both may be given.
     """
     report = Report()
     checker = _Checker(report)
-    rows = _conversations(turn_ids, conversation_ids).values_list("pk", "last_sequence")
+    selection = _conversations(None if turn_ids is None else list(turn_ids),
+                               None if conversation_ids is None else list(conversation_ids))
+    rows = selection.values_list("pk", "last_sequence")
     for chunk in _chunks(rows.iterator(chunk_size=chunk_size), chunk_size):
         checker.check_chunk(chunk)
+    selected = None if turn_ids is None and conversation_ids is None else selection.values("pk")
+    check_graph(report, selected)
     return report
 
 
 def check_invariants(*, turn_ids: Iterable[str] | None = None,
                      conversation_ids: Iterable[str] | None = None) -> list[Violation]:
-    """Return every violation of I1-I4 in the selected conversations (all by default)."""
+    """Return every violation in the selected conversations (all by default)."""
     return verify(turn_ids=turn_ids, conversation_ids=conversation_ids).violations
 
 
 def assert_invariants(*, turn_ids: Iterable[str] | None = None,
                       conversation_ids: Iterable[str] | None = None) -> None:
-    """Raise AssertionError listing every violation of I1-I4 in the selected conversations."""
+    """Raise AssertionError listing every violation in the selected conversations."""
     violations = check_invariants(turn_ids=turn_ids, conversation_ids=conversation_ids)
     if violations:
         lines = "\n".join(f"  {v}" for v in violations)

@@ -1,6 +1,7 @@
 """Concurrency tier: PostgreSQL, ``transaction=True`` tests, threads with their own connections.
 
-Every test here is checked against the invariants (I1-I4) after it ran (``verify_after_test``).
+Every test here is checked against the invariants (I1-I4, I6, I7) after it ran
+(``verify_after_test``).
 """
 
 from __future__ import annotations

@@ -87,7 +87,10 @@ def sequential_scans(sql: list[str]) -> list[str]:
         for query in (q for q in sql if q.startswith("SELECT")):
             cursor.execute(f"EXPLAIN {query}")
             plan = "\n".join(row[0] for row in cursor.fetchall())
-            if "Seq Scan on turnkit_" in plan:
+            # A table the planner knows to be empty (autovacuum visited it after earlier tests
+            # rolled their rows back) is scanned at cost 0: that reads nothing, history or not.
+            if any("Seq Scan on turnkit_" in line and "cost=0.00..0.00 " not in line
+                   for line in plan.splitlines()):
                 found.append(f"{query}\n{plan}")
     return found
 

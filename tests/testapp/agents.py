@@ -105,3 +105,5 @@ def _ledger_event(sender: Any, event: Event, **kwargs: Any) -> None:
 
 
 any_event.connect(_ledger_event, dispatch_uid="turnkit-e2e-ledger")
+
+from . import tree_agents  # noqa: E402, F401 -- the orchestration scenarios register their agents

@@ -10,8 +10,8 @@ from ...verify import verify
 
 
 class Command(BaseCommand):
-    help = ("Check the stored turns, transcripts and deliveries against invariants I1-I4; "
-            "exits non-zero when any is violated.")
+    help = ("Check the stored turns, transcripts, deliveries and waits against invariants "
+            "I1-I4, I6 and I7; exits non-zero when any is violated.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--turn", action="append", dest="turns", metavar="TURN_ID",
