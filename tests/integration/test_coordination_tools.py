@@ -405,3 +405,37 @@ def test_a_denied_wait_for_writes_no_edge(registered, policy_calls):
         assert services.run_turn(run.id)
     assert tool_results(run.id)[0][2]["error"] == "not_authorized"
     assert Wait.objects.count() == before
+
+
+@pytest.mark.parametrize("denial", ["tests.orchestration.deny", "tests.orchestration.truthy_one",
+                                    "tests.orchestration.truthy_yes"])
+def test_a_policy_that_does_not_return_true_denies_every_model_side_action(registered, denial):
+    """Only a literal True allows: 1 and "yes" deny launches, messages and plain tools alike."""
+    effects: list[str] = []
+
+    from turnkit_django import tool
+
+    @tool
+    def touch(note: str) -> str:
+        """Record a side effect."""
+        effects.append(note)
+        return "ok"
+
+    other = Conversation.create(helper("target"))
+    agent = registered(Agent(
+        "gatekeeper", tools=[launch_agent, send_message, touch], sub_agents=[helper()],
+        client=FunctionClient(scripted(
+            [call("launch_agent", id="c_launch", agent="helper", task="x"),
+             call("send_message", id="c_send", conversation_id=other.id, text="hi"),
+             call("touch", id="c_touch", note="effect")],
+            reply("done"))),
+    ))
+    before = snapshot()["counts"]
+    with policy(denial):
+        run = agent.run("go", principal=TENANT)
+    assert run.status == "completed"
+    assert [r[2]["error"] for r in tool_results(run.id)] == ["not_authorized"] * 3
+    assert effects == [] and not children(run.id)
+    after = snapshot()["counts"]
+    assert after["Delivery"] == before["Delivery"]
+    assert after["Turn"] == before["Turn"] + 1  # the run itself, no child
