@@ -1,0 +1,90 @@
+"""Events: Django signals and per-run callbacks, sent only after the facts commit."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from turnkit_django import Agent, tool
+from turnkit_django.events import Event, event, turn_completed
+from turnkit_django.testing import ScriptedClient, call, reply
+
+pytestmark = pytest.mark.django_db
+
+
+@tool
+def probe(n: int) -> int:
+    """Return n."""
+    return n
+
+
+def agent() -> Agent:
+    return Agent("events_probe", tools=[probe],
+                 client=ScriptedClient([call("probe", n=1), reply("done")]))
+
+
+@pytest.fixture
+def received():
+    seen: list[Event] = []
+
+    def receiver(sender, event: Event, **kwargs):
+        seen.append(event)
+
+    event.connect(receiver)
+    yield seen
+    event.disconnect(receiver)
+
+
+def test_a_run_announces_its_lifecycle_in_order(received, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        run = agent().run("go")
+    types = [e.type for e in received]
+    assert types[0] == "turn.started" and types[-1] == "turn.completed"
+    order = ["model.requested", "model.completed", "tool_call.started",
+             "tool_call.completed", "model.requested", "model.completed"]
+    assert [t for t in types if t in set(order)] == order
+    assert types.count("message.created") == 3  # response, tool result, answer
+    assert {e.turn_id for e in received} == {run.id}
+    assert received[-1].payload["output_text"] == "done"
+
+
+def test_nothing_is_announced_for_work_that_rolled_back(received,
+                                                        django_capture_on_commit_callbacks):
+    class Abort(Exception):
+        pass
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        with pytest.raises(Abort), transaction.atomic():
+            agent().run("go")
+            raise Abort
+    assert received == [] and callbacks == []
+
+
+def test_named_signals_and_the_per_run_callback_receive_events(django_capture_on_commit_callbacks):
+    completed: list[str] = []
+    per_run: list[str] = []
+
+    def on_completed(sender, event: Event, **kwargs):
+        completed.append(event.turn_id or "")
+
+    turn_completed.connect(on_completed)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            run = agent().prepare("go").execute(on_event=lambda e: per_run.append(e.type))
+    finally:
+        turn_completed.disconnect(on_completed)
+    assert completed == [run.id]
+    assert per_run[-1] == "turn.completed" and "tool_call.completed" in per_run
+
+
+def test_a_failing_receiver_does_not_break_the_turn(django_capture_on_commit_callbacks):
+    def broken(sender, event: Event, **kwargs):
+        raise RuntimeError("receiver bug")
+
+    event.connect(broken)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            run = agent().prepare("go").execute(on_event=lambda e: 1 / 0)
+    finally:
+        event.disconnect(broken)
+    assert run.status == "completed" and run.output_text == "done"
