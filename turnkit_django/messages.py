@@ -87,8 +87,31 @@ def load_parts(content: Any) -> list[Part]:
     return _parts_adapter.validate_python(content or [])
 
 
+class PartsView:
+    """Read access shared by everything that holds ``parts``: messages and model responses."""
+
+    parts: tuple[Part, ...]
+
+    @property
+    def text(self) -> str:
+        return text_of(self.parts)
+
+    @property
+    def tool_calls(self) -> list[ToolCallPart]:
+        return [p for p in self.parts if isinstance(p, ToolCallPart)]
+
+    @property
+    def tool_results(self) -> list[ToolResultPart]:
+        return [p for p in self.parts if isinstance(p, ToolResultPart)]
+
+    @property
+    def output_data(self) -> Any:
+        """The structured output of the message, if it has any."""
+        return next((p.data for p in self.parts if isinstance(p, DataPart)), None)
+
+
 @dataclass(frozen=True)
-class ChatMessage:
+class ChatMessage(PartsView):
     """One message as the model sees it."""
 
     role: Role
@@ -98,17 +121,6 @@ class ChatMessage:
     # Stored message metadata the runtime reads back (a context summary's replaced range).
     metadata: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def text(self) -> str:
-        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
-
-    @property
-    def tool_calls(self) -> list[ToolCallPart]:
-        return [p for p in self.parts if isinstance(p, ToolCallPart)]
-
-    @property
-    def tool_results(self) -> list[ToolResultPart]:
-        return [p for p in self.parts if isinstance(p, ToolResultPart)]
 
 
 def text_of(parts: Sequence[Part]) -> str:
@@ -120,6 +132,7 @@ __all__ = [
     "ChatMessage",
     "DataPart",
     "Part",
+    "PartsView",
     "ProviderPart",
     "Role",
     "TextPart",

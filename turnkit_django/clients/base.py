@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from ..messages import ChatMessage, DataPart, Part, TextPart, ThinkingPart, ToolCallPart
+from ..messages import ChatMessage, Part, PartsView, ThinkingPart
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class ModelRequest:
 
 
 @dataclass(frozen=True)
-class ModelResponse:
+class ModelResponse(PartsView):
     """One model response: its parts (text, thinking, tool calls, data) and usage."""
 
     parts: tuple[Part, ...]
@@ -117,21 +117,6 @@ class ModelResponse:
     provider: str | None = None
     # Provider-reported cost in USD, when the provider tells it (OpenRouter does).
     reported_cost: str | None = None
-
-    @property
-    def text(self) -> str:
-        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
-
-    @property
-    def tool_calls(self) -> list[ToolCallPart]:
-        return [p for p in self.parts if isinstance(p, ToolCallPart)]
-
-    @property
-    def output_data(self) -> Any:
-        for part in self.parts:
-            if isinstance(part, DataPart):
-                return part.data
-        return None
 
     @property
     def thinking(self) -> list[ThinkingPart]:
