@@ -9,8 +9,10 @@ Run with ``make bench`` (starts a throwaway PostgreSQL). One run measures, side 
 * background: the same turn submitted and executed through the Celery task's body
   (``services.run_turn``), without broker latency.
 
-Prints milliseconds per step, SQL statements per model step and per tool call, and the ratios to
-the floor. A benchmark, not a test: nothing is asserted.
+Prints milliseconds per step and the ratios to the floor, then what one inline turn costs in SQL:
+statements per model step and per tool call (split at the loop's events, see
+``tests/stepcost.py``; BEGIN and COMMIT not counted), and transactions (commits) per turn. A
+benchmark, not a test: nothing is asserted (tests/unit/test_step_cost.py bounds the counts).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
 
+from tests.stepcost import TurnCost, measure  # noqa: E402
 from turnkit_django import Agent, register, tool  # noqa: E402
 from turnkit_django.services import run_turn  # noqa: E402
 from turnkit_django.testing import FunctionClient, call, reply  # noqa: E402
@@ -71,8 +73,8 @@ def floor_step() -> None:
         cursor.execute("UPDATE bench_floor_cursor SET step = step + 1 WHERE id = 1")
 
 
-def inline_turn() -> None:
-    run = AGENT.run("bench")
+def inline_turn(on_event=None) -> None:  # type: ignore[no-untyped-def]
+    run = AGENT.run("bench", on_event=on_event)
     assert run.status == "completed", run.error
 
 
@@ -90,12 +92,13 @@ def per_step_ms(fn: Callable[[], None], steps: int, rounds: int) -> float:
     return statistics.median(samples)
 
 
-def statements() -> dict[str, float]:
-    """Count SQL statements of one inline turn, split by phase from the recorded queries."""
-    with CaptureQueriesContext(connection) as ctx:
-        inline_turn()
-    total = len(ctx.captured_queries)
-    return {"total per turn": total, "per step": total / STEPS_PER_TURN}
+def statements() -> TurnCost:
+    """The SQL of one inline turn (creation included), split into its steps."""
+    return measure(inline_turn)
+
+
+def spread(counts: list[int]) -> str:
+    return str(counts[0]) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
 
 
 def main() -> None:
@@ -107,13 +110,19 @@ def main() -> None:
     floor = per_step_ms(floor_step, 1, rounds * STEPS_PER_TURN)
     inline = per_step_ms(inline_turn, STEPS_PER_TURN, rounds)
     background = per_step_ms(background_turn, STEPS_PER_TURN, rounds)
-    counts = statements()
+    cost = statements()
+    model = [len(s.statements) for s in cost.of("model")]
+    tools = [len(s.statements) for s in cost.of("tool")]
+    setup = cost.of("setup")[0]
     print(f"PostgreSQL {connection.pg_version}, {rounds} rounds, median per step")
     print(f"  floor (INSERT + UPDATE, one tx) {floor:8.3f} ms   1.00x")
     print(f"  inline turn step                {inline:8.3f} ms   {inline / floor:5.2f}x")
     print(f"  background turn step            {background:8.3f} ms   {background / floor:5.2f}x")
-    print(f"  SQL statements: {counts['total per turn']} per 5-step turn "
-          f"({counts['per step']:.1f} per step, turn creation included)")
+    print(f"  SQL statements: {spread(model)} per model step, {spread(tools)} per tool call; "
+          f"{cost.statements} per 5-step turn ({len(setup.statements)} to create and claim it)")
+    print(f"  transactions: {cost.commits} commits per 5-step turn "
+          f"({setup.commits} to create and claim it, "
+          f"{sum(s.commits for s in cost.spans if s.kind != 'setup')} for its 5 steps)")
 
 
 if __name__ == "__main__":

@@ -98,6 +98,44 @@ def reserve_iteration(ledger: dict[str, Any]) -> dict[str, Any]:
     return {"tree_iterations": F("tree_iterations") + 1}
 
 
+#: ``Turn.state["reservation"]`` once the next model call's iteration is reserved.
+GRANTED = "granted"
+
+
+def reserve_next(ledger: dict[str, Any], at: datetime) -> tuple[dict[str, Any], Any]:
+    """Check time and money and reserve the next model call (under the tree lock).
+
+    Returns (root update, reservation record): the record is :data:`GRANTED`, or the denial
+    ``{"reason", "limit"}`` that :func:`refuse` raises at the model step. It is kept in
+    ``Turn.state`` and written in the transaction that moves the turn to the model phase, so a
+    resumed turn never reserves twice and a denial does not undo what that transaction records.
+    """
+    try:
+        check_open(ledger, at)
+        update = reserve_iteration(ledger)
+    except BudgetExceeded as exc:
+        return {}, {"reason": exc.reason, "limit": exc.limit}
+    ledger["tree_iterations"] += 1
+    return update, GRANTED
+
+
+def recheck(record: Any, ledger: dict[str, Any], at: datetime) -> Any:
+    """A granted reservation, checked again for time and money (a claim after a pause)."""
+    if record != GRANTED:
+        return record
+    try:
+        check_open(ledger, at)
+    except BudgetExceeded as exc:
+        return {"reason": exc.reason, "limit": exc.limit}
+    return record
+
+
+def refuse(record: Any) -> None:
+    """Raise the BudgetExceeded a stored reservation denial stands for."""
+    if isinstance(record, dict):
+        raise BudgetExceeded(record["reason"], limit=record["limit"])
+
+
 def reserve_tool(ledger: dict[str, Any], name: str) -> tuple[dict[str, Any] | None, str | None]:
     """Return (root update, None) reserving a tool slot, or (None, reason) when denied."""
     limits = ledger_limits(ledger)

@@ -3,10 +3,16 @@
 ``failpoints.arm("after_model_commit")`` makes the next pass through that point raise
 :class:`SimulatedCrash`, a ``BaseException`` the runtime does not catch, exactly like a worker
 process dying there: nothing after the point runs, and what was committed stays committed.
-Points: ``before_model_call``, ``after_model_commit``, ``after_tool_intent``, ``inside_tool``,
-``after_tool_commit``, ``before_publish``, ``after_revision_commit`` (an output-policy revision
-request was committed), ``after_compaction_commit`` (a context summary was committed),
-``after_child_launch`` (a background delegation's execution, child and wait edge committed).
+Points: ``before_model_call``, ``after_model_commit`` (the response committed, with the first
+tool call's intent or, for a final answer that needs no review, the publication),
+``after_tool_intent`` (the call's intent is committed, by the step before it or by its own
+transaction, and the tool has not started), ``inside_tool``, ``after_tool_call`` (the tool
+returned, its result is not committed), ``after_tool_commit`` (the result committed, with what
+follows it), ``before_publish`` (the output is decided and not published; for a final answer that
+needs no review, the response is not committed either), ``after_revision_commit`` (an
+output-policy revision request was committed), ``after_compaction_commit`` (a context summary was
+committed), ``after_child_launch`` (a background delegation's execution, child and wait edge
+committed).
 """
 
 from __future__ import annotations

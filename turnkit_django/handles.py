@@ -146,7 +146,8 @@ class Turn:
         if self.row.status != "pending":
             raise InvalidTransition(self.row.pk, self.row.status, "execute")
         join_for_inline(self.row)
-        execute(self.row.pk, agent=self.agent, on_event=on_event or self._on_event)
+        execute(self.row.pk, agent=self.agent, on_event=on_event or self._on_event,
+                root_id=self.row.root_turn_id)
         return self.refresh()
 
     def submit(self, callback: Any = None) -> Turn:

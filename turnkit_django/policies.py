@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import failpoints, internal
+from django.utils import timezone
+
+from . import budget, failpoints, internal
 from .clients.base import Client, ModelRequest, ModelResponse
 from .exceptions import ConfigurationError
 from .messages import ChatMessage, TextPart
@@ -382,13 +384,15 @@ def _revise(ex: Execution, audit: Audit) -> None:
                  audits=[*state.get("audits", []), audit.as_json()])
     text = revision_text(audit, agent.output_policies, attempt, agent.output_retries,
                          terminal["tool"] if terminal else None)
-    with ex.fenced.atomic():
+    with ex.fenced.atomic() as ledger:
         message = ex.fenced.append(
             "user", [TextPart(text)],
             metadata={"source": "output_policy", "attempt": attempt,
                       "violations": [v.as_json() for v in audit.violations]},
         )
-        ex.fenced.update_turn(state=state)
+        # The next model call's iteration is reserved here (see the runtime's docstring).
+        root, state["reservation"] = budget.reserve_next(ledger, timezone.now())
+        ex.fenced.update_turn(state=state, root=root)
     ex.state = state
     ex._remember(message)
     failpoints.hit("after_revision_commit")

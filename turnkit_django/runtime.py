@@ -7,6 +7,14 @@ so a replacement worker continues exactly where the last committed step stopped:
 * a committed tool result is never re-run; a tool that was running when its worker died is
   ``interrupted`` ("outcome unknown"), or re-run with the same idempotency key if replay-safe;
 * no transaction is open and no lock is held during a model call or a tool call.
+
+One commit per step. The transaction that moves a turn to the model phase (the claim, the end
+of a tool batch, a revision request) also checks the tree's time and money and reserves the next
+iteration, recording the reservation (or its denial, which fails the turn at the model step with
+the same BudgetExceeded) in ``Turn.state["reservation"]``, so the model step itself takes no lock
+before calling the model, and a resumed turn never reserves twice. The response's transaction
+also writes the first tool call's intent (:mod:`turnkit_django.tool_phase`), or publishes the
+turn when it asked for no tools and the output review has nothing to run.
 """
 
 from __future__ import annotations
@@ -14,31 +22,30 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+from decimal import Decimal
 from typing import Any
 
 from django.db import close_old_connections, connection
 from django.db.models import F
 from django.utils import timezone
-from pydantic import ValidationError
 
 from . import budget, failpoints, fanout, store
 from .agents import Agent
-from .authorization import is_allowed
 from .clients.base import Client, ModelRequest, ModelResponse
 from .compaction import auto_compact, project
 from .deliveries import finished
 from .events import EventCallback, emit
 from .exceptions import BudgetExceeded, LostClaim, ModelError, TurnkitError
 from .internal import charge
-from .messages import ChatMessage, DataPart, TextPart, ToolCallPart, ToolResultPart, load_parts
+from .messages import ChatMessage, DataPart, TextPart, load_parts
 from .models import Conversation, Message, ToolExecution, Turn
 from .policies import review
 from .prompts import compose
-from .repair import repair, unknown_result
-from .skills import LOAD_SKILL, turn_tools, unknown_tool
-from .states import FINISHED_TOOL_STATUSES, Phase, ToolStatus, TurnStatus
-from .tools.base import Tool, ToolContext, render_result, to_json, validation_message
-from .tools.coordination import CoordinationTool
+from .repair import repair
+from .skills import turn_tools
+from .states import Phase, TurnStatus
+from .tool_phase import ToolPhase
+from .tools.base import Tool
 
 logger = logging.getLogger("turnkit_django.runtime")
 
@@ -87,7 +94,7 @@ class Heartbeat:
             connection.close()
 
 
-class Execution:
+class Execution(ToolPhase):
     """Runs one claimed turn until it finishes, suspends, or loses its claim."""
 
     def __init__(
@@ -111,6 +118,9 @@ class Execution:
         # Tools of loaded skills are derived from persisted executions, so a resumed turn agrees.
         self.tools: dict[str, Tool] = turn_tools(agent, row.pk)
         self.visible = self._load_visible()
+        self.batch: dict[str, ToolExecution] | None = None
+        self.started: set[str] = set()
+        self.deferred_error: BudgetExceeded | None = None
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -182,27 +192,51 @@ class Execution:
         )
 
     def model_step(self) -> None:
-        with self.fenced.atomic() as ledger:
-            budget.check_open(ledger, timezone.now())
-            self.fenced.update_root(**budget.reserve_iteration(ledger))
-        request = auto_compact(self, self.build_request())
-        self.emit("model.requested", model=request.model, tool_names=request.tool_names,
-                  message_count=len(request.messages))
+        self._reserved()
+        request = self.build_request()
+        compacted = auto_compact(self, request)
+        if compacted is not request:  # a summary was paid for: check time and money again
+            with self.fenced.atomic() as ledger:
+                budget.check_open(ledger, timezone.now())
+        self.emit("model.requested", model=compacted.model, tool_names=compacted.tool_names,
+                  message_count=len(compacted.messages))
         failpoints.hit("before_model_call")
-        response = self.client.complete(request)
-        self.record_response(response)
+        response = self.client.complete(compacted)
+        error = self.record_response(response)
         failpoints.hit("after_model_commit")
+        if error is not None:
+            raise error
 
-    def record_response(self, response: ModelResponse) -> None:
+    def _reserved(self) -> None:
+        """Raise a stored reservation denial; reserve now if the turn came without one."""
+        record = self.state.get("reservation")
+        if record is None:
+            with self.fenced.atomic() as ledger:
+                update, record = budget.reserve_next(ledger, timezone.now())
+                state = dict(self.state, reservation=record)
+                self.fenced.update_turn(state=state, root=update)
+            self.state = state
+        budget.refuse(record)
+
+    def record_response(self, response: ModelResponse) -> BudgetExceeded | None:
+        """Commit the response with what follows it; return the error that fails the turn."""
         state = dict(self.state)
+        state.pop("reservation", None)  # used by this response
         state["iterations"] = state.get("iterations", 0) + 1
-        state["phase"] = Phase.TOOLS if response.tool_calls else Phase.OUTPUT
         state["candidate"] = {"text": response.text, "data": response.output_data}
-        kind = "tool_call" if response.tool_calls else "text"
-        with self.fenced.atomic():
+        calls = response.tool_calls
+        publish = not calls and not self.agent.output_policies  # nothing to review
+        state["phase"] = Phase.TOOLS if calls else Phase.DONE if publish else Phase.OUTPUT
+        first = calls[0] if calls and not self.delegates(calls[0]) else None
+        opened: tuple[ToolExecution, Message | None, BudgetExceeded | None] | None = None
+        if publish:
+            failpoints.hit("before_publish")
+        with self.fenced.atomic() as ledger:
             turn_fields, cost = charge(self, response, self.row.model)
+            if cost:  # what the tree has spent now, for the first call's check
+                ledger["tree_spend"] = Decimal(ledger["tree_spend"]) + cost
             message = self.fenced.append(
-                "assistant", response.parts, kind=kind,
+                "assistant", response.parts, kind="tool_call" if calls else "text",
                 metadata={"model": response.model or self.row.model,
                           "usage": response.usage.as_dict(),
                           "cost": None if cost is None else str(cost),
@@ -210,214 +244,32 @@ class Execution:
                           "provider": response.provider},
             )
             state["response_message_id"] = message.pk
-            self.fenced.update_turn(state=state, **turn_fields)
+            root: dict[str, Any] = {}
+            if first is not None:
+                try:
+                    opened = self.open_call(ledger, first, root)
+                except BudgetExceeded:
+                    pass  # out of time or money: the tools phase fails the turn
+            if publish:
+                turn_fields.update(self._completion(response.text, response.output_data))
+            self.fenced.update_turn(state=state, root=root, **turn_fields)
+            if publish and self.background:
+                finished(self.row.pk)  # callback and wake commit with the terminal write
         self.state = state
         self._remember(message)
+        self.batch = {} if calls else None  # its calls have no other executions
+        error = None
+        if opened is not None:
+            execution, denial, error = opened
+            self.batch = {execution.tool_call_id: execution}
+            if denial is not None:
+                self._remember(denial)
         self.emit("model.completed", model=response.model or self.row.model,
-                  tool_call_count=len(response.tool_calls), usage=response.usage.as_dict(),
+                  tool_call_count=len(calls), usage=response.usage.as_dict(),
                   cost=None if cost is None else str(cost))
-
-    # -- tools phase --------------------------------------------------------------------
-
-    def _response_calls(self) -> list[ToolCallPart]:
-        """The tool calls of the persisted response: the turn's newest assistant message."""
-        for chat in reversed(self.visible):
-            if chat.role == "assistant":
-                return chat.tool_calls
-        return []
-
-    def tools_step(self) -> None:
-        calls = self._response_calls()
-        existing = {e.tool_call_id: e for e in ToolExecution.objects.filter(turn_id=self.row.pk)}
-        terminal: dict[str, Any] | None = self.state.get("terminal")
-        for call in calls:
-            execution = existing.get(call.id)
-            if execution is not None and execution.status in FINISHED_TOOL_STATUSES:
-                continue
-            if terminal is not None:
-                self._skip(call, f"the turn ended with {terminal['tool']!r}")
-                continue
-            if self.background and fanout.delegates(self, call):
-                fanout.run_group(self, calls, call, existing)  # joins, or raises Suspended
-                continue
-            outcome = self._run_call(call, execution)
-            if outcome is not None:
-                terminal = outcome
-        state = dict(self.state)
-        if terminal is not None:
-            state["terminal"] = terminal
-            state["phase"] = Phase.OUTPUT
-            state["candidate"] = {"text": terminal["text"], "data": terminal.get("data")}
-        else:
-            state["phase"] = Phase.MODEL
-        with self.fenced.atomic():
-            self.fenced.update_turn(state=state)
-        self.state = state
-
-    def _skip(self, call: ToolCallPart, reason: str) -> None:
-        from .repair import not_executed
-
-        content = not_executed(reason)
-        with self.fenced.atomic():
-            execution = self.fenced.create_execution(
-                tool_call_id=call.id, tool_name=call.name, arguments=call.arguments,
-                status=ToolStatus.CANCELLED, result=content, completed_at=timezone.now(),
-            )
-            message = self.fenced.append(
-                "tool", [ToolResultPart(call.id, call.name, content, is_error=True)],
-                kind="tool_result", tool_execution_id=execution.pk,
-            )
-        self._remember(message)
-        self.emit("tool_call.skipped", id=call.id, name=call.name)
-
-    def _start(self, call: ToolCallPart, execution: ToolExecution | None) -> ToolExecution | None:
-        """Record the intent (or restart a replay-safe one); return None if it was interrupted."""
-        tool = self.tools.get(call.name)
-        if execution is not None and execution.status == ToolStatus.RUNNING and not (
-            tool is not None and tool.replay_safe
-        ):
-            # Its worker died mid-call and nobody reconciled it: the outcome is unknown.
-            self._finish(execution, call, ToolStatus.INTERRUPTED, unknown_result(),
-                         expected=(ToolStatus.RUNNING,), interrupted=True)
-            return None
-        now = timezone.now()
-        with self.fenced.atomic() as ledger:
-            budget.check_open(ledger, now)
-            if execution is None:
-                update, denied = budget.reserve_tool(ledger, call.name)
-                if denied is not None:
-                    denial = {"error": "budget_exceeded", "message": denied}
-                    created = self.fenced.create_execution(
-                        tool_call_id=call.id, tool_name=call.name, arguments=call.arguments,
-                        status=ToolStatus.FAILED, error=denial, budget_denied=True,
-                        completed_at=now,
-                    )
-                    message = self.fenced.append(
-                        "tool", [ToolResultPart(call.id, call.name, denial, is_error=True)],
-                        kind="tool_result", tool_execution_id=created.pk,
-                    )
-                    self._remember(message)
-                    raise_after = BudgetExceeded(denied, limit=budget.limit_of(denied))
-                else:
-                    self.fenced.update_root(**(update or {}))
-                    execution = self.fenced.create_execution(
-                        tool_call_id=call.id, tool_name=call.name, arguments=call.arguments,
-                        status=ToolStatus.RUNNING, started_at=now, attempts=1,
-                    )
-                    raise_after = None
-            else:
-                self.fenced.set_execution(
-                    execution.pk, [ToolStatus.PENDING, ToolStatus.RUNNING],
-                    status=ToolStatus.RUNNING, started_at=now, attempts=F("attempts") + 1,
-                )
-                raise_after = None
-        if raise_after is not None:
-            raise raise_after
-        self.emit("tool_call.started", id=call.id, name=call.name)
-        failpoints.hit("after_tool_intent")
-        return execution
-
-    def _run_call(
-        self, call: ToolCallPart, execution: ToolExecution | None
-    ) -> dict[str, Any] | None:
-        """Run one tool call to its single result; return a terminal record if it ends the turn."""
-        started = self._start(call, execution)
-        if started is None:
-            return None
-        tool = self.tools.get(call.name)
-        self.deferred_error: BudgetExceeded | None = None
-        status, content, terminal = self._invoke(tool, call, started)
-        failpoints.hit("after_tool_call")
-        self._finish(started, call, status, content, expected=(ToolStatus.RUNNING,))
-        if call.name == LOAD_SKILL and status == ToolStatus.COMPLETED:
-            self.tools = turn_tools(self.agent, self.row.pk)
-        failpoints.hit("after_tool_commit")
-        if self.deferred_error is not None:
-            raise self.deferred_error
-        return terminal
-
-    def _invoke(
-        self, tool: Tool | None, call: ToolCallPart, execution: ToolExecution
-    ) -> tuple[str, Any, dict[str, Any] | None]:
-        if tool is None:
-            return ToolStatus.FAILED, unknown_tool(self.agent, call.name, self.tools), None
-        if call.raw_arguments is not None:
-            return ToolStatus.FAILED, {
-                "error": "invalid_arguments",
-                "message": f"The arguments for {call.name!r} are not a JSON object; send a JSON "
-                           "object matching the tool's schema.",
-            }, None
-        principal = self.row.principal
-        if not is_allowed("tool", principal=principal, tool=call.name, arguments=call.arguments,
-                          turn_id=self.row.pk, conversation_id=self.conversation.pk):
-            return ToolStatus.FAILED, {
-                "error": "not_authorized",
-                "message": f"You are not allowed to call {call.name!r} for this principal.",
-            }, None
-        try:
-            args = tool.validate(call.arguments)
-        except ValidationError as exc:
-            return ToolStatus.FAILED, validation_message(call.name, exc), None
-        if tool.builtin == "sub_agent":
-            from .subagents import run_inline_child
-
-            return run_inline_child(self, tool, call, execution, args)
-        if isinstance(tool, CoordinationTool):
-            return tool.execute(self, call, execution, args)
-        from .handles import Turn as TurnHandle
-
-        ctx = ToolContext(
-            turn=TurnHandle(self.row),
-            conversation_id=self.conversation.pk,
-            execution_id=execution.pk,
-            tool_call_id=call.id,
-            principal=copy.deepcopy(principal),
-            context=copy.deepcopy((self.row.options or {}).get("context") or {}),
-        )
-        try:
-            failpoints.hit("inside_tool")
-            result = to_json(tool.call(ctx, args))
-        except LostClaim:
-            raise
-        except Exception as exc:
-            return ToolStatus.FAILED, {"error": type(exc).__name__, "message": str(exc)}, None
-        terminal = None
-        if tool.terminal:
-            terminal = {"tool": call.name, "call_id": call.id,
-                        "text": tool.completion_text(result), "data": None}
-        return ToolStatus.COMPLETED, result, terminal
-
-    def _finish(
-        self,
-        execution: ToolExecution,
-        call: ToolCallPart,
-        status: str,
-        content: Any,
-        *,
-        expected: tuple[str, ...],
-        interrupted: bool = False,
-    ) -> None:
-        is_error = status != ToolStatus.COMPLETED
-        fields: dict[str, Any] = {"status": status, "completed_at": timezone.now()}
-        fields["error" if is_error else "result"] = content
-        with self.fenced.atomic():
-            if not self.fenced.set_execution(execution.pk, expected, **fields):
-                raise LostClaim(self.row.pk, self.claim.fence)
-            message = self.fenced.append(
-                "tool", [ToolResultPart(call.id, call.name, content, is_error=is_error)],
-                kind="tool_result", tool_execution_id=execution.pk,
-                metadata={"interrupted": True} if interrupted else None,
-            )
-        self._remember(message)
-        if interrupted:
-            self.emit("tool_call.interrupted", id=call.id, name=call.name,
-                      tool_execution_id=execution.pk)
-        elif is_error:
-            self.emit("tool_call.failed", id=call.id, name=call.name, error=content,
-                      result_chars=len(render_result(content)))
-        else:
-            self.emit("tool_call.completed", id=call.id, name=call.name,
-                      result_chars=len(render_result(content)))
+        if publish:
+            self.emit("turn.completed", status=TurnStatus.COMPLETED, output_text=response.text)
+        return error
 
     # -- output phase ------------------------------------------------------------------
 
@@ -434,14 +286,18 @@ class Execution:
         else:
             self.publish(text, data, **outcome.fields)
 
+    @staticmethod
+    def _completion(text: str, data: Any) -> dict[str, Any]:
+        """The fields of the terminal write publishing ``text`` and ``data``."""
+        return {"status": TurnStatus.COMPLETED, "output_text": text, "output_data": data,
+                "completed_at": timezone.now(), "fence": F("fence") + 1, "claimed_by": ""}
+
     def publish(self, text: str, data: Any, **fields: Any) -> None:
         state = dict(self.state, phase=Phase.DONE)
         with self.fenced.atomic():
-            self.fenced.update_turn(
-                status=TurnStatus.COMPLETED, output_text=text, output_data=data, state=state,
-                completed_at=timezone.now(), fence=F("fence") + 1, claimed_by="", **fields,
-            )
-            finished(self.row.pk)  # callback and wake commit with the terminal write
+            self.fenced.update_turn(state=state, **{**self._completion(text, data), **fields})
+            if self.background:
+                finished(self.row.pk)  # callback and wake commit with the terminal write
         self.state = state
         self.emit("turn.completed", status=TurnStatus.COMPLETED, output_text=text)
 
@@ -455,7 +311,8 @@ class Execution:
                     status=TurnStatus.FAILED, error=error, state=state,
                     completed_at=timezone.now(), fence=F("fence") + 1, claimed_by="", **fields,
                 )
-                finished(self.row.pk)
+                if self.background:
+                    finished(self.row.pk)
         except LostClaim:
             return
         self.state = state
@@ -473,6 +330,21 @@ def data_response(response: ModelResponse) -> Any:
     return None
 
 
+def on_claim(turn: Turn, ledger: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Written with the claim: a turn in the model phase gets its iteration reserved (once;
+    a reservation it already holds is only checked again against time and money)."""
+    state = dict(turn.state or {})
+    if state.setdefault("phase", Phase.MODEL) != Phase.MODEL:
+        return {}, {}
+    record, root = state.get("reservation"), dict[str, Any]()
+    if record is None:
+        root, record = budget.reserve_next(ledger, timezone.now())
+    else:
+        record = budget.recheck(record, ledger, timezone.now())
+    state["reservation"] = record
+    return {"state": state}, root
+
+
 def execute(
     turn_id: str,
     *,
@@ -480,15 +352,20 @@ def execute(
     kind: str = "inline",
     client: Client | None = None,
     on_event: EventCallback | None = None,
+    root_id: str | None = None,
 ) -> bool:
-    """Claim ``turn_id`` and run it; return False if it was not claimable."""
+    """Claim ``turn_id`` and run it; return False if it was not claimable.
+
+    ``root_id``, when the caller knows the turn's root, saves one lookup before the claim.
+    """
     from .conf import turnkit_settings
     from .registry import get_agent
 
-    claim_ = store.claim(turn_id, store.worker_identity(kind))
-    if claim_ is None:
+    claimed = store.claim_turn(turn_id, store.worker_identity(kind), root_id=root_id,
+                               prepare=on_claim)
+    if claimed is None:
         return False
-    row = Turn.objects.select_related("conversation").get(pk=turn_id)
+    claim_, row = claimed
     resolved = agent if agent is not None and agent.name == row.agent_name else get_agent(
         row.agent_name)
     client = client or fanout.inherited_client(row, resolved)  # a worker rebuilding a child

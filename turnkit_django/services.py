@@ -100,11 +100,12 @@ def new_turn(
                 agent, principal=principal, context=context, parent=parent,
                 parent_execution=parent_execution, model=model, **conversation_options,
             )
-        if parts:
-            insert_messages(conversation.pk, [NewMessage("user", parts,
-                                                         metadata=message_metadata)])
-        last = Conversation.objects.filter(pk=conversation.pk).values_list(
-            "last_sequence", flat=True).get()
+        if parts:  # its sequence is the last one: the conversation row stays locked until commit
+            last = insert_messages(conversation.pk, [NewMessage("user", parts,
+                                                                metadata=message_metadata)])[0].sequence
+        else:
+            last = Conversation.objects.filter(pk=conversation.pk).values_list(
+                "last_sequence", flat=True).get()
         turn_id = new_id("turn")
         options: dict[str, Any] = {
             "output_schema": schema_json(output_schema or agent.output_schema),

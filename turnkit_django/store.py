@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -161,38 +161,65 @@ def _lane_is_free(turn: Turn) -> bool:
     return not others.filter(busy | older).exists()
 
 
+#: ``prepare(turn, ledger)`` of :func:`claim_turn`: (turn fields, root fields) to write with the
+#: claim, decided under the tree lock (the runtime reserves the first model iteration there).
+Prepare = Callable[[Turn, dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]]
+
+
 def claim(turn_id: str, worker: str) -> Claim | None:
     """Claim a pending turn: compare-and-set pending → running, incrementing the fence.
 
     Returns None when the turn is not claimable (not pending, or its conversation's lane is
     busy). A background turn is claimable only in FIFO order within its conversation.
     """
-    head = Turn.objects.filter(pk=turn_id).values("root_turn_id").first()
-    if head is None:
-        return None
+    claimed = claim_turn(turn_id, worker)
+    return None if claimed is None else claimed[0]
+
+
+def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
+               prepare: Prepare | None = None) -> tuple[Claim, Turn] | None:
+    """:func:`claim`, also returning the claimed row (with its conversation) as it now stands.
+
+    ``root_id`` (when the caller knows it) saves the lookup of the turn's root; ``prepare``
+    adds fields to the claim's own write, in the same transaction.
+    """
+    if root_id is None:
+        root_id = Turn.objects.filter(pk=turn_id).values_list("root_turn_id", flat=True).first()
+        if root_id is None:
+            return None
     with transaction.atomic():
-        lock_tree(head["root_turn_id"])
-        turn = Turn.objects.filter(pk=turn_id).first()
-        if turn is None or turn.status != TurnStatus.PENDING:
+        ledger = lock_tree(root_id)
+        turn = Turn.objects.select_related("conversation").filter(pk=turn_id).first()
+        if turn is None or turn.status != TurnStatus.PENDING or turn.root_turn_id != root_id:
             return None
         if turn.submitted_at is not None and not _lane_is_free(turn):
             return None
-        fence = turn.fence + 1
-        extra: dict[str, Any] = {}
+        fields: dict[str, Any] = {
+            "status": TurnStatus.RUNNING,
+            "fence": turn.fence + 1,
+            "claimed_by": worker,
+            "started_at": turn.started_at or now(),
+        }
         if turn.is_root and turn.deadline_at is None and (turn.options or {}).get("limits"):
             from .budget import Limits
 
-            extra["deadline_at"] = Limits.from_json(turn.options["limits"]).deadline(now())
-        Turn.objects.filter(pk=turn_id).update(
-            **extra,
-            status=TurnStatus.RUNNING,
-            fence=fence,
-            claimed_by=worker,
-            started_at=turn.started_at or now(),
-            heartbeat_at=Now(),
-            updated_at=Now(),
-        )
-    return Claim(turn_id, turn.root_turn_id, turn.conversation_id, fence, worker)
+            fields["deadline_at"] = Limits.from_json(turn.options["limits"]).deadline(now())
+            ledger["deadline_at"] = fields["deadline_at"]
+        root: dict[str, Any] = {}
+        if prepare is not None:
+            extra, root = prepare(turn, ledger)
+            fields.update(extra)
+        if turn.is_root:
+            fields.update(root)
+            root = {}
+        Turn.objects.filter(pk=turn_id).update(**fields, heartbeat_at=Now(), updated_at=Now())
+        if root:
+            Turn.objects.filter(pk=root_id).update(**root)
+    for name, value in fields.items():
+        if not hasattr(value, "resolve_expression"):  # F() increments stay unread
+            setattr(turn, name, value)
+    turn.heartbeat_at = turn.updated_at = now()
+    return Claim(turn_id, turn.root_turn_id, turn.conversation_id, turn.fence, worker), turn
 
 
 def heartbeat(claim_: Claim) -> None:
@@ -252,8 +279,14 @@ class Fenced:
             items.append(m)
         return insert_messages(conversation_id or self.claim.conversation_id, items)
 
-    def update_turn(self, **fields: Any) -> None:
+    def update_turn(self, root: dict[str, Any] | None = None, **fields: Any) -> None:
+        """Update the claimed turn; ``root`` fields go to the root row, in the same statement
+        when the turn is its own root."""
+        if root and self.claim.is_root:
+            fields, root = {**fields, **root}, None
         Turn.objects.filter(pk=self.claim.turn_id).update(updated_at=Now(), **fields)
+        if root:
+            self.update_root(**root)
 
     def update_root(self, **fields: Any) -> None:
         Turn.objects.filter(pk=self.claim.root_id).update(**fields)
@@ -314,6 +347,7 @@ __all__ = [
     "allocate_sequences",
     "append_user_message",
     "claim",
+    "claim_turn",
     "heartbeat",
     "insert_messages",
     "lock_tree",

@@ -82,7 +82,7 @@ def run_inline_child(
                 child_conversation_id=child.conversation_id, task_chars=len(args.task))
     agent = tool.agent  # type: ignore[attr-defined]
     execute(child.pk, agent=agent, client=agent.client or parent.client,
-            on_event=parent.on_event)
+            on_event=parent.on_event, root_id=child.root_turn_id)
     child.refresh_from_db()
     status = ToolStatus.COMPLETED if child.status == TurnStatus.COMPLETED else ToolStatus.FAILED
     return status, envelope(child), None

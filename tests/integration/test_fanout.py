@@ -184,7 +184,9 @@ def test_a_crash_after_the_join_resumes_without_repeating_it(registered):
     assert services.run_turn(run.id)
     for row in children(run).values():
         assert services.run_turn(row.pk)
-    crash_at("after_model_commit", 1)  # after the join, before the turn's next step commits
+    # After the join commits, before the final answer commits (with the publication: the
+    # model step has nothing to review, so the response and the terminal write are one commit).
+    crash_at("before_publish", 1)
     with pytest.raises(failpoints.SimulatedCrash):
         services.run_turn(run.id, kind="test")
     assert len(tool_results(run.id)) == 3
