@@ -56,7 +56,11 @@ class Usage:
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A tool as the model sees it: a name, a description and a JSON schema for its arguments."""
+    """A tool as the model sees it: a name, a description and a JSON schema for its arguments.
+
+    ``parameters`` is shared between requests (it is built once per tool): clients must treat it
+    as read-only and copy it before changing anything.
+    """
 
     name: str
     description: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Callable
@@ -71,10 +72,7 @@ class Tool:
         return self.recovery == "replay_safe"
 
     def spec(self) -> ToolSpec:
-        schema = self.Args.model_json_schema()
-        schema.pop("title", None)
-        schema.setdefault("properties", {})
-        return ToolSpec(self.tool_name, self.tool_description, schema)
+        return ToolSpec(self.tool_name, self.tool_description, arguments_schema(self.Args))
 
     def validate(self, arguments: dict[str, Any]) -> BaseModel:
         """Validate model-supplied arguments; raises pydantic's ``ValidationError``."""
@@ -195,6 +193,15 @@ def tool(
         return built
 
     return build(func) if func is not None else build
+
+
+@functools.lru_cache(maxsize=1024)
+def arguments_schema(args: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of an arguments model, built once per model (it is asked every step)."""
+    schema = args.model_json_schema()
+    schema.pop("title", None)
+    schema.setdefault("properties", {})
+    return schema
 
 
 def render_result(value: Any) -> str:
