@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+
+import dj_database_url
 
 BASE_DIR = Path(__file__).resolve().parent
 VAR_DIR = Path(os.environ.get("EXAMPLE_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -69,25 +70,20 @@ TEMPLATES = [
 
 
 def _postgres(url: str) -> dict[str, Any]:
-    parsed = urlparse(url)
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": unquote(parsed.path.lstrip("/")),
-        "USER": unquote(parsed.username or ""),
-        "PASSWORD": unquote(parsed.password or ""),
-        "HOST": parsed.hostname or "",
-        "PORT": str(parsed.port or ""),
+    database: dict[str, Any] = dict(dj_database_url.parse(
+        url,
         # Workers hold connections for a long time: check them before use (reliability R-Django).
-        "CONN_MAX_AGE": 60,
-        "CONN_HEALTH_CHECKS": True,
-        "OPTIONS": {
-            "connect_timeout": 5,
-            "keepalives": 1,
-            "keepalives_idle": 30,
-            "keepalives_interval": 10,
-            "keepalives_count": 3,
-        },
+        conn_max_age=60,
+        conn_health_checks=True,
+    ))
+    database["OPTIONS"] = {
+        "connect_timeout": 5,
+        "keepalives": 1,
+        "keepalives_idle": 30,
+        "keepalives_interval": 10,
+        "keepalives_count": 3,
     }
+    return database
 
 
 def _sqlite(path: Path) -> dict[str, Any]:

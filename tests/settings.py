@@ -8,7 +8,9 @@ in IMMEDIATE transaction mode, which is what the unit tier uses.
 from __future__ import annotations
 
 import os
-from urllib.parse import unquote, urlparse
+from typing import Any
+
+import dj_database_url
 
 SECRET_KEY = "turnkit-tests-not-secret"
 DEBUG = False
@@ -49,17 +51,10 @@ TEMPLATES = [
 ]
 
 
-def _database_from_url(url: str) -> dict[str, object]:
-    parsed = urlparse(url)
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": unquote(parsed.path.lstrip("/")),
-        "USER": unquote(parsed.username or ""),
-        "PASSWORD": unquote(parsed.password or ""),
-        "HOST": parsed.hostname or "",
-        "PORT": str(parsed.port or ""),
-        "TEST": {"NAME": unquote(parsed.path.lstrip("/")) + "_test"},
-    }
+def _database_from_url(url: str) -> dict[str, Any]:
+    database: dict[str, Any] = dict(dj_database_url.parse(url))
+    database["TEST"] = {"NAME": f"{database['NAME']}_test"}
+    return database
 
 
 _url = os.environ.get("TURNKIT_TEST_DATABASE_URL")
