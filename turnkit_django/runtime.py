@@ -37,7 +37,7 @@ from .deliveries import finished
 from .events import EventCallback, emit
 from .exceptions import BudgetExceeded, LostClaim, ModelError, TurnkitError
 from .internal import charge
-from .messages import ChatMessage, DataPart, TextPart, load_parts
+from .messages import ChatMessage, load_parts
 from .models import Conversation, Message, ToolExecution, Turn
 from .policies import review
 from .prompts import compose
@@ -317,17 +317,6 @@ class Execution(ToolPhase):
             return
         self.state = state
         self.emit("turn.failed", error=error)
-
-
-def text_response(response: ModelResponse) -> str:
-    return "".join(p.text for p in response.parts if isinstance(p, TextPart))
-
-
-def data_response(response: ModelResponse) -> Any:
-    for part in response.parts:
-        if isinstance(part, DataPart):
-            return part.data
-    return None
 
 
 def on_claim(turn: Turn, ledger: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -167,7 +167,6 @@ def submit(turn: Turn, *, callback: Conversation | None = None) -> Turn:
     action is authorized for the turn's principal first (and again at completion).
     """
     from .budget import Limits
-    from .conf import turnkit_settings
 
     if callback is not None:
         from .authorization import authorize
@@ -192,8 +191,6 @@ def submit(turn: Turn, *, callback: Conversation | None = None) -> Turn:
         if row.is_root:
             limits = Limits.from_json(row.options["limits"])
             fields["deadline_at"] = limits.deadline(now)
-        else:
-            _ = turnkit_settings
         Turn.objects.filter(pk=row.pk).update(**fields)
         dispatch(row.pk)
     row.refresh_from_db()
