@@ -10,8 +10,10 @@ from django.http import HttpRequest
 from django.utils.html import format_html_join
 from django.utils.translation import ngettext
 
+from .exceptions import AuthorizationError, TurnkitError
 from .messages import load_parts
 from .models import Conversation, Delivery, Message, ToolExecution, Turn, Wait
+from .services import cancel
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -41,18 +43,6 @@ def render_transcript(messages: Any) -> str:
                 parts.append(f"data: {part.data}")
         rows.append((m.sequence, m.role, " ".join(parts)))
     return format_html_join("\n", "<div><b>#{}</b> {}: {}</div>", rows)
-
-
-class MessageInline(admin.TabularInline):
-    model = Message
-    fields = ("sequence", "role", "kind", "turn", "content")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-    show_change_link = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Conversation)
@@ -89,9 +79,6 @@ class TurnAdmin(ReadOnlyAdmin):
         self._cancel(request, queryset, cascade=True)
 
     def _cancel(self, request: HttpRequest, queryset: QuerySet[Turn], *, cascade: bool) -> None:
-        from .exceptions import AuthorizationError, TurnkitError
-        from .services import cancel
-
         principal = {"user": request.user.pk, "staff": True}
         cancelled = unchanged = 0
         refused: list[str] = []
@@ -126,17 +113,12 @@ class TurnAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Transcript")
     def transcript(self, obj: Turn) -> str:
-        from django.db.models import Q
-
-        return render_transcript(
-            Message.objects.filter(conversation_id=obj.conversation_id)
-            .filter(Q(sequence__lte=obj.context_sequence) | Q(turn_id=obj.pk))
-            .order_by("sequence"))
+        return render_transcript(Message.objects.visible_to(obj))
 
     @admin.display(description="Tree")
     def tree(self, obj: Turn) -> str:
-        tree = Turn.objects.filter(root_turn_id=obj.root_turn_id).order_by("created_at")
-        rows = tree.values_list("depth", "id", "agent_name", "status")
+        rows = Turn.objects.tree(obj.root_turn_id).values_list("depth", "id", "agent_name",
+                                                               "status")
         return format_html_join("\n", "<div>{} {} {} ({})</div>",
                                 (("·" * d, i, a, s) for d, i, a, s in rows))
 

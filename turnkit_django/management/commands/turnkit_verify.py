@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...verify import verify
+from ...testing.verify import verify
 
 
 class Command(BaseCommand):
