@@ -44,6 +44,7 @@ $(VENV_STAMP): $(if $(wildcard $(BIN)/python),,FORCE)
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy turnkit_django
+	$(BIN)/lint-imports --no-cache
 
 docs: venv
 	$(BIN)/mkdocs build --strict --site-dir build/site

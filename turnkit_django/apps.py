@@ -11,10 +11,8 @@ class TurnkitConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here, not at the top: they import models, which need the app registry.
-        from . import (
-            checks,  # noqa: F401 - registers the system checks
-            handles,  # noqa: F401 - gives tools their turn handles
-        )
-        from .agents.registry import autodiscover
+        # checks registers the system checks; handles gives tools their turn handles.
+        from . import checks, handles  # noqa: F401, PLC0415
+        from .agents.registry import autodiscover  # noqa: PLC0415
 
         autodiscover()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .conf import turnkit_settings
 from .exceptions import AuthorizationError
 
 logger = logging.getLogger("turnkit_django.authorization")
@@ -17,8 +18,6 @@ ACTIONS = frozenset(
 
 def is_allowed(action: str, *, principal: Any, **resources: Any) -> bool:
     """Ask ``TURNKIT["AUTHORIZATION_POLICY"]``; no policy means a trusted application."""
-    from .conf import turnkit_settings
-
     policy = turnkit_settings.AUTHORIZATION_POLICY
     if policy is None:
         return True

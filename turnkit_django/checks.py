@@ -136,7 +136,7 @@ def check_client_credentials(app_configs: Sequence[Any] | None = None,
 def check_celery(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """Warn when the project's Celery app will not run reconciliation or route our tasks."""
     try:
-        from celery import current_app
+        from celery import current_app  # noqa: PLC0415 - celery is an optional extra
     except ImportError:  # pragma: no cover
         return []
     app = current_app._get_current_object()  # type: ignore[attr-defined]

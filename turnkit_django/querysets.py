@@ -15,7 +15,6 @@ from django.db.models import Exists, OuterRef, Q
 from .states import (
     ACTIVE_TURN_STATUSES,
     BUSY_TURN_STATUSES,
-    FINISHED_TOOL_STATUSES,
     ToolStatus,
     TurnStatus,
 )
@@ -59,12 +58,6 @@ class TurnQuerySet(models.QuerySet):
 
     def background(self) -> TurnQuerySet:
         return self.filter(submitted_at__isnull=False)
-
-    def inline(self) -> TurnQuerySet:
-        return self.filter(submitted_at__isnull=True)
-
-    def roots(self) -> TurnQuerySet:
-        return self.filter(root_turn_id=models.F("id"))
 
     def tree(self, root_id: str) -> TurnQuerySet:
         """The turns of one tree, oldest first."""
@@ -129,9 +122,6 @@ class ToolExecutionQuerySet(models.QuerySet):
 
     def completed(self) -> ToolExecutionQuerySet:
         return self.filter(status=ToolStatus.COMPLETED)
-
-    def finished(self) -> ToolExecutionQuerySet:
-        return self.filter(status__in=FINISHED_TOOL_STATUSES)
 
 
 class WaitQuerySet(models.QuerySet):

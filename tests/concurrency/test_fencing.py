@@ -218,7 +218,7 @@ def claimed_mid_turn(worker: str) -> tuple[store.Claim, ToolExecution]:
         fenced.append("assistant", [ToolCallPart("call_1", "lookup", {}),
                                     ToolCallPart("call_2", "lookup", {})], kind="tool_call")
         execution = fenced.open_execution(ToolCallPart("call_1", "lookup", {}), "running")
-        fenced.save(store.TurnState(phase=Phase.TOOLS))
+        fenced.record(store.TurnState(phase=Phase.TOOLS))
     return claim, execution
 
 
@@ -232,7 +232,7 @@ WRITES: dict[str, Callable[[store.Fenced, ToolExecution], object]] = {
     "append": lambda fenced, execution: fenced.append(
         "tool", [ToolResultPart("call_1", "lookup", "late")], kind="tool_result",
         tool_execution_id=execution.pk),
-    "save": lambda fenced, execution: fenced.save(
+    "record": lambda fenced, execution: fenced.record(
         store.TurnState(phase=Phase.TOOLS, iterations=7)),
     "open_execution": lambda fenced, execution: fenced.open_execution(
         ToolCallPart("call_2", "lookup", {}), "running"),

@@ -47,7 +47,7 @@ def running(turn: Turn, *, calls: Sequence[str] = ("call_1", "call_2"),
         for call_id in started:
             fenced.open_execution(ToolCallPart(call_id, "lookup", {}), "running",
                                   started_at=timezone.now(), attempts=1)
-        fenced.save(store.TurnState(phase=Phase.TOOLS))
+        fenced.record(store.TurnState(phase=Phase.TOOLS))
     return claim
 
 

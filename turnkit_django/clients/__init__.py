@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.signals import setting_changed
 
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
+from .anthropic import AnthropicClient
 from .base import BaseClient, Client, ModelRequest, ModelResponse, ToolSpec, Usage
-
-if TYPE_CHECKING:
-    from .anthropic import AnthropicClient
-    from .openai import OpenAIClient
+from .openai import OpenAIClient
 
 _lock = threading.Lock()
 _default: Client | None = None
@@ -52,19 +50,6 @@ def _settings_changed(*, setting: str, **kwargs: Any) -> None:
 
 
 setting_changed.connect(_settings_changed)
-
-
-def __getattr__(name: str) -> Any:
-    # Provider clients import their SDKs lazily so the package works without the extras.
-    if name == "AnthropicClient":
-        from .anthropic import AnthropicClient
-
-        return AnthropicClient
-    if name == "OpenAIClient":
-        from .openai import OpenAIClient
-
-        return OpenAIClient
-    raise AttributeError(name)
 
 
 __all__ = [

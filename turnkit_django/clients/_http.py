@@ -5,8 +5,12 @@ Nothing here talks to the network; the clients own their transports.
 
 from __future__ import annotations
 
+import email.utils
 import json
+from datetime import UTC, datetime
 from typing import Any
+
+import httpx
 
 from ..exceptions import ModelError
 from .base import ModelRequest
@@ -125,3 +129,27 @@ def provider_error(body: Any) -> tuple[str | None, str | None]:
     kind = ", ".join(dict.fromkeys(labels)) or None
     message = error.get("message")
     return kind, str(message) if message is not None else None
+
+
+def retry_after(headers: httpx.Headers) -> float | None:
+    """Return the wait a response asks for, in seconds (``retry-after-ms`` or ``Retry-After``)."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(float(millis) / 1000, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0)

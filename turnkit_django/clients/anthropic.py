@@ -122,7 +122,7 @@ class AnthropicClient(BaseClient):
 
     def _build_sdk(self) -> Any:
         try:
-            import anthropic
+            import anthropic  # noqa: PLC0415 - an optional extra, imported on use
         except ImportError:
             raise ConfigurationError(
                 "AnthropicClient needs the anthropic SDK: pip install 'turnkit-django[anthropic]'"
@@ -150,7 +150,7 @@ class AnthropicClient(BaseClient):
         self._guard_network()
         body = self.build_request(request)
         sdk = self._sdk()
-        import anthropic
+        import anthropic  # noqa: PLC0415 - an optional extra, imported on use
 
         keywords = {k: v for k, v in body.items() if k in _SDK_KEYWORDS}
         extra = {k: v for k, v in body.items() if k not in _SDK_KEYWORDS}
@@ -368,7 +368,7 @@ class AnthropicClient(BaseClient):
         )
 
     def _translate_error(self, exc: Exception) -> ModelError:
-        import anthropic
+        import anthropic  # noqa: PLC0415 - an optional extra, imported on use
 
         key = self._api_key or os.environ.get(API_KEY_ENV)
         if isinstance(exc, anthropic.APIStatusError):

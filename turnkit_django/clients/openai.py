@@ -21,7 +21,6 @@ reported as ``cache_read_tokens``; the two add up to the prompt and are priced a
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import os
@@ -29,7 +28,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 import httpx
@@ -44,6 +42,7 @@ from ._http import (
     parse_output,
     provider_error,
     resolve_model,
+    retry_after,
     schema_name,
 )
 from .base import BaseClient, ModelRequest, ModelResponse, Usage
@@ -412,30 +411,6 @@ def _reported_cost(usage: dict[str, Any]) -> str | None:
     if isinstance(cost, int | float) and not isinstance(cost, bool):
         return str(cost)
     return None
-
-
-def retry_after(headers: httpx.Headers) -> float | None:
-    """Return the wait a response asks for, in seconds (``retry-after-ms`` or ``Retry-After``)."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return max(float(millis) / 1000, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
 
 
 __all__ = ["OpenAIClient", "retry_after"]

@@ -205,7 +205,7 @@ def compact_turn(ctx: TurnContext, options: dict[str, Any], estimated_tokens: in
                                       usage=response.usage.as_dict(),
                                       cost=None if cost is None else str(cost)),
         )
-        ctx.fenced.save(charge=fee, delta=delta)
+        ctx.fenced.record(charge=fee, delta=delta)
     internal.completed(ctx, response, model, cost, "compaction")
     ctx.remember(message)
     failpoints.hit("after_compaction_commit")

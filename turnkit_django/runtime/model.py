@@ -68,7 +68,7 @@ def _reserved(ctx: TurnContext) -> None:
         with ctx.fenced.atomic() as ledger:
             delta, reservation = budget.reserve_next(ledger, timezone.now())
             state = ctx.state.replace(reservation=reservation)
-            ctx.fenced.save(state, delta=delta)
+            ctx.fenced.record(state, delta=delta)
         ctx.state = state
     reservation.refuse()
 
@@ -108,7 +108,7 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
             publish_locked(ctx, state, response.text, response.output_data, charge=fee,
                            delta=delta)
         else:
-            ctx.fenced.save(state, charge=fee, delta=delta)
+            ctx.fenced.record(state, charge=fee, delta=delta)
     ctx.state = state
     ctx.remember(message)
     ctx.batch = {} if calls else None  # its calls have no other executions

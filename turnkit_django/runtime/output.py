@@ -98,7 +98,7 @@ def _judged(ctx: TurnContext, policy: Policy, output: Any, key: str) -> list[Vio
                                       key: tuple(v.as_json() for v in found)})
     with ctx.fenced.atomic() as ledger:
         fee, delta, cost = internal.charge(ctx, ledger, response, model)
-        ctx.fenced.save(state, charge=fee, delta=delta)
+        ctx.fenced.record(state, charge=fee, delta=delta)
     ctx.state = state
     internal.completed(ctx, response, model, cost, "output_policy")
     return found
@@ -122,7 +122,7 @@ def _revise(ctx: TurnContext, audit: Audit) -> None:
         # The next model call's iteration is reserved here (see the model phase).
         delta, reservation = budget.reserve_next(ledger, timezone.now())
         state = state.replace(reservation=reservation)
-        ctx.fenced.save(state, delta=delta)
+        ctx.fenced.record(state, delta=delta)
     ctx.state = state
     ctx.remember(message)
     failpoints.hit("after_revision_commit")

@@ -159,7 +159,7 @@ def finish(ctx: TurnContext, execution: ToolExecution, call: ToolCallPart, statu
         if then is not None:
             _then(ctx, ledger, then)
             if then.state is not None:
-                ctx.fenced.save(then.state, delta=then.delta)
+                ctx.fenced.record(then.state, delta=then.delta)
             else:
                 ctx.fenced.charge_root(then.delta)
     execution.status = status

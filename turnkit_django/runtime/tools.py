@@ -74,7 +74,7 @@ def tools_step(ctx: TurnContext) -> None:
         delta = LedgerDelta()
         with ctx.fenced.atomic() as ledger:
             state = leave(ctx, ledger, terminal, delta)
-            ctx.fenced.save(state, delta=delta)
+            ctx.fenced.record(state, delta=delta)
         ctx.state = state
 
 

@@ -180,7 +180,7 @@ class Fenced:
             items.append(m)
         return insert_messages(self.claim.conversation_id, items)
 
-    def save(self, state: TurnState | None = None, *, charge: Charge | None = None,
+    def record(self, state: TurnState | None = None, *, charge: Charge | None = None,
              delta: LedgerDelta | None = None) -> None:
         """Write the turn's next state (with a response's charge); ``delta`` goes to the root's
         ledger, in the same statement when the turn is its own root."""

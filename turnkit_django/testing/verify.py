@@ -51,103 +51,22 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from datetime import datetime
 from itertools import islice
 from typing import Any
 
 from django.db.models import Q, QuerySet
 
 from ..models import Conversation, Delivery, Message, ToolExecution, Turn
-from ..states import FINISHED_TOOL_STATUSES, TERMINAL_TURN_STATUSES, Phase, TurnStatus
+from ..states import FINISHED_TOOL_STATUSES, Phase, TurnStatus
 from .report import Report, Violation
+from .rows import DeliveryRow, ExecutionRow, MessageRow, TurnRow
 from .verify_graph import check_graph
 
 INPUT_KEYS = ("delivery_id", "input_key")
 CHUNK_SIZE = 200
 
-_TERMINAL = frozenset(str(s) for s in TERMINAL_TURN_STATUSES)
 _FINISHED = frozenset(str(s) for s in FINISHED_TOOL_STATUSES)
 _NEEDS_ERROR = frozenset({TurnStatus.FAILED, TurnStatus.CANCELLED, TurnStatus.STALE})
-
-
-@dataclass(frozen=True)
-class _Turn:
-    id: str
-    conversation_id: str
-    status: str
-    fence: int
-    fence_log: Any
-    state: Any
-    completed_at: datetime | None
-    error: Any
-    claimed_by: str
-
-    FIELDS = ("id", "conversation_id", "status", "fence", "fence_log", "state", "completed_at",
-              "error", "claimed_by")
-
-    @property
-    def terminal(self) -> bool:
-        return self.status in _TERMINAL
-
-    @property
-    def phase(self) -> Any:
-        return self.state.get("phase") if isinstance(self.state, dict) else None
-
-    def revocations(self) -> list[dict[str, Any]]:
-        log = self.fence_log if isinstance(self.fence_log, list) else []
-        return [e for e in log if isinstance(e, dict)]
-
-
-@dataclass(frozen=True)
-class _Message:
-    id: str
-    conversation_id: str
-    sequence: int
-    role: str
-    turn_id: str | None
-    fence: int | None
-    tool_execution_id: str | None
-    metadata: Any
-    content: Any
-
-    FIELDS = ("id", "conversation_id", "sequence", "role", "turn_id", "fence",
-              "tool_execution_id", "metadata", "content")
-
-    def part_ids(self, kind: str, key: str) -> list[str]:
-        if not isinstance(self.content, list):
-            return []
-        return [str(p.get(key)) for p in self.content
-                if isinstance(p, dict) and p.get("kind") == kind]
-
-    @property
-    def calls(self) -> list[str]:
-        return self.part_ids("tool_call", "id")
-
-    @property
-    def results(self) -> list[str]:
-        return self.part_ids("tool_result", "tool_call_id")
-
-
-@dataclass(frozen=True)
-class _Execution:
-    id: str
-    turn_id: str
-    tool_call_id: str
-    status: str
-    fence: int | None
-
-    FIELDS = ("id", "turn_id", "tool_call_id", "status", "fence")
-
-
-@dataclass(frozen=True)
-class _Delivery:
-    id: str
-    destination_conversation_id: str
-    message_id: str | None
-    delivered_at: datetime | None
-
-    FIELDS = ("id", "destination_conversation_id", "message_id", "delivered_at")
 
 
 def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
@@ -176,28 +95,28 @@ class _Checker:
 
     def check_chunk(self, conversations: list[tuple[str, int]]) -> None:
         ids = [pk for pk, _ in conversations]
-        turns = {row["id"]: _Turn(**row) for row in
-                 Turn.objects.filter(conversation_id__in=ids).values(*_Turn.FIELDS)}
-        turns_of: dict[str, list[_Turn]] = defaultdict(list)
+        turns = {row["id"]: TurnRow(**row) for row in
+                 Turn.objects.filter(conversation_id__in=ids).values(*TurnRow.FIELDS)}
+        turns_of: dict[str, list[TurnRow]] = defaultdict(list)
         for turn in turns.values():
             turns_of[turn.conversation_id].append(turn)
-        executions: dict[str, list[_Execution]] = defaultdict(list)
+        executions: dict[str, list[ExecutionRow]] = defaultdict(list)
         for row in ToolExecution.objects.filter(turn__conversation_id__in=ids).values(
-                *_Execution.FIELDS):
-            executions[row["turn_id"]].append(_Execution(**row))
-        deliveries: dict[str, list[_Delivery]] = defaultdict(list)
+                *ExecutionRow.FIELDS):
+            executions[row["turn_id"]].append(ExecutionRow(**row))
+        deliveries: dict[str, list[DeliveryRow]] = defaultdict(list)
         for row in Delivery.objects.filter(destination_conversation_id__in=ids).values(
-                *_Delivery.FIELDS):
-            deliveries[row["destination_conversation_id"]].append(_Delivery(**row))
+                *DeliveryRow.FIELDS):
+            deliveries[row["destination_conversation_id"]].append(DeliveryRow(**row))
         for conversation_id, last_sequence in conversations:
-            messages = [_Message(**row) for row in
+            messages = [MessageRow(**row) for row in
                         Message.objects.filter(conversation_id=conversation_id)
-                        .order_by("sequence").values(*_Message.FIELDS)]
+                        .order_by("sequence").values(*MessageRow.FIELDS)]
             self._load_owners(messages, turns)
             self.check_sequences(conversation_id, last_sequence, messages)
             self.check_inputs(messages, deliveries[conversation_id])
             self.check_fences(messages, turns)
-            owned: dict[str | None, list[_Message]] = defaultdict(list)
+            owned: dict[str | None, list[MessageRow]] = defaultdict(list)
             for message in messages:
                 owned[message.turn_id].append(message)
             for turn in turns_of[conversation_id]:
@@ -208,15 +127,15 @@ class _Checker:
             self.report.turns += len(turns_of[conversation_id])
 
     @staticmethod
-    def _load_owners(messages: list[_Message], turns: dict[str, _Turn]) -> None:
+    def _load_owners(messages: list[MessageRow], turns: dict[str, TurnRow]) -> None:
         """Load the turns of other conversations that own messages here (rare)."""
         missing = {m.turn_id for m in messages if m.turn_id and m.turn_id not in turns}
-        for row in Turn.objects.filter(pk__in=missing).values(*_Turn.FIELDS):
-            turns[row["id"]] = _Turn(**row)
+        for row in Turn.objects.filter(pk__in=missing).values(*TurnRow.FIELDS):
+            turns[row["id"]] = TurnRow(**row)
 
     # -- I1 --------------------------------------------------------------------------
 
-    def check_terminal(self, turn: _Turn, executions: list[_Execution]) -> None:
+    def check_terminal(self, turn: TurnRow, executions: list[ExecutionRow]) -> None:
         if not turn.terminal:
             if turn.completed_at is not None:
                 self.add("I1", turn.id, f"turn is {turn.status} but has completed_at")
@@ -237,7 +156,7 @@ class _Checker:
                 self.add("I1", execution.id, f"tool execution of {turn.status} turn {turn.id!r} "
                                              f"is still {execution.status}")
 
-    def check_owned_fence(self, turn: _Turn, object_id: str, fence: int | None,
+    def check_owned_fence(self, turn: TurnRow, object_id: str, fence: int | None,
                           what: str) -> None:
         """Check one owned write's fence against its turn's current fence (I1, I4)."""
         if fence is None:
@@ -251,9 +170,9 @@ class _Checker:
 
     # -- I2 --------------------------------------------------------------------------
 
-    def check_inputs(self, messages: list[_Message], deliveries: list[_Delivery]) -> None:
-        seen: dict[tuple[str, str], _Message] = {}
-        claims: dict[str, list[_Message]] = defaultdict(list)
+    def check_inputs(self, messages: list[MessageRow], deliveries: list[DeliveryRow]) -> None:
+        seen: dict[tuple[str, str], MessageRow] = {}
+        claims: dict[str, list[MessageRow]] = defaultdict(list)
         for message in messages:
             metadata = message.metadata if isinstance(message.metadata, dict) else {}
             if message.role != "user":
@@ -289,7 +208,7 @@ class _Checker:
     # -- I3 --------------------------------------------------------------------------
 
     def check_sequences(self, conversation_id: str, last_sequence: int,
-                        messages: list[_Message]) -> None:
+                        messages: list[MessageRow]) -> None:
         previous = 0
         for message in messages:
             if message.sequence == previous:
@@ -303,11 +222,11 @@ class _Checker:
             self.add("I3", conversation_id, f"last_sequence is {last_sequence} but the last "
                                             f"message has sequence {previous}")
 
-    def check_tool_calls(self, turn: _Turn, owned: list[_Message],
-                         executions: list[_Execution]) -> None:
-        called: dict[str, _Message] = {}
-        results: dict[str, list[_Message]] = defaultdict(list)
-        open_calls: dict[str, _Message] = {}
+    def check_tool_calls(self, turn: TurnRow, owned: list[MessageRow],
+                         executions: list[ExecutionRow]) -> None:
+        called: dict[str, MessageRow] = {}
+        results: dict[str, list[MessageRow]] = defaultdict(list)
+        open_calls: dict[str, MessageRow] = {}
         for message in owned:
             if message.role == "assistant":
                 self._close(turn, open_calls, f"before assistant message #{message.sequence}")
@@ -324,14 +243,14 @@ class _Checker:
             self._close(turn, open_calls, f"and turn is {turn.status} in phase {turn.phase!r}")
         self._check_executions(turn, executions, called, results)
 
-    def _close(self, turn: _Turn, open_calls: dict[str, _Message], where: str) -> None:
+    def _close(self, turn: TurnRow, open_calls: dict[str, MessageRow], where: str) -> None:
         for call_id, message in open_calls.items():
             self.add("I3", message.id, f"tool call {call_id!r} of turn {turn.id!r} has no "
                                        f"result {where}")
 
-    def _check_result(self, turn: _Turn, message: _Message, call_id: str,
-                      called: dict[str, _Message], results: dict[str, list[_Message]],
-                      open_calls: dict[str, _Message]) -> None:
+    def _check_result(self, turn: TurnRow, message: MessageRow, call_id: str,
+                      called: dict[str, MessageRow], results: dict[str, list[MessageRow]],
+                      open_calls: dict[str, MessageRow]) -> None:
         if message.role != "tool":
             self.add("I3", message.id, f"tool result for {call_id!r} is in a {message.role} "
                                        "message")
@@ -348,9 +267,9 @@ class _Checker:
         else:
             del open_calls[call_id]
 
-    def _check_executions(self, turn: _Turn, executions: list[_Execution],
-                          called: dict[str, _Message],
-                          results: dict[str, list[_Message]]) -> None:
+    def _check_executions(self, turn: TurnRow, executions: list[ExecutionRow],
+                          called: dict[str, MessageRow],
+                          results: dict[str, list[MessageRow]]) -> None:
         counts = Counter(e.tool_call_id for e in executions)
         for execution in executions:
             call_id = execution.tool_call_id
@@ -376,8 +295,8 @@ class _Checker:
 
     # -- I4 --------------------------------------------------------------------------
 
-    def check_fences(self, messages: list[_Message], turns: dict[str, _Turn]) -> None:
-        last_fence: dict[str, _Message] = {}
+    def check_fences(self, messages: list[MessageRow], turns: dict[str, TurnRow]) -> None:
+        last_fence: dict[str, MessageRow] = {}
         for message in messages:
             if message.turn_id is None or message.fence is None:
                 continue
@@ -393,7 +312,7 @@ class _Checker:
                                            f"{before.fence}")
             last_fence[turn.id] = message
 
-    def check_revocations(self, turn: _Turn, owned: list[_Message]) -> None:
+    def check_revocations(self, turn: TurnRow, owned: list[MessageRow]) -> None:
         previous = -1
         for entry in turn.revocations():
             fence, after = entry.get("fence"), entry.get("revoked_after_sequence")

@@ -20,17 +20,16 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from ..models import Turn, Wait
-from ..states import ACTIVE_TURN_STATUSES, TurnStatus
+from ..querysets import TurnQuerySet
+from ..states import TurnStatus
 from .report import Report
 
-_ACTIVE = [str(s) for s in ACTIVE_TURN_STATUSES]
 
-
-def _active(conversations: QuerySet[Any] | None) -> QuerySet[Turn]:
-    turns = Turn.objects.filter(status__in=_ACTIVE)
+def _active(conversations: QuerySet[Any] | None) -> TurnQuerySet:
+    turns = Turn.objects.active()
     return turns if conversations is None else turns.filter(conversation_id__in=conversations)
 
 
@@ -61,12 +60,12 @@ def check_cancelled_trees(report: Report, conversations: QuerySet[Any] | None = 
 
 def check_wait_graph(report: Report, conversations: QuerySet[Any] | None = None) -> None:
     """I7: no cycle and no same-lane edge between active turns; no waiter left behind."""
-    waiting = _active(conversations).filter(status=TurnStatus.WAITING)
-    for turn_id in waiting.exclude(waits__target__status__in=_ACTIVE).values_list("pk",
-                                                                                  flat=True):
+    waiting = _active(conversations).waiting()
+    blocked = Wait.objects.filter(waiter_id=OuterRef("pk")).unmet()
+    for turn_id in waiting.filter(~Exists(blocked)).values_list("pk", flat=True):
         report.add("I7", turn_id, "turn is waiting but none of its targets is unfinished; "
                                   "maintenance should have released it")
-    edges = Wait.objects.filter(waiter__in=_active(conversations), target__status__in=_ACTIVE)
+    edges = Wait.objects.filter(waiter__in=_active(conversations)).unmet()
     following: dict[str, list[str]] = defaultdict(list)
     for waiter_id, target_id, waiter_lane, target_lane in edges.order_by("pk").values_list(
             "waiter_id", "target_id", "waiter__conversation_id", "target__conversation_id"):
