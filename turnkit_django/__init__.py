@@ -25,7 +25,7 @@ from .exceptions import (
 )
 
 if TYPE_CHECKING:
-    from .agents import Skill, check_output_policy, register
+    from .agents import Audit, Prompt, Skill, Violation, check_output_policy, register
     from .handles import Agent, Run, load_conversation, load_run, load_turn
     from .handles import ConversationHandle as Conversation
     from .handles import TurnHandle as Turn
@@ -51,6 +51,9 @@ _LAZY = {
     "reconcile": ("services", "reconcile"),
     "drain": ("services", "drain"),
     "Skill": ("agents", "Skill"),
+    "Violation": ("agents", "Violation"),
+    "Audit": ("agents", "Audit"),
+    "Prompt": ("agents", "Prompt"),
     "check_output_policy": ("agents", "check_output_policy"),
 }
 
@@ -64,6 +67,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Agent",
+    "Audit",
     "AuthorizationError",
     "BudgetExceeded",
     "CompactionError",
@@ -75,6 +79,7 @@ __all__ = [
     "LostClaim",
     "ModelAccessError",
     "ModelError",
+    "Prompt",
     "Run",
     "Skill",
     "Tool",
@@ -82,6 +87,7 @@ __all__ = [
     "ToolError",
     "Turn",
     "TurnkitError",
+    "Violation",
     "WaitError",
     "check_output_policy",
     "drain",
