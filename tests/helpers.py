@@ -74,6 +74,21 @@ def verify_after_test(request: pytest.FixtureRequest) -> Iterator[None]:
         assert_invariants()
 
 
+def crash(turn_id: str, point: str) -> None:
+    """Run a submitted turn until it dies at failpoint ``point``; leave its lease expired."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from turnkit_django import services
+    from turnkit_django.models import Turn
+
+    failpoints.arm(point)
+    with pytest.raises(failpoints.SimulatedCrash):
+        services.run_turn(turn_id, kind="test")
+    Turn.objects.filter(pk=turn_id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+
+
 def crash_and_resume(turn_id: str, point: str) -> None:
     """Run a submitted turn until it dies at failpoint ``point``, reconcile it, run it again."""
     from datetime import timedelta

@@ -12,7 +12,8 @@ follows it), ``before_publish`` (the output is decided and not published; for a 
 needs no review, the response is not committed either), ``after_revision_commit`` (an
 output-policy revision request was committed), ``after_compaction_commit`` (a context summary was
 committed), ``after_child_launch`` (a background delegation's execution, child and wait edge
-committed).
+committed). Maintenance: ``recover_turn`` (reconcile holds an abandoned turn's tree lock, before
+it changes anything), ``reconcile_pass`` (the start of a ``turnkit_reconcile --loop`` pass).
 """
 
 from __future__ import annotations

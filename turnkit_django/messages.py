@@ -7,8 +7,9 @@ the only place where JSON turns into types.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
 from django.db import models
@@ -56,6 +57,9 @@ class ToolCallPart:
     arguments: dict[str, Any] = field(default_factory=dict)
     # Raw argument text when the model sent something that is not a JSON object.
     raw_arguments: str | None = None
+    #: The id the model gave this call when it was already taken (by another call of the same
+    #: response or an earlier one): the call got ``id`` instead and is refused, not run.
+    duplicate_of: str | None = None
     kind: Literal["tool_call"] = "tool_call"
 
 
@@ -138,6 +142,31 @@ class ChatMessage(PartsView):
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def distinct_call_ids(parts: Sequence[Part], taken: Iterable[str]) -> tuple[Part, ...]:
+    """Give every tool call of ``parts`` an id no other call has (in ``parts`` or ``taken``).
+
+    A call whose id is already taken keeps the model's id in ``duplicate_of`` (the runtime
+    refuses it with a readable error) and gets a fresh id, so each call has exactly one result
+    under an id of its own. A call without an id gets a fresh one.
+    """
+    used = set(taken)
+    out: list[Part] = []
+    for part in parts:
+        if isinstance(part, ToolCallPart) and (not part.id or part.id in used):
+            base = _ID_CHARS.sub("_", part.id)[:48] or "call"
+            n = 2
+            while f"{base}_{n}" in used:
+                n += 1
+            part = replace(part, id=f"{base}_{n}", duplicate_of=part.id or None)
+        if isinstance(part, ToolCallPart):
+            used.add(part.id)
+        out.append(part)
+    return tuple(out)
+
+
 def text_of(parts: Sequence[Part]) -> str:
     """Concatenate the text parts."""
     return "".join(p.text for p in parts if isinstance(p, TextPart))
@@ -156,6 +185,7 @@ __all__ = [
     "ThinkingPart",
     "ToolCallPart",
     "ToolResultPart",
+    "distinct_call_ids",
     "dump_parts",
     "load_parts",
     "text_of",

@@ -56,6 +56,12 @@ def unknown_tool(agent: AgentDefinition, name: str, active: dict[str, Tool]) -> 
 def precheck(ctx: TurnContext, tool: Tool, call: ToolCallPart) -> tuple[ErrorRecord | None, Any]:
     """Refuse a call before it runs (unreadable arguments, not authorized, invalid); else
     return its validated arguments."""
+    if call.duplicate_of is not None:
+        return ErrorRecord(
+            "duplicate_tool_call_id",
+            f"This call reused the id {call.duplicate_of!r} of another tool call, so it was not "
+            "run. Give every tool call its own id, and call the tool again if you still need "
+            "it."), None
     if call.raw_arguments is not None:
         return invalid_arguments(call.name), None
     if not is_allowed("tool", principal=ctx.principal, tool=call.name, arguments=call.arguments,

@@ -11,12 +11,14 @@ nothing to run.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.utils import timezone
 
 from .. import failpoints
 from ..clients import ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded
-from ..messages import MessageKind
+from ..messages import MessageKind, distinct_call_ids
 from ..states import Phase, TurnStatus
 from ..store import Candidate
 from . import budget, internal
@@ -75,6 +77,8 @@ def _reserved(ctx: TurnContext) -> None:
 
 def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded | None:
     """Commit the response with what follows it; return the error that fails the turn."""
+    taken = {c.id for message in ctx.visible for c in message.tool_calls}
+    response = replace(response, parts=distinct_call_ids(response.parts, taken))
     calls = response.tool_calls
     publish = not calls and not ctx.agent.output_policies  # nothing to review
     state = ctx.state.replace(

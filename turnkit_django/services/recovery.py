@@ -13,6 +13,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from .. import failpoints
 from ..agents import get_agent
 from ..conf import turnkit_settings
 from ..errors import ErrorRecord
@@ -23,7 +24,8 @@ from ..runtime.deliveries import deliver_pending, finished
 from ..runtime.submission import dispatch
 from ..store import database_now, lock_tree
 from ..store.transcript import ClosedCall, interrupt_running
-from ..store.turns import end, release, revoke, touch
+from ..states import TurnStatus
+from ..store.turns import count_recovery, end, release, revoke, touch
 from ..store.waits import join
 
 logger = logging.getLogger("turnkit_django.services")
@@ -35,10 +37,13 @@ class ReconcileReport:
     dead_lettered: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
     dispatched: list[str] = field(default_factory=list)
+    #: Turns whose recovery raised: logged, counted as a recovery attempt, retried next pass.
+    errors: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
-        return (f"recovered {len(self.recovered)}, dead-lettered {len(self.dead_lettered)}, "
+        text = (f"recovered {len(self.recovered)}, dead-lettered {len(self.dead_lettered)}, "
                 f"stale {len(self.stale)}, dispatched {len(self.dispatched)}")
+        return text + (f", {len(self.errors)} failed" if self.errors else "")
 
 
 def _replay_safe_tools(agent_name: str) -> set[str]:
@@ -64,8 +69,10 @@ def _recover(turn_id: str, report: ReconcileReport) -> None:
             return
         lock_tree(row["root_turn_id"])
         turn = Turn.objects.get(pk=turn_id)
-        if turn.status != "running" or (turn.heartbeat_at and turn.heartbeat_at >= cutoff):
+        if turn.status != TurnStatus.RUNNING or (turn.heartbeat_at and
+                                                  turn.heartbeat_at >= cutoff):
             return
+        failpoints.hit("recover_turn")
         if turn.submitted_at is None:
             end(turn, "abandon", reason="abandoned inline turn",
                 repair_reason="the turn was abandoned",
@@ -77,21 +84,50 @@ def _recover(turn_id: str, report: ReconcileReport) -> None:
         _interrupted(turn, interrupt_running(turn, replay_safe=_replay_safe_tools(
             turn.agent_name)))
         if attempts > int(turnkit_settings.MAX_RECOVERY_ATTEMPTS):
-            error = ErrorRecord("DeadLetter",
-                                f"the turn lost its worker {attempts} times; dead-lettered",
-                                {"recovery_attempts": attempts}).for_turn()
-            end(turn, "dead_letter", reason="dead-letter", repair_reason="the turn was "
-                "dead-lettered", error=error, recovery_attempts=attempts)
-            finished(turn.pk)  # callback and wake commit with the dead-letter
-            report.dead_lettered.append(turn.pk)
-            emit("turn.failed", turn_id=turn.pk, conversation_id=turn.conversation_id,
-                 error=error)
+            _dead_letter(turn, attempts, f"the turn lost its worker {attempts} times",
+                         report)
             return
         revoke(turn, "requeue", reason="lease expired", recovery_attempts=attempts)
         dispatch(turn.pk)
         report.recovered.append(turn.pk)
         emit("turn.recovered", turn_id=turn.pk, conversation_id=turn.conversation_id,
              recovery_attempts=attempts)
+
+
+def _dead_letter(turn: Turn, attempts: int, cause: str, report: ReconcileReport) -> None:
+    """Fail a turn that recovery gave up on; the caller holds its tree lock."""
+    error = ErrorRecord("DeadLetter", f"{cause}; dead-lettered",
+                        {"recovery_attempts": attempts}).for_turn()
+    end(turn, "dead_letter", reason="dead-letter", repair_reason="the turn was dead-lettered",
+        error=error, recovery_attempts=attempts)
+    finished(turn.pk)  # callback and wake commit with the dead-letter
+    report.dead_lettered.append(turn.pk)
+    emit("turn.failed", turn_id=turn.pk, conversation_id=turn.conversation_id, error=error)
+
+
+def _recovery_failed(turn_id: str, exc: Exception, report: ReconcileReport) -> None:
+    """Count a recovery that raised as an attempt; past the limit, dead-letter the turn."""
+    logger.error("could not recover turn %r; counted as a recovery attempt", turn_id,
+                 exc_info=exc)
+    report.errors.append(turn_id)
+    try:
+        with transaction.atomic():
+            root_id = Turn.objects.filter(pk=turn_id).values_list("root_turn_id",
+                                                                  flat=True).first()
+            if root_id is None:
+                return
+            lock_tree(root_id)
+            turn = Turn.objects.filter(pk=turn_id).running().first()
+            if turn is None:
+                return
+            attempts = turn.recovery_attempts + 1
+            if attempts > int(turnkit_settings.MAX_RECOVERY_ATTEMPTS):
+                _dead_letter(turn, attempts, f"its recovery failed {attempts} times "
+                             f"({type(exc).__name__}: {exc})", report)
+            else:
+                count_recovery(turn, attempts)
+    except Exception:
+        logger.exception("could not record the failed recovery of turn %r", turn_id)
 
 
 def reconcile() -> ReconcileReport:
@@ -102,7 +138,10 @@ def reconcile() -> ReconcileReport:
     stale_ids = list(Turn.objects.lease_expired(cutoff).order_by("heartbeat_at")
                      .values_list("pk", flat=True)[:batch])
     for turn_id in stale_ids:
-        _recover(turn_id, report)
+        try:
+            _recover(turn_id, report)
+        except Exception as exc:
+            _recovery_failed(turn_id, exc, report)
     report.dispatched.extend(drain())
     return report
 

@@ -150,9 +150,11 @@ def open_tool_calls(turn_id: str) -> list[tuple[str, str, dict[str, Any]]]:
     """Return (call id, tool name, arguments) of calls in the turn without a result message."""
     calls: list[tuple[str, str, dict[str, Any]]] = []
     answered: set[str] = set()
+    seen: set[str] = set()
     for stored in Message.objects.filter(turn_id=turn_id).values_list("content", flat=True):
         for part in load_parts(stored):
-            if part.kind == "tool_call":
+            if part.kind == "tool_call" and part.id not in seen:  # one result per id (P11)
+                seen.add(part.id)
                 calls.append((part.id, part.name, part.arguments))
             elif part.kind == "tool_result":
                 answered.add(part.tool_call_id)

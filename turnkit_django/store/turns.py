@@ -187,6 +187,12 @@ def end(turn: Turn, transition: str, *, reason: str, error: dict[str, Any],
     return closed
 
 
+def count_recovery(turn: Turn, attempts: int) -> None:
+    """Record a recovery attempt that did not get as far as revoking the turn."""
+    Turn.objects.filter(pk=turn.pk).update(recovery_attempts=attempts)
+    turn.recovery_attempts = attempts
+
+
 def release(turn: Turn) -> None:
     """A waiting turn goes back to pending (maintenance: its targets finished)."""
     apply_transition(turn.pk, "release", updated_at=Now())

@@ -7,7 +7,9 @@ import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import close_old_connections
 
+from ... import failpoints
 from ...conf import turnkit_settings
 from ...services import cancel_sweep, reconcile
 
@@ -23,23 +25,46 @@ class Command(BaseCommand):
                             help="Keep reconciling until interrupted (an alternative to beat).")
         parser.add_argument("--interval", type=float, default=None,
                             help="Seconds between passes with --loop (default RECONCILE_INTERVAL).")
+        parser.add_argument("--passes", type=int, default=None, metavar="N",
+                            help="With --loop, stop after N passes (default: run until stopped).")
 
     def handle(self, *args: Any, **options: Any) -> None:
         interval = options["interval"] or float(turnkit_settings.RECONCILE_INTERVAL)
         if interval <= 0:
             raise CommandError("--interval must be a positive number of seconds")
+        passes = options["passes"]
+        if passes is not None and passes < 1:
+            raise CommandError("--passes must be a positive number")
         if not options["loop"]:
             self.stdout.write(str(reconcile()))
             return
         stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-        while not stop.is_set():
+        previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            done = 0
+            while not stop.is_set() and (passes is None or done < passes):
+                self._pass()
+                done += 1
+                if passes is None or done < passes:
+                    stop.wait(interval)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _pass(self) -> None:
+        """One reconcile and cancel sweep; an error is reported and the loop goes on."""
+        try:
+            failpoints.hit("reconcile_pass")
             report = reconcile()
             # The loop stands in for beat, so it also finishes cancel cascades.
             swept = cancel_sweep()
-            if report.recovered or report.dead_lettered or report.stale or report.dispatched:
-                self.stdout.write(str(report))
-            if swept:
-                self.stdout.write(f"cancel sweep: cancelled {len(swept)} descendants")
-            stop.wait(interval)
+        except Exception as exc:
+            self.stderr.write(f"reconcile pass failed: {type(exc).__name__}: {exc}")
+            close_old_connections()  # the next pass starts on a fresh connection if needed
+            return
+        if report.recovered or report.dead_lettered or report.stale or report.dispatched \
+                or report.errors:
+            self.stdout.write(str(report))
+        if swept:
+            self.stdout.write(f"cancel sweep: cancelled {len(swept)} descendants")

@@ -1,0 +1,111 @@
+"""Duplicate and reused tool-call ids from the model (issue 10, item 1).
+
+Local OpenAI-compatible servers send two calls with one id, or reuse ``call_0`` in a later
+response. Each such call gets a readable tool error under an id of its own, so the transcript
+stays valid for the provider (P11) and nothing hits the unique (turn, tool_call_id) constraint.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from tests.dispatch import override_turnkit
+from turnkit_django import Agent, failpoints, reconcile, services, tool
+from turnkit_django.messages import load_parts
+from turnkit_django.models import Message, ToolExecution, Turn
+from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background", "invariants")]
+
+ran: list[str] = []
+
+
+@tool
+def lookup(ctx, order_id: str) -> dict:
+    """Look an order up."""
+    ran.append(order_id)
+    return {"order_id": order_id}
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    ran.clear()
+
+
+def results(turn_id: str) -> dict[str, dict]:
+    out = {}
+    for message in Message.objects.filter(turn_id=turn_id, kind="tool_result"):
+        for part in load_parts(message.content):
+            out[part.tool_call_id] = {"is_error": part.is_error, "content": part.content}
+    return out
+
+
+def calls_of(turn_id: str) -> list[tuple[str, str | None]]:
+    return [(part.id, part.duplicate_of)
+            for message in Message.objects.filter(turn_id=turn_id, kind="tool_call")
+            .order_by("sequence") for part in load_parts(message.content)]
+
+
+def test_two_calls_sharing_an_id_run_the_first_and_give_the_second_a_readable_error():
+    client = ScriptedClient([[call("lookup", id="dup", order_id="1"),
+                              call("lookup", id="dup", order_id="2")], reply("done")])
+    run = Agent("dups", tools=[lookup], client=client).run("go")
+
+    assert run.status == "completed", run.error
+    assert ran == ["1"]
+    (first, _), (second, original) = calls_of(run.id)
+    assert first == "dup" and second != "dup" and original == "dup"
+    found = results(run.id)
+    assert found[first]["is_error"] is False
+    assert found[second]["is_error"] is True
+    assert found[second]["content"]["error"] == "duplicate_tool_call_id"
+    assert "'dup'" in found[second]["content"]["message"]
+    # The model's next request answers both calls, each under its own id.
+    answered = [r.tool_call_id for m in client.requests[1].messages for r in m.tool_results]
+    assert answered == [first, second]
+
+
+def test_a_later_response_reusing_an_earlier_id_gets_an_error_not_an_integrity_error():
+    client = ScriptedClient([call("lookup", id="call_0", order_id="1"),
+                             call("lookup", id="call_0", order_id="2"), reply("done")])
+    run = Agent("reuser", tools=[lookup], client=client).run("go")
+
+    assert run.status == "completed", run.error
+    assert ran == ["1"]
+    (_, _), (reused, original) = calls_of(run.id)
+    assert original == "call_0" and reused != "call_0"
+    assert results(run.id)[reused]["content"]["error"] == "duplicate_tool_call_id"
+    assert ToolExecution.objects.filter(turn_id=run.id).count() == 2
+
+
+def test_a_turn_failing_before_its_duplicate_calls_started_repairs_its_transcript():
+    """Out of money during the model call: the batch never starts, repair closes every call."""
+    client = ScriptedClient([[call("lookup", id="d", order_id="1"),
+                              call("lookup", id="d", order_id="2"),
+                              call("lookup", id="d", order_id="3")]])
+    agent = Agent("broke", tools=[lookup], client=client, max_spend=Decimal("0.0000001"))
+    with override_turnkit(COST_RATES={"scripted": {"input": "3", "output": "15"}}):
+        run = agent.run("go")
+
+    assert run.status == "failed" and run.error["limit"] == "max_spend"
+    assert ran == []
+    ids = [call_id for call_id, _ in calls_of(run.id)]
+    assert len(set(ids)) == 3 and set(results(run.id)) == set(ids)
+
+
+def test_cancel_and_reconcile_close_duplicate_calls_of_a_background_turn(registered):
+    client = FunctionClient(lambda request: [call("lookup", id="same", order_id="1"),
+                                             call("lookup", id="same", order_id="2")])
+    agent = registered(Agent("bg_dups", tools=[lookup], client=client))
+    run = agent.submit("go")
+    failpoints.arm("after_model_commit")
+    with pytest.raises(failpoints.SimulatedCrash):
+        services.run_turn(run.id, kind="test")
+    run.cancel()
+    assert run.refresh().status == "cancelled"
+    ids = [call_id for call_id, _ in calls_of(run.id)]
+    assert len(set(ids)) == 2 and set(results(run.id)) == set(ids)
+    assert Turn.objects.get(pk=run.id).status == "cancelled"
+    assert reconcile().recovered == []
