@@ -22,9 +22,9 @@ from ..exceptions import ConfigurationError
 from ..models import Turn, Wait
 from ..runtime.deliveries import deliver_pending, finished
 from ..runtime.submission import dispatch
+from ..states import TurnStatus
 from ..store import database_now, lock_tree
 from ..store.transcript import ClosedCall, interrupt_running
-from ..states import TurnStatus
 from ..store.turns import count_recovery, end, release, revoke, touch
 from ..store.waits import join
 
