@@ -9,14 +9,16 @@ package the handle classes are ``TurnHandle`` and ``ConversationHandle`` (the mo
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Self
+from typing import Any, Self, TypedDict, Unpack
 
 from django.db import transaction
-from django.db.models import QuerySet, Sum
+from django.db.models import Model, QuerySet, Sum
 
 from . import services
 from .agents import AgentDefinition, Audit, get_agent
+from .agents.definition import Schema
 from .authorization import authorize
 from .clients import ModelRequest, Usage
 from .events import EventCallback
@@ -29,6 +31,47 @@ from .states import TERMINAL_TURN_STATUSES, TurnStatus
 from .store import append_input
 
 _UNSET: Any = object()
+
+
+class ConversationOptions(TypedDict, total=False):
+    """Options of a new conversation (``agent.conversation(...)``, and of a run's)."""
+
+    principal: Any
+    context: dict[str, Any]
+    metadata: dict[str, Any]
+    subject: Model | None
+    model: str | None
+
+
+class TurnOptions(TypedDict, total=False):
+    """Options of one turn (``conv.ask(...)``, ``conv.prepare_turn(...)``)."""
+
+    principal: Any
+    context: dict[str, Any]
+    output_schema: Schema
+    thinking: dict[str, Any] | bool | None
+    prompt_mode: str | None
+    model: str | None
+    compaction: bool | dict[str, Any] | None
+
+
+class RunOptions(TurnOptions, total=False):
+    """Options of a run (``agent.run(...)``, ``prepare``, ``submit``)."""
+
+    input: Any
+    on_event: EventCallback | None
+    metadata: dict[str, Any]
+    subject: Model | None
+
+
+def _only(method: str, options: Mapping[str, object], allowed: type) -> None:
+    """Raise TypeError naming every option ``method`` does not take (nothing is ignored)."""
+    known: frozenset[str] = allowed.__required_keys__ | allowed.__optional_keys__  # type: ignore[attr-defined]
+    unknown = sorted(set(options) - known)
+    if unknown:
+        names = ", ".join(repr(name) for name in unknown)
+        raise TypeError(f"{method}() got unexpected keyword argument{'s' * (len(unknown) > 1)} "
+                        f"{names}; it takes {', '.join(sorted(known))}")
 
 
 def _agent_for(row: Turn, agent: AgentDefinition | None) -> AgentDefinition:
@@ -57,20 +100,24 @@ class Agent(AgentDefinition):
     ``register()`` them so every process can rebuild their turns by name.
     """
 
-    def run(self, task: str, **options: Any) -> Run:
+    def run(self, task: str, **options: Unpack[RunOptions]) -> Run:
         """Run a bounded task inline, in this process, and return the finished Run."""
+        _only("run", options, RunOptions)
         return Run.create(self, task, **options).execute()
 
-    def prepare(self, task: str, **options: Any) -> Run:
+    def prepare(self, task: str, **options: Unpack[RunOptions]) -> Run:
         """Create a pending run without executing or submitting it."""
+        _only("prepare", options, RunOptions)
         return Run.create(self, task, **options)
 
-    def submit(self, task: str, *, callback: Any = None, **options: Any) -> Run:
+    def submit(self, task: str, *, callback: Any = None, **options: Unpack[RunOptions]) -> Run:
         """Create a run and hand it to background execution; returns at once."""
-        return self.prepare(task, **options).submit(callback=callback)
+        _only("submit", options, RunOptions)
+        return Run.create(self, task, **options).submit(callback=callback)
 
-    def conversation(self, **options: Any) -> ConversationHandle:
+    def conversation(self, **options: Unpack[ConversationOptions]) -> ConversationHandle:
         """Start a conversation with this agent."""
+        _only("conversation", options, ConversationOptions)
         return ConversationHandle.create(self, **options)
 
 
@@ -192,8 +239,10 @@ class Run(TurnHandle):
         input: Any = None,
         on_event: EventCallback | None = None,
         prompt_mode: str | None = None,
-        **options: Any,
+        **options: Unpack[TurnOptions | ConversationOptions],  # type: ignore[misc]
     ) -> Run:
+        _only("Run.create", {**options, "input": input, "on_event": on_event,
+                             "prompt_mode": prompt_mode}, RunOptions)
         validated = agent.validate_input(input)
         # Runs default to task mode unless the agent chose its own mode.
         mode = prompt_mode or agent.prompt_mode or "task"
@@ -247,7 +296,9 @@ class ConversationHandle:
         self._agent = agent
 
     @classmethod
-    def create(cls, agent: AgentDefinition, **options: Any) -> ConversationHandle:
+    def create(cls, agent: AgentDefinition,
+               **options: Unpack[ConversationOptions]) -> ConversationHandle:
+        _only("Conversation.create", options, ConversationOptions)
         return cls(services.new_conversation(agent, **options), agent)
 
     @property
@@ -264,14 +315,16 @@ class ConversationHandle:
         """Append a user message; run nothing."""
         return append_input(self.row.pk, [TextPart(text)], metadata=metadata)
 
-    def prepare_turn(self, **options: Any) -> TurnHandle:
+    def prepare_turn(self, **options: Unpack[TurnOptions]) -> TurnHandle:
         """Create a pending turn over the messages so far."""
+        _only("prepare_turn", options, TurnOptions)
         row = services.new_turn(self.agent, conversation=self.row, **options)
         return TurnHandle(row, self.agent)
 
     def ask(self, text: str, *, submit: bool = False, on_event: EventCallback | None = None,
-            **options: Any) -> TurnHandle:
+            **options: Unpack[TurnOptions]) -> TurnHandle:
         """Say ``text`` and answer it: inline by default, in the background with submit=True."""
+        _only("ask", options, TurnOptions)
         with transaction.atomic():
             self.say(text)
             turn = self.prepare_turn(**options)
@@ -343,5 +396,5 @@ def load_conversation(conversation_id: str) -> ConversationHandle:
 # Tools, output policies and context contributors receive these handles for the running turn.
 provide(TurnHandle)
 
-__all__ = ["Agent", "ConversationHandle", "Run", "TurnHandle", "load_conversation",
-           "load_run", "load_turn"]
+__all__ = ["Agent", "ConversationHandle", "ConversationOptions", "Run", "RunOptions",
+           "TurnHandle", "TurnOptions", "load_conversation", "load_run", "load_turn"]

@@ -56,6 +56,10 @@ class TurnQuerySet(models.QuerySet):
         """Turns that hold their conversation's lane: running, waiting or paused."""
         return self.filter(status__in=_BUSY)
 
+    def prepared(self) -> TurnQuerySet:
+        """Inline turns created and never started (neither executed nor submitted yet)."""
+        return self.pending().filter(submitted_at__isnull=True, started_at__isnull=True)
+
     def background(self) -> TurnQuerySet:
         return self.filter(submitted_at__isnull=False)
 

@@ -24,6 +24,27 @@ def snapshot(value: Any, what: str) -> Any:
         raise ConfigurationError(f"{what} must be JSON-serializable: {exc}") from exc
 
 
+def json_value(value: Any, what: str) -> Any:
+    """Return a deep copy of ``value`` if it is JSON as stored (dicts with string keys, lists,
+    strings, numbers, booleans, None); raise TypeError naming the first part that is not."""
+
+    def copy(item: Any, path: str) -> Any:
+        if item is None or isinstance(item, str | bool | int | float):
+            return item
+        if isinstance(item, list | tuple):
+            return [copy(v, f"{path}[{i}]") for i, v in enumerate(item)]
+        if isinstance(item, dict):
+            for key in item:
+                if not isinstance(key, str):
+                    raise TypeError(f"{what} must be JSON with string keys; {path} has the key "
+                                    f"{key!r} ({type(key).__name__}): use {str(key)!r}")
+            return {k: copy(v, f"{path}[{k!r}]") for k, v in item.items()}
+        raise TypeError(f"{what} must be JSON (dicts with string keys, lists, strings, numbers, "
+                        f"booleans, None); {path} is {type(item).__name__} {item!r}")
+
+    return copy(value, what)
+
+
 def json_safe(value: Any) -> Any:
     """Return ``value`` if it is JSON-serializable as stored by JSONField, else its repr."""
     try:
@@ -58,4 +79,4 @@ def render_result(value: Any) -> str:
         return str(value)
 
 
-__all__ = ["canonical", "json_safe", "render_result", "snapshot", "to_json"]
+__all__ = ["canonical", "json_safe", "json_value", "render_result", "snapshot", "to_json"]

@@ -215,7 +215,9 @@ def compact_turn(ctx: TurnContext, options: dict[str, Any], estimated_tokens: in
 def auto_compact(ctx: TurnContext, request: ModelRequest) -> bool:
     """Compact before a model call when the request is near the context limit; return whether
     a summary was appended (the caller builds the request again)."""
-    options = options_for(ctx.agent.name, ctx.agent.compaction)
+    turn_setting = (ctx.row.options or {}).get("compaction")
+    options = options_for(ctx.agent.name, ctx.agent.compaction if turn_setting is None
+                          else turn_setting)
     if options is None:
         return False
     usable = (options["context_limit"] - options["reserved_tokens"]) * options["threshold"]

@@ -9,11 +9,12 @@ from django.db import transaction
 from django.db.models import Model
 
 from ..agents import AgentDefinition, schema_json
+from ..agents.compaction import check_options as check_compaction
 from ..agents.definition import check_thinking
 from ..agents.prompting import check_options
 from ..messages import Part
 from ..models import Conversation, ToolExecution, Turn
-from ..serialization import snapshot
+from ..serialization import json_value, snapshot
 from ..store import NewConversation, NewTurn, create_conversation, create_turn
 
 
@@ -29,6 +30,7 @@ def new_conversation(
     parent_execution: ToolExecution | None = None,
 ) -> Conversation:
     """Create a conversation with ``agent``; a ``subject`` row's prompt text is snapshotted."""
+    principal = json_value(principal, "principal")
     subject_prompt = ""
     if subject is not None:
         to_prompt = getattr(subject, "to_prompt", None)
@@ -41,17 +43,20 @@ def new_conversation(
 
 
 def turn_options(agent: AgentDefinition, *, output_schema: Any = None, thinking: Any = None,
-                 prompt_mode: str | None = None, root: bool = True,
+                 prompt_mode: str | None = None, compaction: Any = None, root: bool = True,
                  **extra: Any) -> dict[str, Any]:
     """The write-once options of a new turn of ``agent`` (its limits snapshot when a root)."""
     check_options(agent.name, prompt_mode, None)
     check_thinking(thinking, f"turn of agent {agent.name!r}")
+    check_compaction(compaction, f"turn of agent {agent.name!r}")
     options: dict[str, Any] = {
         "output_schema": schema_json(output_schema or agent.output_schema),
         "thinking": thinking if thinking is not None else agent.thinking,
         "prompt_mode": prompt_mode,
         **extra,
     }
+    if compaction is not None:
+        options["compaction"] = compaction
     if root:
         options["limits"] = agent.limits().as_json()
     return options
@@ -67,24 +72,32 @@ def new_turn(
     principal: Any = None,
     context: dict[str, Any] | None = None,
     output_schema: Any = None,
-    thinking: dict[str, Any] | None = None,
+    thinking: dict[str, Any] | bool | None = None,
     prompt_mode: str | None = None,
     model: str | None = None,
+    compaction: bool | dict[str, Any] | None = None,
     message_metadata: dict[str, Any] | None = None,
     options: dict[str, Any] | None = None,
-    **conversation_options: Any,
+    metadata: dict[str, Any] | None = None,
+    subject: Model | None = None,
 ) -> Turn:
     """Create a pending turn (and its conversation and input message when needed).
 
-    ``options`` are extra write-once options recorded with the turn's own.
+    ``options`` are extra write-once options recorded with the turn's own; ``metadata`` and
+    ``subject`` describe a new conversation and are refused with an existing one.
     """
+    if conversation is not None and (metadata is not None or subject is not None):
+        raise TypeError("metadata and subject describe a new conversation; set them when the "
+                        "conversation is created (agent.conversation(metadata=..., subject=...))")
+    principal = json_value(principal, "principal")
     turn_config = turn_options(agent, output_schema=output_schema, thinking=thinking,
-                               prompt_mode=prompt_mode, root=parent is None, **(options or {}))
+                               prompt_mode=prompt_mode, compaction=compaction,
+                               root=parent is None, **(options or {}))
     with transaction.atomic():
         if conversation is None:
             conversation = new_conversation(agent, principal=principal, context=context,
                                             parent=parent, parent_execution=parent_execution,
-                                            model=model, **conversation_options)
+                                            model=model, metadata=metadata, subject=subject)
         spec = NewTurn(
             agent_name=agent.name,
             options=turn_config,

@@ -35,6 +35,7 @@ from ..authorization import authorize, is_allowed
 from ..events import emit
 from ..exceptions import ConfigurationError
 from ..models import Conversation, Delivery, Message, Turn
+from ..serialization import json_value
 from ..store import deliveries, lock_conversation
 from ..store.deliveries import COMPLETION_PREFIX
 from ..store.turns import set_options
@@ -61,6 +62,7 @@ def send_message(
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("a message needs non-empty text")
+    principal = json_value(principal, "principal")
     if source_turn is not None and source_turn.conversation_id != source.pk:
         raise ValueError(f"source turn {source_turn.pk!r} is not a turn of conversation "
                          f"{source.pk!r}")

@@ -55,10 +55,22 @@ def _replay_safe_tools(agent_name: str) -> set[str]:
 
 
 def _interrupted(turn: Turn, closed: list[ClosedCall]) -> None:
+    """The events of calls a recovery or a repair closed: the results it wrote."""
     for call in closed:
         if call.interrupted:
             emit("tool_call.interrupted", turn_id=turn.pk, conversation_id=turn.conversation_id,
                  id=call.call_id, name=call.name, tool_execution_id=call.execution_id)
+        emit("message.created", turn_id=turn.pk, conversation_id=turn.conversation_id,
+             message_id=call.message_id, role="tool", kind="tool_result")
+
+
+def _abandon(turn: Turn, message: str, report: ReconcileReport) -> None:
+    """Make an inline turn nobody will finish ``stale``; the caller holds its tree lock."""
+    _interrupted(turn, end(turn, "abandon", reason="abandoned inline turn",
+                           repair_reason="the turn was abandoned",
+                           error=ErrorRecord("Stale", message).for_turn()))
+    report.stale.append(turn.pk)
+    emit("turn.stale", turn_id=turn.pk, conversation_id=turn.conversation_id)
 
 
 def _recover(turn_id: str, report: ReconcileReport) -> None:
@@ -74,11 +86,7 @@ def _recover(turn_id: str, report: ReconcileReport) -> None:
             return
         failpoints.hit("recover_turn")
         if turn.submitted_at is None:
-            end(turn, "abandon", reason="abandoned inline turn",
-                repair_reason="the turn was abandoned",
-                error=ErrorRecord("Stale", "the inline execution was abandoned").for_turn())
-            report.stale.append(turn.pk)
-            emit("turn.stale", turn_id=turn.pk, conversation_id=turn.conversation_id)
+            _abandon(turn, "the inline execution was abandoned", report)
             return
         attempts = turn.recovery_attempts + 1
         _interrupted(turn, interrupt_running(turn, replay_safe=_replay_safe_tools(
@@ -142,8 +150,25 @@ def reconcile() -> ReconcileReport:
             _recover(turn_id, report)
         except Exception as exc:
             _recovery_failed(turn_id, exc, report)
+    _abandon_prepared(batch, report)
     report.dispatched.extend(drain())
     return report
+
+
+def _abandon_prepared(batch: int, report: ReconcileReport) -> None:
+    """Prepared turns neither executed nor submitted within TIMEOUT of their creation go
+    ``stale``: nothing will run them, and they would keep their conversation busy forever."""
+    if not turnkit_settings.TIMEOUT:
+        return
+    cutoff = database_now() - timedelta(seconds=float(turnkit_settings.TIMEOUT))
+    for turn_id, root_id in (Turn.objects.prepared().filter(updated_at__lt=cutoff)
+                             .order_by("updated_at").values_list("pk", "root_turn_id")[:batch]):
+        with transaction.atomic():
+            lock_tree(root_id)
+            turn = Turn.objects.prepared().filter(pk=turn_id, updated_at__lt=cutoff).first()
+            if turn is not None:
+                _abandon(turn, "the prepared turn was neither executed nor submitted within "
+                               f"TIMEOUT ({turnkit_settings.TIMEOUT}s)", report)
 
 
 def release_waiting(batch: int) -> list[str]:

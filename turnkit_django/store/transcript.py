@@ -10,7 +10,7 @@ turn stops without finishing its tool batch (failure, cancel, stale, dead-letter
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import connection, transaction
@@ -105,6 +105,7 @@ class ClosedCall:
     name: str
     execution_id: str
     interrupted: bool
+    message_id: str = ""
 
 
 def _result(execution_id: str, turn: Turn, call_id: str, name: str, content: Any, *,
@@ -142,8 +143,11 @@ def interrupt_running(turn: Turn, *, replay_safe: Iterable[str] = ()) -> list[Cl
                                     metadata={"interrupted": True}, fence=None))
             closed.append(ClosedCall(execution.tool_call_id, execution.tool_name, execution.pk,
                                      True))
-    insert_messages(turn.conversation_id, messages)
-    return closed
+    return _with_messages(closed, insert_messages(turn.conversation_id, messages))
+
+
+def _with_messages(closed: list[ClosedCall], rows: list[Message]) -> list[ClosedCall]:
+    return [replace(call, message_id=row.pk) for call, row in zip(closed, rows, strict=True)]
 
 
 def open_tool_calls(turn_id: str) -> list[tuple[str, str, dict[str, Any]]]:
@@ -201,8 +205,7 @@ def repair(turn: Turn, *, reason: str, fence: int | None = None) -> list[ClosedC
                                 metadata={"repair": reason, "interrupted": interrupted},
                                 fence=fence))
         closed.append(ClosedCall(call_id, name, execution.pk, interrupted))
-    insert_messages(turn.conversation_id, messages)
-    return closed
+    return _with_messages(closed, insert_messages(turn.conversation_id, messages))
 
 
 __all__ = ["ClosedCall", "NewMessage", "allocate_sequences", "append_input", "insert_messages",

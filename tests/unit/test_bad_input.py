@@ -1,0 +1,123 @@
+"""Bad input is refused with an error that names it, never ignored (issue 10, item 9)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tests.dispatch import override_turnkit
+from turnkit_django import Agent, events, reconcile, tool
+from turnkit_django.events import Event
+from turnkit_django.messages import ToolCallPart
+from turnkit_django.models import Conversation, Message, Turn
+from turnkit_django.store import Fenced, claim
+from turnkit_django.testing import ScriptedClient, reply
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("invariants")]
+
+
+def quiet() -> Agent:
+    return Agent("quiet", client=ScriptedClient([reply("ok")] * 5))
+
+
+@pytest.mark.parametrize("call", [
+    lambda agent: agent.run("go", compactoin=False),
+    lambda agent: agent.prepare("go", principle={"user": 1}),
+    lambda agent: agent.submit("go", callbak=None),
+    lambda agent: agent.conversation(subjet=None),
+    lambda agent: agent.conversation().ask("hi", compactoin=False),
+    lambda agent: agent.conversation().prepare_turn(modle="x"),
+])
+def test_an_unknown_option_raises_a_type_error_naming_it_and_writes_nothing(call):
+    agent = quiet()
+    with pytest.raises(TypeError) as raised:
+        call(agent)
+    message = str(raised.value)
+    assert any(name in message for name in ("compactoin", "principle", "callbak", "subjet",
+                                            "modle"))
+    assert not Turn.objects.exists()
+
+
+def test_compaction_can_be_turned_off_for_one_turn():
+    """A tiny context limit would compact every request; compaction=False turns it off."""
+    client = ScriptedClient([reply("summary"), reply("one"), reply("two")])
+    agent = Agent("forgetful", client=client,
+                  compaction={"context_limit": 40, "reserved_tokens": 1, "tail_messages": 1})
+    conversation = agent.conversation()
+    for text in ("first question, long enough to matter", "second question, also long"):
+        conversation.say(text)
+    turn = conversation.ask("third", compaction=False)
+    assert turn.status == "completed" and turn.output_text == "summary"  # no summary call
+    assert not Message.objects.filter(kind="context_summary").exists()
+    assert conversation.ask("fourth").status == "completed"  # the agent's setting again
+    assert Message.objects.filter(kind="context_summary").exists()
+
+
+@pytest.mark.parametrize("principal", [{"user": 1, 2: "team"}, {"user": object()},
+                                       {"tags": {"a", "b"}}, [1, {3: 4}]])
+def test_a_principal_that_is_not_json_is_refused_before_any_write(principal):
+    with pytest.raises(TypeError) as raised:
+        quiet().run("go", principal=principal)
+    assert "principal" in str(raised.value)
+    assert not Conversation.objects.exists()
+
+
+def test_a_principal_with_non_string_keys_is_refused_when_sending_a_message():
+    agent = quiet()
+    source, destination = agent.conversation(), agent.conversation()
+    with pytest.raises(TypeError):
+        source.send_message(destination, "hello", key="k", principal={1: "x"})
+
+
+def test_an_abandoned_prepared_turn_becomes_stale_after_the_timeout(registered):
+    agent = registered(Agent("preparer", client=ScriptedClient([])))
+    run = agent.prepare("never executed")
+    with override_turnkit(TIMEOUT=60):
+        assert reconcile().stale == []  # younger than TIMEOUT: left alone
+        Turn.objects.filter(pk=run.id).update(updated_at=timezone.now() - timedelta(seconds=61))
+        report = reconcile()
+
+    assert report.stale == [run.id]
+    row = run.refresh().row
+    assert row.status == "stale" and row.error["type"] == "Stale"
+    assert "prepared" in row.error["message"]
+
+
+@tool
+def probe(ctx) -> str:
+    """Probe something."""
+    return "x"
+
+
+@pytest.mark.usefixtures("background")
+def test_an_inline_turn_made_stale_emits_the_events_of_its_repair(
+        registered, django_capture_on_commit_callbacks):
+    agent = registered(Agent("abandoned", client=ScriptedClient([]), tools=[probe]))
+    run = agent.prepare("go")
+    held = claim(run.id, "a process that dies")
+    assert held is not None
+    fenced = Fenced(held)
+    with fenced.atomic():
+        fenced.append("assistant", [ToolCallPart("call_1", "probe", {}),
+                                    ToolCallPart("call_2", "probe", {})], kind="tool_call")
+        fenced.open_execution(ToolCallPart("call_1", "probe", {}), "running")
+    Turn.objects.filter(pk=run.id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    seen: list[Event] = []
+
+    def receive(sender: object, event: Event, **kwargs: object) -> None:
+        seen.append(event)
+
+    events.event.connect(receive)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert reconcile().stale == [run.id]
+    finally:
+        events.event.disconnect(receive)
+
+    kinds = [(e.type, e.payload.get("id") or e.payload.get("kind")) for e in seen
+             if e.turn_id == run.id]
+    assert ("tool_call.interrupted", "call_1") in kinds
+    assert kinds.count(("message.created", "tool_result")) == 2
+    assert kinds[-1] == ("turn.stale", None)
