@@ -73,6 +73,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return super().render_change_form(request, context, add, change, form_url, obj)
 
 
+def when_cell(moment: Any) -> str:
+    """A timestamp to the second for a list column: the date, then the time under it."""
+    if moment is None:
+        return "—"
+    date, time = when(moment).split(" ")[:2]
+    return format_html("{}<br>{}", date, time)
+
+
 def badge(status: str) -> str:
     """A turn or tool execution status, colored by the admin's stylesheet."""
     return format_html('<span class="tk-status tk-status-{}">{}</span>', status, status)
@@ -137,8 +145,9 @@ class ChildConversationFilter(_IsSetFilter):
 
 @admin.register(Turn)
 class TurnAdmin(ReadOnlyAdmin):
-    list_display = ("id", "agent_name", "status_badge", "depth", "position", "error_short",
-                    "tree_cost", "submitted", "completed", "duration")
+    list_display = ("turn", "status_badge", "depth", "error_short", "tree_cost", "submitted",
+                    "completed")
+    list_display_links = ("turn",)
     list_filter = ("status", PositionFilter, HasErrorFilter, ExecutionFilter, "agent_name",
                    "model")
     search_fields = ("id", "conversation__id", "root_turn__id", "parent_turn__id",
@@ -161,13 +170,13 @@ class TurnAdmin(ReadOnlyAdmin):
 
     # -- columns
 
+    @admin.display(description=_("turn"), ordering="created_at")
+    def turn(self, obj: Turn) -> str:
+        return format_html('<b>{}</b><br><span class="tk-id">{}</span>', obj.agent_name, obj.pk)
+
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj: Turn) -> str:
         return badge(obj.status)
-
-    @admin.display(description=_("position"))
-    def position(self, obj: Turn) -> str:
-        return str(_("root")) if obj.is_root else str(_("sub-agent"))
 
     @admin.display(description=_("error"))
     def error_short(self, obj: Turn) -> str:
@@ -183,15 +192,16 @@ class TurnAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("submitted"), ordering="submitted_at")
     def submitted(self, obj: Turn) -> str:
-        return when(obj.submitted_at)
+        return when_cell(obj.submitted_at)
 
     @admin.display(description=_("completed"), ordering="completed_at")
     def completed(self, obj: Turn) -> str:
-        return when(obj.completed_at)
-
-    @admin.display(description=_("took"))
-    def duration(self, obj: Turn) -> str:
-        return took(obj.started_at or obj.created_at, obj.completed_at)
+        """When the turn finished, and how long it took."""
+        if obj.completed_at is None:
+            return "—"
+        return format_html('{}<br><span class="tk-muted">{} {}</span>',
+                           when_cell(obj.completed_at), _("took"),
+                           took(obj.started_at or obj.created_at, obj.completed_at))
 
     # -- the page
 

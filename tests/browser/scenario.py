@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.browser.scenario_rates import RATES
 from tests.orchestration import crash_at, scripted
 from turnkit_django import Agent, ToolError, failpoints, services, tool
 from turnkit_django.handles import Run
 from turnkit_django.registry import register, unregister
 from turnkit_django.testing import FunctionClient, call, reply
-
-RATES = {"scripted": {"input": "3", "output": "15"}}
 
 
 @tool
@@ -75,6 +74,8 @@ dispatcher = Agent(
     ])))
 
 AGENTS = (support, dispatcher)
+__all__ = ["RATES", "active_tree", "console_agents", "finished_run", "register_agents",
+           "unregister_agents"]
 
 
 def register_agents() -> None:
