@@ -274,6 +274,7 @@ class TurnAdmin(ReadOnlyAdmin):
 class ConversationAdmin(ReadOnlyAdmin):
     list_display = ("id", "agent_name", "model", "parent_conversation", "created", "updated")
     list_filter = (ChildConversationFilter, "agent_name", "model")
+    list_select_related = ("parent_conversation",)
     search_fields = ("id", "agent_name", "subject_id", "parent_conversation__id",
                      "parent_turn__id")
     ordering = ("-created_at",)

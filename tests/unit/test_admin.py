@@ -10,13 +10,15 @@ import re
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils.functional import Promise
 
 from tests.browser.scenario import RATES, active_tree, console_agents, finished_run, support
 from tests.dispatch import override_turnkit
-from turnkit_django import services
+from turnkit_django import Agent, services
 from turnkit_django.messages import TextPart
 from turnkit_django.models import Conversation, Delivery, ToolExecution, Turn, Wait
 from turnkit_django.testing import FunctionClient, reply
@@ -118,9 +120,7 @@ def make_tree() -> tuple[Turn, Turn, Turn, Turn]:
     return root, a, b, a1
 
 
-def services_agent():
-    from turnkit_django import Agent
-
+def services_agent() -> Agent:
     return Agent("console_plain", client=FunctionClient(lambda request: reply("ok")))
 
 
@@ -246,8 +246,6 @@ def test_without_view_transcript_the_transcript_principal_and_context_are_hidden
 
 
 def test_delivery_payloads_need_view_transcript():
-    from turnkit_django import Agent
-
     agent = Agent("console_mail", client=FunctionClient(lambda request: reply("ok")))
     source, destination = agent.conversation(), agent.conversation()
     source.send_message(destination, "secret plan", key="mail-1")
@@ -255,3 +253,35 @@ def test_delivery_payloads_need_view_transcript():
     assert "secret plan" not in page(staff("view_delivery"), "delivery_change", delivery.pk)
     assert "secret plan" in page(staff("view_delivery", "view_transcript"), "delivery_change",
                                  delivery.pk)
+
+
+# --------------------------------------------------------------------------- bounded queries
+
+
+def queries_for(client: Client, url: str) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(url).status_code == 200
+    return len(captured)
+
+
+@pytest.mark.parametrize("name", ["turn_changelist", "conversation_changelist",
+                                  "toolexecution_changelist", "wait_changelist"])
+def test_lists_cost_the_same_queries_for_more_rows(staff_client, name):
+    finished_run()
+    url = reverse(f"admin:turnkit_{name}")
+    few = queries_for(staff_client, url)
+    for _ in range(3):
+        finished_run()
+    assert queries_for(staff_client, url) == few
+
+
+def test_the_turn_page_costs_the_same_queries_for_a_bigger_tree(staff_client):
+    agent = services_agent()
+    small, big = (services.new_turn(agent, [TextPart(name)]) for name in ("small", "big"))
+    services.new_turn(agent, [TextPart("child")], parent=small)
+    for index in range(5):
+        child = services.new_turn(agent, [TextPart(f"child {index}")], parent=big)
+        services.new_turn(agent, [TextPart("grandchild")], parent=child)
+    small_page, big_page = (reverse("admin:turnkit_turn_change", args=[t.pk]) for t in (small, big))
+    queries_for(staff_client, small_page)  # warm the per-process caches (content types ...)
+    assert queries_for(staff_client, big_page) == queries_for(staff_client, small_page)
