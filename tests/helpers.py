@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from turnkit_django import failpoints
-from turnkit_django.registry import register, unregister
+from turnkit_django.agents.registry import register, unregister
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def _uses_database(request: pytest.FixtureRequest) -> bool:
 @pytest.fixture
 def invariants(request: pytest.FixtureRequest) -> Iterator[Any]:
     """Check the invariants on the data the test leaves behind; yields ``assert_invariants``."""
-    from turnkit_django.verify import assert_invariants
+    from turnkit_django.testing.verify import assert_invariants
 
     uses_database = _uses_database(request)
     yield assert_invariants
@@ -69,7 +69,7 @@ def verify_after_test(request: pytest.FixtureRequest) -> Iterator[None]:
     check = _uses_database(request) and request.node.get_closest_marker("corrupts_data") is None
     yield
     if check:
-        from turnkit_django.verify import assert_invariants
+        from turnkit_django.testing.verify import assert_invariants
 
         assert_invariants()
 

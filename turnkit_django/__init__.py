@@ -5,6 +5,7 @@ Public surface: import from here (``from turnkit_django import Agent, tool, regi
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import (
@@ -24,12 +25,11 @@ from .exceptions import (
 )
 
 if TYPE_CHECKING:
-    from .agents import Agent
-    from .handles import Conversation, Run, Turn, load_conversation, load_run, load_turn
-    from .policies import check_output_policy
-    from .registry import register
+    from .agents import Skill, check_output_policy, register
+    from .handles import Agent, Run, load_conversation, load_run, load_turn
+    from .handles import ConversationHandle as Conversation
+    from .handles import TurnHandle as Turn
     from .services import drain, reconcile
-    from .skills import Skill
     from .tools.base import Tool, ToolContext, tool
 
 __version__ = "0.1.0.dev0"
@@ -37,28 +37,26 @@ __version__ = "0.1.0.dev0"
 # The names below need Django's app registry (they import models); resolve them lazily so
 # ``import turnkit_django`` works in settings files and before ``django.setup()``.
 _LAZY = {
-    "Agent": ("agents", "Agent"),
+    "Agent": ("handles", "Agent"),
     "Tool": ("tools.base", "Tool"),
     "ToolContext": ("tools.base", "ToolContext"),
     "tool": ("tools.base", "tool"),
-    "register": ("registry", "register"),
+    "register": ("agents", "register"),
     "Run": ("handles", "Run"),
-    "Turn": ("handles", "Turn"),
-    "Conversation": ("handles", "Conversation"),
+    "Turn": ("handles", "TurnHandle"),
+    "Conversation": ("handles", "ConversationHandle"),
     "load_run": ("handles", "load_run"),
     "load_turn": ("handles", "load_turn"),
     "load_conversation": ("handles", "load_conversation"),
     "reconcile": ("services", "reconcile"),
     "drain": ("services", "drain"),
-    "Skill": ("skills", "Skill"),
-    "check_output_policy": ("policies", "check_output_policy"),
+    "Skill": ("agents", "Skill"),
+    "check_output_policy": ("agents", "check_output_policy"),
 }
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from importlib import import_module
-
         module, attr = _LAZY[name]
         return getattr(import_module(f".{module}", __name__), attr)
     raise AttributeError(f"module 'turnkit_django' has no attribute {name!r}")

@@ -24,10 +24,9 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from .cancel import CancelReport
 from .exceptions import AuthorizationError, TurnkitError
 from .models import Turn
-from .services import cancel
+from .services import CancelReport, cancel
 from .states import ACTIVE_TURN_STATUSES
 from .templatetags.turnkit_admin import when
 from .timeline import (

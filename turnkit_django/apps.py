@@ -10,7 +10,11 @@ class TurnkitConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
-        from .registry import autodiscover
+        # Imported here, not at the top: they import models, which need the app registry.
+        from . import (
+            checks,  # noqa: F401 - registers the system checks
+            handles,  # noqa: F401 - gives tools their turn handles
+        )
+        from .agents.registry import autodiscover
 
         autodiscover()

@@ -3,6 +3,9 @@
 Load this module in your Celery app: ``CELERY_IMPORTS = ["turnkit_django.celery"]`` (or
 ``app.conf.imports``); ``autodiscover_tasks()`` only finds modules named ``tasks``.
 Tasks are idempotent: a duplicate, late or lost message is harmless.
+
+The tasks import the services when they run, not at the top: a project's Celery module imports
+this one (for ``beat_schedule()``) while Django's settings load, before the app registry is ready.
 """
 
 from __future__ import annotations

@@ -12,7 +12,10 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 
-from .conf import DEFAULTS
+from .agents.compaction import check_options as check_compaction
+from .clients import default_client
+from .clients.cost import validate_rates
+from .conf import DEFAULTS, turnkit_settings
 
 
 def _user() -> dict[str, Any]:
@@ -22,8 +25,6 @@ def _user() -> dict[str, Any]:
 
 @register(Tags.compatibility)
 def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    from .conf import turnkit_settings
-
     messages: list[CheckMessage] = []
     raw = getattr(settings, "TURNKIT", None)
     if raw is not None and not isinstance(raw, dict):
@@ -69,15 +70,11 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
             hint="Reconcile more often than the lease so dead workers are noticed in time.",
             id="turnkit.E005"))
     number("PROMPT_DATA_MAX_CHARS", integer=True)
-    from .compaction import check_options as check_compaction
-
     try:
         check_compaction(_user().get("COMPACTION", DEFAULTS["COMPACTION"]), "TURNKIT['COMPACTION']")
     except Exception as exc:
         messages.append(Error(str(exc), hint="Use True, False, or a dict such as "
                               "{'context_limit': 128000, 'threshold': 0.75}.", id="turnkit.E020"))
-    from .cost import validate_rates
-
     for problem in validate_rates(_user().get("COST_RATES", {})):
         messages.append(Error(problem, hint="Rates are USD per million tokens: "
                               "{'input': '3', 'output': '15', 'cache_read': '0.3', "
@@ -120,8 +117,6 @@ def check_sqlite_mode(app_configs: Sequence[Any] | None = None,
 def check_client_credentials(app_configs: Sequence[Any] | None = None,
                              **kwargs: Any) -> list[CheckMessage]:
     """Warn when the configured model client has no credentials (deploy checks only)."""
-    from .clients import default_client
-
     try:
         client = default_client()
     except Exception as exc:
@@ -142,10 +137,8 @@ def check_celery(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> lis
     """Warn when the project's Celery app will not run reconciliation or route our tasks."""
     try:
         from celery import current_app
-    except ImportError:  # pragma: no cover - celery is an optional extra
+    except ImportError:  # pragma: no cover
         return []
-    from .conf import turnkit_settings
-
     app = current_app._get_current_object()  # type: ignore[attr-defined]
     if app.main in (None, "default", "__main__") and not app.conf.get("beat_schedule"):
         return []  # no project Celery app configured in this process

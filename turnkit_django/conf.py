@@ -85,9 +85,6 @@ turnkit_settings = TurnkitSettings()
 def _reload(*, setting: str, **kwargs: Any) -> None:
     if setting == "TURNKIT":
         turnkit_settings.reload()
-        from .clients import reset_default_client
-
-        reset_default_client()
 
 
 setting_changed.connect(_reload)

@@ -1,46 +1,44 @@
-"""The objects applications hold: ``Run``, ``Turn`` and ``Conversation``.
+"""The objects applications hold: ``Agent``, ``Run``, ``Turn`` and ``Conversation``.
 
 Handles wrap rows and call services; they hold no state the database does not have, so
-``refresh()`` is always safe and two handles on one turn agree after refreshing.
+``refresh()`` is always safe and two handles on one turn agree after refreshing. Inside the
+package the handle classes are ``TurnHandle`` and ``ConversationHandle`` (the models are
+``Turn`` and ``Conversation``); the package exports them as ``Turn`` and ``Conversation``.
 """
 
 from __future__ import annotations
 
 import json
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
-from django.db.models import Q, QuerySet, Sum
+from django.db import transaction
+from django.db.models import QuerySet, Sum
 
 from . import services
-from .clients.base import ModelRequest, Usage
+from .agents import AgentDefinition, Audit, get_agent
+from .authorization import authorize
+from .clients import ModelRequest, Usage
+from .events import EventCallback
+from .exceptions import InvalidTransition
 from .messages import TextPart
-from .models import Conversation as ConversationRow
-from .models import Delivery, Message, ToolExecution
-from .models import Turn as TurnRow
-from .states import TERMINAL_TURN_STATUSES
-
-if TYPE_CHECKING:
-    from .agents import Agent
-    from .events import EventCallback
-    from .policies import Audit
-
-
-def _agent_for(row: TurnRow, agent: Agent | None) -> Agent:
-    if agent is not None and agent.name == row.agent_name:
-        return agent
-    from .registry import get_agent
-
-    return get_agent(row.agent_name)
-
+from .models import Conversation, Delivery, Message, ToolExecution, Turn
+from .runtime import execute, preview
+from .runtime.handles import provide
+from .states import TERMINAL_TURN_STATUSES, TurnStatus
+from .store import append_input
 
 _UNSET: Any = object()
 
 
-def _authorize_read(conversation: ConversationRow, principal: Any) -> None:
-    if principal is not _UNSET:
-        from .authorization import authorize
+def _agent_for(row: Turn, agent: AgentDefinition | None) -> AgentDefinition:
+    if agent is not None and agent.name == row.agent_name:
+        return agent
+    return get_agent(row.agent_name)
 
+
+def _authorize_read(conversation: Conversation, principal: Any) -> None:
+    if principal is not _UNSET:
         authorize("read_messages", principal=principal, conversation_id=conversation.pk,
                   conversation_principal=conversation.principal)
 
@@ -52,10 +50,34 @@ def _task_parts(task: str, input: Any) -> list[TextPart]:
     return [TextPart(f"Task: {task}\n\nInput:\n{rendered}")]
 
 
-class Turn:
+class Agent(AgentDefinition):
+    """A named agent: instructions, model, tools, sub-agents and limits, and how to use it.
+
+    Agents are definitions, not state: create them at import time in ``<app>/agents.py`` and
+    ``register()`` them so every process can rebuild their turns by name.
+    """
+
+    def run(self, task: str, **options: Any) -> Run:
+        """Run a bounded task inline, in this process, and return the finished Run."""
+        return Run.create(self, task, **options).execute()
+
+    def prepare(self, task: str, **options: Any) -> Run:
+        """Create a pending run without executing or submitting it."""
+        return Run.create(self, task, **options)
+
+    def submit(self, task: str, *, callback: Any = None, **options: Any) -> Run:
+        """Create a run and hand it to background execution; returns at once."""
+        return self.prepare(task, **options).submit(callback=callback)
+
+    def conversation(self, **options: Any) -> ConversationHandle:
+        """Start a conversation with this agent."""
+        return ConversationHandle.create(self, **options)
+
+
+class TurnHandle:
     """A turn of a conversation: one unit of agent work with its own status and output."""
 
-    def __init__(self, row: TurnRow, agent: Agent | None = None) -> None:
+    def __init__(self, row: Turn, agent: AgentDefinition | None = None) -> None:
         self.row = row
         self._agent = agent
         self._on_event: EventCallback | None = None
@@ -75,7 +97,7 @@ class Turn:
         return self.row.status in TERMINAL_TURN_STATUSES
 
     @property
-    def agent(self) -> Agent:
+    def agent(self) -> AgentDefinition:
         self._agent = _agent_for(self.row, self._agent)
         return self._agent
 
@@ -106,11 +128,9 @@ class Turn:
     @property
     def audit(self) -> Audit | None:
         """The output policies' verdict, when the agent has output policies."""
-        from .policies import Audit
-
         return None if self.row.audit is None else Audit.from_json(self.row.audit)
 
-    def refresh(self) -> Turn:
+    def refresh(self) -> Self:
         self.row.refresh_from_db()
         return self
 
@@ -118,41 +138,30 @@ class Turn:
 
     def messages(self) -> QuerySet[Message]:
         """The turn's input and its own messages, in sequence order."""
-        return Message.objects.filter(conversation_id=self.row.conversation_id).filter(
-            Q(sequence__lte=self.row.context_sequence) | Q(turn_id=self.row.pk)
-        ).order_by("sequence")
+        return Message.objects.visible_to(self.row)
 
     def tool_executions(self) -> QuerySet[ToolExecution]:
         return ToolExecution.objects.filter(turn_id=self.row.pk).order_by("created_at")
 
     def preview(self) -> ModelRequest:
         """The exact next model request, built without calling the model or writing anything."""
-        from .runtime import Execution
-        from .store import Claim
-
-        row = TurnRow.objects.select_related("conversation").get(pk=self.row.pk)
-        claim = Claim(row.pk, row.root_turn_id, row.conversation_id, row.fence, "preview")
-        return Execution(claim, row, self.agent, client=_NoClient()).build_request()
+        return preview(self.row.pk, self.agent)
 
     # -- actions -----------------------------------------------------------------------
 
-    def execute(self, *, on_event: EventCallback | None = None) -> Turn:
+    def execute(self, *, on_event: EventCallback | None = None) -> Self:
         """Execute the pending turn inline, in this process, and return it finished."""
-        from .exceptions import InvalidTransition
-        from .runtime import execute
-        from .waits import join_for_inline
-
         self.refresh()
-        if self.row.status != "pending":
+        if self.row.status != TurnStatus.PENDING:
             raise InvalidTransition(self.row.pk, self.row.status, "execute")
-        join_for_inline(self.row)
+        services.join_for_inline(self.row)
         execute(self.row.pk, agent=self.agent, on_event=on_event or self._on_event,
                 root_id=self.row.root_turn_id)
         return self.refresh()
 
-    def submit(self, callback: Any = None) -> Turn:
+    def submit(self, callback: Any = None) -> Self:
         """Hand the turn to background execution; returns at once."""
-        target = callback.row if isinstance(callback, Conversation) else callback
+        target = callback.row if isinstance(callback, ConversationHandle) else callback
         self.row = services.submit(self.row, callback=target)
         return self
 
@@ -165,27 +174,19 @@ class Turn:
     def cancel(self, cascade: bool = False, principal: Any = None) -> Self:
         """Cancel the turn (and with ``cascade`` its descendants); a finished turn is unchanged."""
         services.cancel(self.row, cascade=cascade, principal=principal)
-        self.refresh()
-        return self
+        return self.refresh()
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.row.pk} {self.row.status}>"
+        return f"<Turn {self.row.pk} {self.row.status}>"
 
 
-class _NoClient:
-    provider = "none"
-
-    def complete(self, request: ModelRequest) -> Any:  # pragma: no cover - never called
-        raise AssertionError("preview never calls the model")
-
-
-class Run(Turn):
+class Run(TurnHandle):
     """One bounded task: the root turn of a tree; usage and cost aggregate the tree."""
 
     @classmethod
     def create(
         cls,
-        agent: Agent,
+        agent: AgentDefinition,
         task: str,
         *,
         input: Any = None,
@@ -206,9 +207,9 @@ class Run(Turn):
     def root_turn_id(self) -> str:
         return self.row.root_turn_id
 
-    def turns(self) -> QuerySet[TurnRow]:
+    def turns(self) -> QuerySet[Turn]:
         """The root and its descendants."""
-        return TurnRow.objects.filter(root_turn_id=self.row.root_turn_id).order_by("created_at")
+        return Turn.objects.tree(self.row.root_turn_id)
 
     def messages(self) -> QuerySet[Message]:
         """Every message of every conversation in the tree."""
@@ -234,24 +235,19 @@ class Run(Turn):
             return None
         return agg["total"] or Decimal(0)
 
-    def execute(self, *, on_event: EventCallback | None = None) -> Run:
-        super().execute(on_event=on_event)
-        return self
-
-    def submit(self, callback: Any = None) -> Run:
-        super().submit(callback)
-        return self
+    def __repr__(self) -> str:
+        return f"<Run {self.row.pk} {self.row.status}>"
 
 
-class Conversation:
+class ConversationHandle:
     """A thread over time with one agent."""
 
-    def __init__(self, row: ConversationRow, agent: Agent | None = None) -> None:
+    def __init__(self, row: Conversation, agent: AgentDefinition | None = None) -> None:
         self.row = row
         self._agent = agent
 
     @classmethod
-    def create(cls, agent: Agent, **options: Any) -> Conversation:
+    def create(cls, agent: AgentDefinition, **options: Any) -> ConversationHandle:
         return cls(services.new_conversation(agent, **options), agent)
 
     @property
@@ -259,29 +255,23 @@ class Conversation:
         return self.row.pk
 
     @property
-    def agent(self) -> Agent:
+    def agent(self) -> AgentDefinition:
         if self._agent is None or self._agent.name != self.row.agent_name:
-            from .registry import get_agent
-
             self._agent = get_agent(self.row.agent_name)
         return self._agent
 
     def say(self, text: str, *, metadata: dict[str, Any] | None = None) -> Message:
         """Append a user message; run nothing."""
-        from .store import append_user_message
+        return append_input(self.row.pk, [TextPart(text)], metadata=metadata)
 
-        return append_user_message(self.row.pk, [TextPart(text)], metadata=metadata)
-
-    def prepare_turn(self, **options: Any) -> Turn:
+    def prepare_turn(self, **options: Any) -> TurnHandle:
         """Create a pending turn over the messages so far."""
         row = services.new_turn(self.agent, conversation=self.row, **options)
-        return Turn(row, self.agent)
+        return TurnHandle(row, self.agent)
 
     def ask(self, text: str, *, submit: bool = False, on_event: EventCallback | None = None,
-            **options: Any) -> Turn:
+            **options: Any) -> TurnHandle:
         """Say ``text`` and answer it: inline by default, in the background with submit=True."""
-        from django.db import transaction
-
         with transaction.atomic():
             self.say(text)
             turn = self.prepare_turn(**options)
@@ -295,16 +285,15 @@ class Conversation:
         With ``principal=`` the ``read_messages`` action is authorized first.
         """
         _authorize_read(self.row, principal)
-        return Message.objects.filter(conversation_id=self.row.pk, sequence__gt=after).order_by(
-            "sequence")
+        return Message.objects.after(self.row.pk, after)
 
-    def turns(self) -> QuerySet[TurnRow]:
-        return TurnRow.objects.filter(conversation_id=self.row.pk).order_by("created_at")
+    def turns(self) -> QuerySet[Turn]:
+        return Turn.objects.filter(conversation_id=self.row.pk).order_by("created_at")
 
-    def send_message(self, other: Conversation | ConversationRow, text: str, *, key: str,
+    def send_message(self, other: ConversationHandle | Conversation, text: str, *, key: str,
                      principal: Any = None, source_turn: Any = None) -> Delivery:
         """Send ``text`` to ``other`` durably, once per ``key`` (a retry returns the same one)."""
-        destination = other.row if isinstance(other, Conversation) else other
+        destination = other.row if isinstance(other, ConversationHandle) else other
         turn = getattr(source_turn, "row", source_turn)
         return services.send_message(self.row, destination, text, key=key, principal=principal,
                                      source_turn=turn)
@@ -328,12 +317,10 @@ class Conversation:
         Raises CompactionError when there is too little to compact, a turn is active, or the
         summary comes back empty. Originals stay in the transcript.
         """
-        from .compaction import compact_conversation
+        return services.compact_conversation(self.row.pk, self.agent, focus=focus,
+                                             keep_last=keep_last, client=client)
 
-        return compact_conversation(self.row.pk, self.agent, focus=focus, keep_last=keep_last,
-                                    client=client)
-
-    def refresh(self) -> Conversation:
+    def refresh(self) -> Self:
         self.row.refresh_from_db()
         return self
 
@@ -341,14 +328,20 @@ class Conversation:
         return f"<Conversation {self.row.pk} {self.row.agent_name}>"
 
 
-def load_turn(turn_id: str) -> Turn:
-    return Turn(TurnRow.objects.get(pk=turn_id))
+def load_turn(turn_id: str) -> TurnHandle:
+    return TurnHandle(Turn.objects.get(pk=turn_id))
 
 
 def load_run(run_id: str) -> Run:
-    row = TurnRow.objects.get(pk=run_id)
-    return Run(row)
+    return Run(Turn.objects.get(pk=run_id))
 
 
-def load_conversation(conversation_id: str) -> Conversation:
-    return Conversation(ConversationRow.objects.get(pk=conversation_id))
+def load_conversation(conversation_id: str) -> ConversationHandle:
+    return ConversationHandle(Conversation.objects.get(pk=conversation_id))
+
+
+# Tools, output policies and context contributors receive these handles for the running turn.
+provide(TurnHandle)
+
+__all__ = ["Agent", "ConversationHandle", "Run", "TurnHandle", "load_conversation",
+           "load_run", "load_turn"]

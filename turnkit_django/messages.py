@@ -11,9 +11,25 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from django.db import models
 from pydantic import Field, TypeAdapter
 
 Role = Literal["user", "assistant", "tool"]
+
+
+class MessageRole(models.TextChoices):
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class MessageKind(models.TextChoices):
+    """What a stored message is (``Message.kind``)."""
+
+    TEXT = "text"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    CONTEXT_SUMMARY = "context_summary"
 
 
 @dataclass(frozen=True)
@@ -122,7 +138,6 @@ class ChatMessage(PartsView):
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-
 def text_of(parts: Sequence[Part]) -> str:
     """Concatenate the text parts."""
     return "".join(p.text for p in parts if isinstance(p, TextPart))
@@ -131,6 +146,8 @@ def text_of(parts: Sequence[Part]) -> str:
 __all__ = [
     "ChatMessage",
     "DataPart",
+    "MessageKind",
+    "MessageRole",
     "Part",
     "PartsView",
     "ProviderPart",

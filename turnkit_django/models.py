@@ -19,7 +19,15 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from .ids import new_id
-from .querysets import ConversationQuerySet, DeliveryQuerySet, ToolExecutionQuerySet, TurnQuerySet
+from .messages import MessageKind, MessageRole
+from .querysets import (
+    ConversationQuerySet,
+    DeliveryQuerySet,
+    MessageQuerySet,
+    ToolExecutionQuerySet,
+    TurnQuerySet,
+    WaitQuerySet,
+)
 from .states import ToolStatus, TurnStatus
 
 
@@ -160,9 +168,11 @@ class Turn(models.Model):
     def is_root(self) -> bool:
         return self.root_turn_id == self.id
 
-    @property
-    def is_background(self) -> bool:
-        return self.submitted_at is not None
+    def envelope(self) -> dict[str, Any]:
+        """The compact result another turn receives for this one (a join, a callback)."""
+        return {"agent": self.agent_name, "conversation_id": self.conversation_id,
+                "turn_id": self.pk, "status": self.status, "output_text": self.output_text,
+                "output_data": self.output_data, "error": self.error}
 
 
 class Message(models.Model):
@@ -173,8 +183,8 @@ class Message(models.Model):
     turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.CASCADE,
                              related_name="messages")
     sequence = models.PositiveBigIntegerField()
-    role = models.CharField(max_length=16)
-    kind = models.CharField(max_length=32, default="text")
+    role = models.CharField(max_length=16, choices=MessageRole.choices)
+    kind = models.CharField(max_length=32, choices=MessageKind.choices, default=MessageKind.TEXT)
     content = models.JSONField(default=list)
     tool_execution = models.ForeignKey(
         "ToolExecution", null=True, blank=True, on_delete=models.SET_NULL, related_name="messages"
@@ -183,6 +193,8 @@ class Message(models.Model):
     # The fence of the turn's claim that wrote this message (null for application writes).
     fence = models.PositiveBigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = MessageQuerySet.as_manager()
 
     class Meta:
         ordering = ["conversation", "sequence"]
@@ -240,6 +252,8 @@ class Wait(models.Model):
     target = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="waited_by")
     created_at = models.DateTimeField(auto_now_add=True)
 
+    objects = WaitQuerySet.as_manager()
+
     class Meta:
         verbose_name = _("wait")
         verbose_name_plural = _("waits")
@@ -283,13 +297,3 @@ class Delivery(models.Model):
     def __str__(self) -> str:
         return f"delivery {self.key!r}"
 
-
-def json_safe(value: Any) -> Any:
-    """Return ``value`` if it is JSON-serializable as stored by JSONField, else its repr."""
-    import json
-
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-    return value

@@ -1,25 +1,61 @@
-"""Queryset vocabulary named after states: ``actionable()``, ``stale(before)`` ..."""
+"""The read vocabulary: querysets named after states (``active()``, ``lease_expired(before)``).
+
+Code outside this module reads turnkit rows through these methods instead of writing status
+filters by hand, so each rule ("the lane is busy", "the messages a turn sees") is written once.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.db import models
+from django.db.models import Exists, OuterRef, Q
 
-from .states import ACTIVE_TURN_STATUSES, FINISHED_TOOL_STATUSES, ToolStatus, TurnStatus
+from .states import (
+    ACTIVE_TURN_STATUSES,
+    BUSY_TURN_STATUSES,
+    FINISHED_TOOL_STATUSES,
+    ToolStatus,
+    TurnStatus,
+)
+
+if TYPE_CHECKING:
+    from .models import Turn
+
+_ACTIVE = [str(s) for s in ACTIVE_TURN_STATUSES]
+_BUSY = [str(s) for s in BUSY_TURN_STATUSES]
 
 
 class ConversationQuerySet(models.QuerySet):
     def roots(self) -> ConversationQuerySet:
         return self.filter(parent_conversation__isnull=True)
 
+    def prunable(self, before: datetime) -> ConversationQuerySet:
+        """Root conversations idle since ``before`` with every turn (children's too) finished."""
+        return self.roots().filter(updated_at__lt=before).exclude(
+            turns__status__in=_ACTIVE).exclude(child_conversations__turns__status__in=_ACTIVE)
+
 
 class TurnQuerySet(models.QuerySet):
     def active(self) -> TurnQuerySet:
-        return self.filter(status__in=ACTIVE_TURN_STATUSES)
+        return self.filter(status__in=_ACTIVE)
 
     def terminal(self) -> TurnQuerySet:
-        return self.exclude(status__in=ACTIVE_TURN_STATUSES)
+        return self.exclude(status__in=_ACTIVE)
+
+    def pending(self) -> TurnQuerySet:
+        return self.filter(status=TurnStatus.PENDING)
+
+    def running(self) -> TurnQuerySet:
+        return self.filter(status=TurnStatus.RUNNING)
+
+    def waiting(self) -> TurnQuerySet:
+        return self.filter(status=TurnStatus.WAITING)
+
+    def busy(self) -> TurnQuerySet:
+        """Turns that hold their conversation's lane: running, waiting or paused."""
+        return self.filter(status__in=_BUSY)
 
     def background(self) -> TurnQuerySet:
         return self.filter(submitted_at__isnull=False)
@@ -27,26 +63,85 @@ class TurnQuerySet(models.QuerySet):
     def inline(self) -> TurnQuerySet:
         return self.filter(submitted_at__isnull=True)
 
-    def actionable(self) -> TurnQuerySet:
-        """Background turns maintenance may act on (matches the partial actionable index)."""
-        return self.background().filter(
-            status__in=[TurnStatus.PENDING, TurnStatus.WAITING, TurnStatus.RUNNING]
-        )
-
-    def stale(self, before: datetime) -> TurnQuerySet:
-        """Running turns whose heartbeat (or start) is older than ``before``."""
-        return self.filter(status=TurnStatus.RUNNING, heartbeat_at__lt=before)
-
     def roots(self) -> TurnQuerySet:
         return self.filter(root_turn_id=models.F("id"))
 
+    def tree(self, root_id: str) -> TurnQuerySet:
+        """The turns of one tree, oldest first."""
+        return self.filter(root_turn_id=root_id).order_by("created_at", "id")
+
+    def actionable(self) -> TurnQuerySet:
+        """Background turns maintenance may act on (matches the partial actionable index)."""
+        return self.background().filter(
+            status__in=[TurnStatus.PENDING, TurnStatus.WAITING, TurnStatus.RUNNING])
+
+    def lease_expired(self, before: datetime) -> TurnQuerySet:
+        """Running turns whose heartbeat is older than ``before`` (their worker may be dead)."""
+        return self.running().filter(heartbeat_at__lt=before)
+
+    def queued_in_lane(self) -> TurnQuerySet:
+        """Submitted pending turns, in the order their lane runs them."""
+        return self.background().pending().order_by("submitted_at", "id")
+
+    def blocking_lane_of(self, turn: Turn) -> TurnQuerySet:
+        """Turns that keep ``turn`` from being claimed: another turn of its conversation is busy,
+        or an older submitted turn is still pending (the lane is FIFO)."""
+        older = Q(status=TurnStatus.PENDING, submitted_at__isnull=False) & (
+            Q(submitted_at__lt=turn.submitted_at)
+            | Q(submitted_at=turn.submitted_at, id__lt=turn.pk))
+        return self.filter(conversation_id=turn.conversation_id).exclude(pk=turn.pk).filter(
+            Q(status__in=_BUSY) | older)
+
+    def lane_heads(self) -> TurnQuerySet:
+        """Submitted pending turns at the head of their conversation's lane (claimable now)."""
+        lane = self.model._default_manager.filter(
+            conversation_id=OuterRef("conversation_id")).exclude(pk=OuterRef("pk"))
+        busy = lane.filter(status__in=_BUSY)
+        older = lane.filter(status=TurnStatus.PENDING, submitted_at__isnull=False).filter(
+            Q(submitted_at__lt=OuterRef("submitted_at"))
+            | Q(submitted_at=OuterRef("submitted_at"), id__lt=OuterRef("pk")))
+        return self.actionable().pending().filter(~Exists(busy), ~Exists(older))
+
+    def under_cascade(self) -> TurnQuerySet:
+        """Active turns whose parent was cancelled with its descendants (for the sweep)."""
+        return self.active().filter(parent_turn__status=TurnStatus.CANCELLED,
+                                    parent_turn__options__cancel_cascade=True)
+
+
+class MessageQuerySet(models.QuerySet):
+    def visible_to(self, turn: Turn) -> MessageQuerySet:
+        """The messages ``turn`` sees: its conversation up to its frozen input, plus its own."""
+        return self.filter(conversation_id=turn.conversation_id).filter(
+            Q(sequence__lte=turn.context_sequence) | Q(turn_id=turn.pk)).order_by("sequence")
+
+    def after(self, conversation_id: str, sequence: int) -> MessageQuerySet:
+        """A cursor read: the conversation's messages with a greater sequence, in order."""
+        return self.filter(conversation_id=conversation_id, sequence__gt=sequence).order_by(
+            "sequence")
+
 
 class ToolExecutionQuerySet(models.QuerySet):
+    def pending(self) -> ToolExecutionQuerySet:
+        return self.filter(status=ToolStatus.PENDING)
+
     def running(self) -> ToolExecutionQuerySet:
         return self.filter(status=ToolStatus.RUNNING)
 
+    def completed(self) -> ToolExecutionQuerySet:
+        return self.filter(status=ToolStatus.COMPLETED)
+
     def finished(self) -> ToolExecutionQuerySet:
         return self.filter(status__in=FINISHED_TOOL_STATUSES)
+
+
+class WaitQuerySet(models.QuerySet):
+    def unmet(self) -> WaitQuerySet:
+        """Edges whose target has not finished yet."""
+        return self.filter(target__status__in=_ACTIVE)
+
+    def between_active(self) -> WaitQuerySet:
+        """Edges whose waiter and target are both unfinished (the live wait graph)."""
+        return self.unmet().filter(waiter__status__in=_ACTIVE)
 
 
 class DeliveryQuerySet(models.QuerySet):

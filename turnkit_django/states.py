@@ -1,6 +1,8 @@
-"""Statuses of turns and tool executions, and which transitions are legal."""
+"""Statuses of turns and tool executions, and the named transitions between turn statuses."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from django.db import models
 
@@ -47,22 +49,39 @@ class Phase(models.TextChoices):
     DONE = "done"
 
 
-TURN_TRANSITIONS: dict[str, frozenset[str]] = {
-    TurnStatus.PENDING: frozenset(
-        {TurnStatus.RUNNING, TurnStatus.WAITING, TurnStatus.PAUSED, TurnStatus.CANCELLED,
-         TurnStatus.STALE, TurnStatus.FAILED}
-    ),
-    TurnStatus.WAITING: frozenset(
-        {TurnStatus.PENDING, TurnStatus.PAUSED, TurnStatus.CANCELLED, TurnStatus.FAILED}
-    ),
-    TurnStatus.PAUSED: frozenset({TurnStatus.PENDING, TurnStatus.WAITING, TurnStatus.CANCELLED}),
-    TurnStatus.RUNNING: frozenset(
-        {TurnStatus.WAITING, TurnStatus.PENDING, TurnStatus.COMPLETED, TurnStatus.FAILED,
-         TurnStatus.CANCELLED, TurnStatus.STALE}
-    ),
-}
+#: A conversation's lane is busy while one of its turns is in one of these statuses: a submitted
+#: turn behind it waits (the serial lane), a delivery to it is buffered for the next turn.
+BUSY_TURN_STATUSES = frozenset({TurnStatus.RUNNING, TurnStatus.WAITING, TurnStatus.PAUSED})
 
 
-def can_transition(current: str, target: str) -> bool:
-    """Return whether a turn may move from ``current`` to ``target``."""
-    return target in TURN_TRANSITIONS.get(current, frozenset())
+@dataclass(frozen=True)
+class Transition:
+    """A named status change: the statuses it may start from and the one it leads to."""
+
+    name: str
+    sources: frozenset[TurnStatus]
+    target: TurnStatus
+
+
+def _t(name: str, sources: set[TurnStatus], target: TurnStatus) -> Transition:
+    return Transition(name, frozenset(sources), target)
+
+
+_P, _W, _R = TurnStatus.PENDING, TurnStatus.WAITING, TurnStatus.RUNNING
+
+#: Every status change of a turn, by name; the store applies them (compare-and-set on the
+#: sources) and nothing else changes ``Turn.status``.
+TRANSITIONS: dict[str, Transition] = {t.name: t for t in (
+    _t("claim", {_P}, _R),                       # a worker takes the turn; the fence moves
+    _t("submit", {_P}, _P),                      # handed to background execution, waits met
+    _t("wait", {_P}, _W),                        # submitted (or waited on) with unmet waits
+    _t("suspend", {_R}, _W),                     # the turn waits for others; claim released
+    _t("release", {_W}, _P),                     # maintenance: its targets finished
+    _t("publish", {_R}, TurnStatus.COMPLETED),   # the output phase published
+    _t("fail", {_R}, TurnStatus.FAILED),         # a budget, model or policy error
+    _t("requeue", {_R}, _P),                     # reconcile: the worker is presumed dead
+    _t("dead_letter", {_R}, TurnStatus.FAILED),  # reconcile: too many recoveries
+    _t("refuse", {_P, _W}, TurnStatus.FAILED),   # nobody can run it (e.g. unknown agent)
+    _t("abandon", {_P, _R}, TurnStatus.STALE),   # an inline turn left behind
+    _t("cancel", set(ACTIVE_TURN_STATUSES), TurnStatus.CANCELLED),
+)}

@@ -31,7 +31,7 @@ def revoke_to_pending(turn_id: str) -> int:
     """Revoke the current claim the way reconcile does for a dead worker; return the new fence."""
     with transaction.atomic():
         store.lock_tree(Turn.objects.get(pk=turn_id).root_turn_id)
-        return store.revoke(Turn.objects.get(pk=turn_id), status="pending",
+        return store.revoke(Turn.objects.get(pk=turn_id), "requeue",
                             reason="test: next round")
 
 

@@ -22,9 +22,11 @@ import turnkit_django
 from tests.concurrency.threads import Worker, wait_until
 from tests.dispatch import override_turnkit, recorded
 from turnkit_django import Agent, LostClaim, services, store, tool
+from turnkit_django.errors import unknown_result
 from turnkit_django.messages import ToolCallPart, ToolResultPart
 from turnkit_django.models import Conversation, Message, ToolExecution, Turn
-from turnkit_django.repair import repair, unknown_result
+from turnkit_django.states import Phase
+from turnkit_django.store import repair
 from turnkit_django.testing import FunctionClient, call, reply
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
@@ -47,7 +49,7 @@ def lost_claims(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int | None]]
     real = store.Fenced.atomic
 
     @contextmanager
-    def atomic(self: store.Fenced) -> Iterator[dict[str, Any]]:
+    def atomic(self: store.Fenced) -> Iterator[store.Ledger]:
         try:
             with real(self) as ledger:
                 yield ledger
@@ -215,29 +217,27 @@ def claimed_mid_turn(worker: str) -> tuple[store.Claim, ToolExecution]:
     with fenced.atomic():
         fenced.append("assistant", [ToolCallPart("call_1", "lookup", {}),
                                     ToolCallPart("call_2", "lookup", {})], kind="tool_call")
-        execution = fenced.create_execution(tool_call_id="call_1", tool_name="lookup",
-                                            status="running")
-        fenced.update_turn(state={"phase": "tools"})
+        execution = fenced.open_execution(ToolCallPart("call_1", "lookup", {}), "running")
+        fenced.save(store.TurnState(phase=Phase.TOOLS))
     return claim, execution
 
 
 def revoke(claim: store.Claim) -> None:
     with transaction.atomic():
         store.lock_tree(claim.root_id)
-        store.revoke(Turn.objects.get(pk=claim.turn_id), status="pending",
-                     reason="test: revoked")
+        store.revoke(Turn.objects.get(pk=claim.turn_id), "requeue", reason="test: revoked")
 
 
 WRITES: dict[str, Callable[[store.Fenced, ToolExecution], object]] = {
     "append": lambda fenced, execution: fenced.append(
         "tool", [ToolResultPart("call_1", "lookup", "late")], kind="tool_result",
         tool_execution_id=execution.pk),
-    "update_turn": lambda fenced, execution: fenced.update_turn(
-        state={"phase": "tools", "late": True}),
-    "create_execution": lambda fenced, execution: fenced.create_execution(
-        tool_call_id="call_2", tool_name="lookup", status="running"),
-    "set_execution": lambda fenced, execution: fenced.set_execution(
-        execution.pk, ["running"], status="completed", result="late"),
+    "save": lambda fenced, execution: fenced.save(
+        store.TurnState(phase=Phase.TOOLS, iterations=7)),
+    "open_execution": lambda fenced, execution: fenced.open_execution(
+        ToolCallPart("call_2", "lookup", {}), "running"),
+    "move_execution": lambda fenced, execution: fenced.move_execution(
+        execution.pk, ["running"], "completed", result="late"),
 }
 
 
@@ -269,14 +269,14 @@ def test_fenced_writes_succeed_while_the_claim_holds():
     execution.refresh_from_db()
     assert (execution.status, execution.result, execution.fence) == ("completed", "late", 1)
     turn = Turn.objects.get(pk=claim.turn_id)
-    assert turn.state == {"phase": "tools", "late": True}
+    assert turn.state == {"phase": "tools", "iterations": 7}
     assert ToolExecution.objects.filter(turn_id=claim.turn_id).count() == 2
     assert Message.objects.filter(turn_id=claim.turn_id, fence=1).count() == 2
     # End the turn the way a failure does, so the data left behind keeps the invariants.
     with transaction.atomic():
         store.lock_tree(claim.root_id)
         repair(turn, reason="test: done")
-        store.revoke(turn, status="failed", reason="test: done", completed_at=timezone.now(),
+        store.revoke(turn, "dead_letter", reason="test: done", completed_at=timezone.now(),
                      error={"type": "Test", "message": "done"})
 
 
@@ -290,7 +290,7 @@ def test_a_revocation_waits_for_an_in_flight_fenced_write():
         with fenced.atomic():
             message = fenced.append("tool", [ToolResultPart("call_1", "lookup", "ok")],
                                     kind="tool_result", tool_execution_id=execution.pk)
-            fenced.set_execution(execution.pk, ["running"], status="completed", result="ok")
+            fenced.move_execution(execution.pk, ["running"], "completed", result="ok")
             in_write.block()
         return message.sequence
 

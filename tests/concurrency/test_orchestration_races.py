@@ -16,10 +16,11 @@ import pytest
 
 from tests.concurrency.threads import Race
 from tests.orchestration import answering
-from turnkit_django import LostClaim, WaitError, deliveries, services, store
-from turnkit_django.handles import Run
+from turnkit_django import LostClaim, Run, WaitError, services, store
 from turnkit_django.models import Message, Turn, Wait
-from turnkit_django.runtime import Execution
+from turnkit_django.runtime import TurnContext, deliveries
+from turnkit_django.runtime.loop import context
+from turnkit_django.runtime.output import publish as publish_output
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
 
@@ -65,9 +66,9 @@ def test_the_same_delivery_delivered_by_two_workers_appends_one_message_and_one_
             assert continuation.options["woken_by"]["delivery_id"] == delivery.pk
 
 
-def publish(execution: Execution) -> str:
+def publish(execution: TurnContext) -> str:
     try:
-        execution.publish("finished", None)
+        publish_output(execution, "finished", None)
     except LostClaim:
         return "fenced out"
     return "completed"
@@ -82,7 +83,7 @@ def test_cancel_racing_completion_has_exactly_one_winner():
             claim = store.claim(run.id, "racer")
             assert claim is not None
             row = Turn.objects.select_related("conversation").get(pk=run.id)
-            execution = Execution(claim, row, agent)
+            execution = context(claim, row, agent, client=agent.resolved_client())
             published, report = race.round([partial(publish, execution),
                                             partial(services.cancel, run.id)])
             final = Turn.objects.get(pk=run.id)

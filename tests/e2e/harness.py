@@ -58,7 +58,7 @@ def script(*steps: dict[str, Any]) -> str:
 
 def submit(*steps: dict[str, Any]) -> str:
     """Submit a background run of the scripted agent; return its turn id."""
-    from turnkit_django.registry import get_agent
+    from turnkit_django.agents.registry import get_agent
 
     return get_agent(SCRIPTED_AGENT).submit(script(*steps)).id
 

@@ -18,11 +18,11 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from tests.e2e.harness import Cluster, assert_hygiene
+from turnkit_django.agents.registry import get_agent
 from turnkit_django.messages import TextPart, load_parts
 from turnkit_django.models import Message, ToolExecution
-from turnkit_django.registry import get_agent
 from turnkit_django.states import ToolStatus
-from turnkit_django.verify import assert_invariants
+from turnkit_django.testing.verify import assert_invariants
 
 EFFECT_TOOLS = frozenset({"unsafe_effect", "safe_effect"})
 TERMINAL_EVENTS = frozenset({"turn.completed", "turn.failed", "turn.cancelled", "turn.stale"})

@@ -26,7 +26,7 @@ from tests.e2e.harness import (
 )
 from tests.e2e.invariants import assert_scenario_invariants
 from tests.testapp.agents import SCRIPTED_AGENT
-from turnkit_django.registry import get_agent
+from turnkit_django.agents.registry import get_agent
 from turnkit_django.states import TurnStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,11 +18,12 @@ from tests.dispatch import background, override_turnkit, recorded
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from tests.orchestration import DENIALS, answering, policy, policy_calls, snapshot
 from turnkit_django import Agent, AuthorizationError, LostClaim, services, store, tool
+from turnkit_django.errors import unknown_result
 from turnkit_django.events import turn_cancelled
 from turnkit_django.handles import Run
 from turnkit_django.messages import TextPart, ToolCallPart, load_parts
 from turnkit_django.models import Delivery, Message, ToolExecution, Turn
-from turnkit_django.repair import unknown_result
+from turnkit_django.states import Phase
 from turnkit_django.testing import FunctionClient, call, reply
 
 __all__ = ["_disarm_failpoints", "background", "policy_calls", "registered",
@@ -44,9 +45,9 @@ def running(turn: Turn, *, calls: Sequence[str] = ("call_1", "call_2"),
         fenced.append("assistant", [ToolCallPart(c, "lookup", {}) for c in calls],
                       kind="tool_call")
         for call_id in started:
-            fenced.create_execution(tool_call_id=call_id, tool_name="lookup", status="running",
-                                    started_at=timezone.now(), attempts=1)
-        fenced.update_turn(state={"phase": "tools"})
+            fenced.open_execution(ToolCallPart(call_id, "lookup", {}), "running",
+                                  started_at=timezone.now(), attempts=1)
+        fenced.save(store.TurnState(phase=Phase.TOOLS))
     return claim
 
 

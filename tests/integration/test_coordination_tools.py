@@ -28,15 +28,15 @@ from tests.orchestration import (
 from turnkit_django import (
     Agent,
     AuthorizationError,
+    Conversation,
     ModelError,
-    deliveries,
     failpoints,
     reconcile,
     services,
     store,
 )
-from turnkit_django.handles import Conversation
 from turnkit_django.models import Delivery, Message, ToolExecution, Turn, Wait
+from turnkit_django.runtime import deliveries
 from turnkit_django.testing import FunctionClient, call, reply
 from turnkit_django.tools import launch_agent, send_message, wait_for
 

@@ -14,13 +14,20 @@ import pytest
 from tests.dispatch import background, override_turnkit, recorded
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from tests.orchestration import DENIALS, answering, policy, policy_calls, snapshot
-from turnkit_django import Agent, AuthorizationError, DeliveryConflict, services, tool
-from turnkit_django import deliveries as deliveries_module
+from turnkit_django import (
+    Agent,
+    AuthorizationError,
+    Conversation,
+    DeliveryConflict,
+    load_conversation,
+    services,
+    tool,
+)
 from turnkit_django.clients.base import ModelRequest
 from turnkit_django.events import delivery_delivered
-from turnkit_django.handles import Conversation, load_conversation
 from turnkit_django.messages import load_parts
 from turnkit_django.models import Delivery, Message, Turn
+from turnkit_django.runtime import deliveries as deliveries_module
 from turnkit_django.testing import FunctionClient, call, reply
 
 __all__ = ["_disarm_failpoints", "background", "policy_calls", "registered",

@@ -13,7 +13,7 @@ import pytest
 from tests.dispatch import background
 from tests.helpers import _disarm_failpoints, invariants, registered, verify_after_test
 from turnkit_django.models import Message
-from turnkit_django.verify import assert_invariants
+from turnkit_django.testing.verify import assert_invariants
 
 __all__ = ["_disarm_failpoints", "background", "invariants", "registered", "valid_transcript",
            "verify_after_test"]

@@ -8,7 +8,7 @@ import pytest
 from django.test import override_settings
 
 from turnkit_django.clients import Usage
-from turnkit_django.cost import BUILTIN_RATES, compute_cost, rates_for, validate_rates
+from turnkit_django.clients.cost import BUILTIN_RATES, compute_cost, rates_for, validate_rates
 
 
 def test_cost_of_a_cached_claude_call() -> None:

@@ -12,8 +12,8 @@ from django.test import override_settings
 
 from tests.helpers import crash_and_resume
 from turnkit_django import Agent, ConfigurationError, Skill, check_output_policy, tool
+from turnkit_django.agents.policies import Violation
 from turnkit_django.models import Message, Turn
-from turnkit_django.policies import Violation
 from turnkit_django.testing import ScriptedClient, call, reply
 
 pytestmark = pytest.mark.django_db

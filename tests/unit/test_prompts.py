@@ -10,8 +10,8 @@ from django.test import override_settings
 from pydantic import BaseModel
 
 from turnkit_django import Agent, ConfigurationError, InputError, tool
+from turnkit_django.agents.prompting import Prompt
 from turnkit_django.models import Turn
-from turnkit_django.prompts import Prompt
 from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply
 
 pytestmark = pytest.mark.django_db

@@ -20,9 +20,9 @@ import turnkit_django
 from tests.dispatch import override_turnkit
 from turnkit_django import Agent, failpoints, services, tool
 from turnkit_django.clients.base import ModelRequest
+from turnkit_django.errors import unknown_result
 from turnkit_django.failpoints import SimulatedCrash
 from turnkit_django.models import Message, ToolExecution, Turn
-from turnkit_django.repair import unknown_result
 from turnkit_django.testing import FunctionClient, call, reply
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background", "invariants")]

@@ -10,9 +10,9 @@ from django.db import connection
 from django.test import override_settings
 
 from turnkit_django import Agent, ConfigurationError, register
+from turnkit_django.agents.registry import get_agent, unregister
 from turnkit_django.checks import check_sqlite_mode
 from turnkit_django.conf import DEFAULTS, turnkit_settings
-from turnkit_django.registry import get_agent, unregister
 from turnkit_django.testing import ScriptedClient
 
 

@@ -24,7 +24,7 @@ from tests.helpers import _disarm_failpoints, invariants
 from turnkit_django import Agent, failpoints, reconcile, tool
 from turnkit_django.models import Conversation, Delivery, Message, ToolExecution, Turn
 from turnkit_django.testing import ScriptedClient, call, reply
-from turnkit_django.verify import Violation, assert_invariants, check_invariants, verify
+from turnkit_django.testing.verify import Violation, assert_invariants, check_invariants, verify
 
 __all__ = ["_disarm_failpoints", "invariants"]
 

@@ -15,7 +15,7 @@ from tests.orchestration import answering
 from turnkit_django import Agent, services
 from turnkit_django.models import Turn, Wait
 from turnkit_django.testing import FunctionClient, call, reply
-from turnkit_django.verify import check_invariants, verify
+from turnkit_django.testing.verify import check_invariants, verify
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background")]
 corrupts = pytest.mark.corrupts_data

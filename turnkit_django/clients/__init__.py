@@ -5,6 +5,10 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+from django.core.signals import setting_changed
+
+from ..conf import turnkit_settings
+from ..exceptions import ConfigurationError
 from .base import BaseClient, Client, ModelRequest, ModelResponse, ToolSpec, Usage
 
 if TYPE_CHECKING:
@@ -20,30 +24,34 @@ def default_client() -> Client:
     global _default
     with _lock:
         if _default is None:
-            from ..conf import turnkit_settings
-
             _default = build_client(turnkit_settings.CLIENT)
         return _default
 
 
 def build_client(value: Any) -> Client:
-    """Instantiate a client setting: an instance is used as is, a class or factory is called."""
-    from ..exceptions import ConfigurationError
-
-    client = value() if callable(value) and not hasattr(value, "complete") else value
-    if isinstance(value, type):
-        client = value()
-    if not hasattr(client, "complete"):
+    """Instantiate a client setting: a client is used as is, a class or factory is called."""
+    client = value if isinstance(value, Client) and not isinstance(value, type) else (
+        value() if callable(value) else value)
+    if not isinstance(client, Client):
         raise ConfigurationError(
-            f"TURNKIT['CLIENT'] must be a client (an object with complete(request)); got {value!r}"
+            f"TURNKIT['CLIENT'] must be a model client (with provider and complete(request)), "
+            f"a class or a factory returning one; got {value!r}"
         )
-    return client  # type: ignore[no-any-return,unused-ignore]
+    return client
 
 
 def reset_default_client() -> None:
     global _default
     with _lock:
         _default = None
+
+
+def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == "TURNKIT":
+        reset_default_client()
+
+
+setting_changed.connect(_settings_changed)
 
 
 def __getattr__(name: str) -> Any:

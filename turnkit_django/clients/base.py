@@ -8,10 +8,16 @@ will not fix, after doing its own retries for transient ones.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from ..exceptions import ModelAccessError
 from ..messages import ChatMessage, Part, PartsView, ThinkingPart
+
+#: Set by :func:`turnkit_django.testing.block_model_requests`: real provider clients refuse to
+#: make requests while it is set.
+requests_blocked = threading.Event()
 
 
 @dataclass(frozen=True)
@@ -153,11 +159,7 @@ class BaseClient:
         raise NotImplementedError
 
     def _guard_network(self) -> None:
-        from ..testing import requests_blocked
-
-        if self.makes_network_requests and requests_blocked():
-            from ..exceptions import ModelAccessError
-
+        if self.makes_network_requests and requests_blocked.is_set():
             raise ModelAccessError(
                 f"{type(self).__name__} tried a real model request while "
                 "turnkit_django.testing.block_model_requests() is active; use ScriptedClient "
@@ -165,4 +167,5 @@ class BaseClient:
             )
 
 
-__all__ = ["BaseClient", "Client", "ModelRequest", "ModelResponse", "ToolSpec", "Usage"]
+__all__ = ["BaseClient", "Client", "ModelRequest", "ModelResponse", "ToolSpec", "Usage",
+           "requests_blocked"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from .base import FunctionTool, Tool, ToolContext, tool
 from .coordination import launch_agent, send_message, wait_for
-from .subagent import SubAgentTool
 
-__all__ = ["FunctionTool", "SubAgentTool", "Tool", "ToolContext", "launch_agent",
-           "send_message", "tool", "wait_for"]
+__all__ = ["FunctionTool", "Tool", "ToolContext", "launch_agent", "send_message", "tool",
+           "wait_for"]

@@ -7,15 +7,14 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_type_hints, overload
+from typing import Any, ClassVar, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..clients.base import ToolSpec
+from ..errors import ErrorRecord
 from ..exceptions import ConfigurationError
-
-if TYPE_CHECKING:
-    from ..handles import Turn
+from ..serialization import render_result
 
 Recovery = Literal["unknown", "replay_safe"]
 Terminal = bool | str | Callable[[Any], str]
@@ -24,9 +23,12 @@ _NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")
 
 @dataclass(frozen=True)
 class ToolContext:
-    """What a tool knows about the call it serves. ``principal`` comes from the application."""
+    """What a tool knows about the call it serves. ``principal`` comes from the application.
 
-    turn: Turn
+    ``turn`` is the :class:`turnkit_django.Turn` handle of the turn running the tool.
+    """
+
+    turn: Any
     conversation_id: str
     execution_id: str
     tool_call_id: str
@@ -204,46 +206,15 @@ def arguments_schema(args: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
-def render_result(value: Any) -> str:
-    """Render a tool result as text for output or previews."""
-    import json
-
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def to_json(value: Any) -> Any:
-    """Normalise a tool's return value to JSON-compatible data."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, dict):
-        return {str(k): to_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [to_json(v) for v in value]
-    if hasattr(value, "__dataclass_fields__"):
-        import dataclasses
-
-        return to_json(dataclasses.asdict(value))
-    return str(value)
-
-
-def validation_message(tool_name: str, exc: ValidationError) -> dict[str, Any]:
+def validation_error(tool_name: str, exc: ValidationError) -> ErrorRecord:
     """A readable tool error for invalid arguments: what was wrong, per field."""
     problems = [
         {"field": ".".join(str(p) for p in err["loc"]) or "(arguments)", "problem": err["msg"]}
         for err in exc.errors(include_url=False, include_input=False)
     ]
-    return {
-        "error": "invalid_arguments",
-        "message": f"The arguments for {tool_name!r} are invalid; fix them and call again.",
-        "problems": problems,
-    }
+    return ErrorRecord("invalid_arguments",
+                       f"The arguments for {tool_name!r} are invalid; fix them and call again.",
+                       {"problems": problems})
 
 
 def _snake(name: str) -> str:

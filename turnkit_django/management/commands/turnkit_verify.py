@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...models import Conversation, Turn
-from ...verify import verify
+from ...testing.verify import verify
 
 
 class Command(BaseCommand):

@@ -1,0 +1,293 @@
+"""Agent definitions: instructions, model, tools, sub-agents, limits and contracts.
+
+:class:`AgentDefinition` is everything the runtime needs to know about an agent; it does no
+I/O. The public :class:`turnkit_django.Agent` adds the ways to use one (``run``, ``prepare``,
+``submit``, ``conversation``) on top of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from ..clients import Client, default_client
+from ..conf import turnkit_settings
+from ..exceptions import ConfigurationError, InputError
+from ..limits import Limits, resolve_limits
+from ..tools.base import Tool, ToolContext
+from . import policies, prompting
+from .compaction import check_options as check_compaction
+from .jsonschema import problems
+from .skills import LOAD_SKILL, LoadSkillTool, Skill, as_skills, check_keys
+
+if TYPE_CHECKING:
+    from ..events import EventCallback
+
+Schema = type[BaseModel] | dict[str, Any] | None
+THINKING_KEYS = frozenset({"budget", "effort", "adaptive", "display", "type"})
+#: Sub-agents become tools named after them, so agent names follow the providers' tool names.
+AGENT_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")
+
+
+def schema_json(schema: Schema) -> dict[str, Any] | None:
+    """Return the JSON schema of a pydantic model class or a schema dict."""
+    if schema is None:
+        return None
+    if isinstance(schema, dict):
+        return schema
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return schema.model_json_schema()
+    raise ConfigurationError(
+        f"a schema must be a pydantic model class or a JSON schema dict, got {schema!r}"
+    )
+
+
+def check_thinking(value: Any, where: str) -> None:
+    """Validate a thinking configuration: None, False, or a dict such as ``{"budget": 4000}``."""
+    if value is None or value is False:
+        return
+    if not isinstance(value, dict) or not value:
+        raise ConfigurationError(
+            f"{where}: thinking must be a non-empty dict such as {{'budget': 4000}} or "
+            f"{{'effort': 'low'}}, got {value!r}"
+        )
+    unknown = set(value) - THINKING_KEYS
+    if unknown:
+        raise ConfigurationError(
+            f"{where}: unknown thinking options {sorted(unknown)}; use {sorted(THINKING_KEYS)}"
+        )
+    budget = value.get("budget")
+    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)
+                               or budget <= 0):
+        raise ConfigurationError(f"{where}: thinking budget must be a positive integer of tokens")
+
+
+def check_name(name: Any) -> str:
+    """Return ``name`` if it can name an agent (and the tool a parent calls it by)."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigurationError("an agent needs a non-empty name")
+    if not AGENT_NAME.match(name):
+        raise ConfigurationError(
+            f"agent name {name!r} is not allowed: use 1-64 letters, digits, '_' or '-', "
+            "starting with a letter (sub-agents become tools, and providers only accept such "
+            "tool names)"
+        )
+    return name
+
+
+class TaskArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    task: str = Field(description="The complete task for the sub-agent; it sees nothing else.")
+
+
+class SubAgentTool(Tool):
+    """Exposes an agent as a tool named after it, taking one ``task`` string."""
+
+    Args = TaskArgs
+    builtin: ClassVar[str | None] = "sub_agent"
+
+    def __init__(self, agent: AgentDefinition) -> None:
+        self.agent = agent
+        self.name = agent.name
+        self.description = agent.description or f"Delegate a task to the {agent.name} agent."
+
+    def call(self, ctx: ToolContext, args: Any) -> Any:  # pragma: no cover - runtime handles it
+        raise NotImplementedError("sub-agent calls are executed by the runtime")
+
+
+class AgentDefinition:
+    """A named agent: instructions, model, tools, sub-agents and limits.
+
+    Agents are definitions, not state: create them at import time in ``<app>/agents.py`` and
+    ``register()`` them so every process can rebuild their turns by name.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        instructions: str = "",
+        description: str = "",
+        model: str | None = None,
+        tools: Sequence[Tool] = (),
+        sub_agents: Sequence[AgentDefinition] = (),
+        output_schema: Schema = None,
+        input_schema: Schema = None,
+        max_iterations: int | None = None,
+        max_tool_executions: int | None = None,
+        max_tool_executions_by_name: dict[str, int] | None = None,
+        max_spend: Decimal | str | float | None = None,
+        max_depth: int | None = None,
+        timeout: float | None = None,
+        client: Client | None = None,
+        thinking: dict[str, Any] | None = None,
+        prompt_mode: str | None = None,
+        system_prompt: str | Callable[[Any], Any] | None = None,
+        on_event: EventCallback | None = None,
+        skills: Sequence[Skill] | Skill | None = None,
+        available_skills: Sequence[Skill] | Skill | None = None,
+        output_policy: Any = None,
+        output_policy_mode: str = "fail",
+        output_retries: int = 0,
+        context_contributors: Sequence[Callable[[Any], Any]] = (),
+        compaction: bool | dict[str, Any] | None = None,
+    ) -> None:
+        self.name = check_name(name)
+        self.instructions = instructions
+        self.description = description
+        self.model = model
+        self.tools = list(tools)
+        self.sub_agents = list(sub_agents)
+        self.output_schema = output_schema
+        self.input_schema = input_schema
+        self.limit_overrides: dict[str, Any] = {
+            "max_iterations": max_iterations,
+            "max_tool_executions": max_tool_executions,
+            "max_tool_executions_by_name": max_tool_executions_by_name,
+            "max_spend": max_spend,
+            "max_depth": max_depth,
+            "timeout": timeout,
+        }
+        self.client = client
+        check_thinking(thinking, f"agent {name!r}")
+        self.thinking = thinking
+        prompting.check_options(name, prompt_mode, system_prompt)
+        self.prompt_mode = prompt_mode
+        self.system_prompt = system_prompt
+        self.on_event = on_event
+        self.skills = as_skills(skills, agent=name, option="skills")
+        self.available_skills = as_skills(available_skills, agent=name, option="available_skills")
+        check_keys(name, self.skills, self.available_skills)
+        self._load_skill = LoadSkillTool([*self.skills, *self.available_skills])
+        self.output_policies = policies.build(output_policy, agent=name)
+        policies.check_options(name, output_policy_mode, output_retries)
+        self.output_policy_mode = output_policy_mode
+        self.output_retries = output_retries
+        self.context_contributors = tuple(context_contributors)
+        for item in self.context_contributors:
+            if not callable(item):
+                raise ConfigurationError(
+                    f"agent {name!r}: context contributor {item!r} is not callable; pass "
+                    "functions taking the turn and returning a string or a dict"
+                )
+        check_compaction(compaction, f"agent {name!r}")
+        self.compaction = compaction
+        self._check()
+
+    # -- definition ------------------------------------------------------------
+
+    def _check(self) -> None:
+        seen: dict[str, Tool] = {}
+        skill_tools = [t for s in (*self.skills, *self.available_skills) for t in s.tools]
+        builtin = [self._load_skill] if self.available_skills else []
+        for item in [*self.tools, *skill_tools, *builtin,
+                     *(SubAgentTool(a) for a in self.sub_agents)]:
+            if not isinstance(item, Tool):
+                raise ConfigurationError(
+                    f"agent {self.name!r}: {item!r} is not a tool; decorate functions with "
+                    "@tool or subclass turnkit_django.Tool"
+                )
+            item.check()
+            # One tool object may be listed twice (by two skills); two objects may not share a name.
+            if seen.setdefault(item.tool_name, item) is not item:
+                raise ConfigurationError(
+                    f"agent {self.name!r}: two tools are named {item.tool_name!r} (tools, skill "
+                    f"tools, sub-agents and {LOAD_SKILL!r} share one namespace); rename one"
+                )
+        schema_json(self.output_schema)
+        schema_json(self.input_schema)
+
+    def tool_table(self, loaded: Iterable[str] | None = None) -> dict[str, Tool]:
+        """Return the tools the model may call, by name.
+
+        ``loaded`` names the available skills loaded in a turn: only their tools are included.
+        None includes every tool the agent can ever offer.
+        """
+        keys = None if loaded is None else set(loaded)
+        table: dict[str, Tool] = {t.tool_name: t for t in self.tools}
+        for skill in self.skills:
+            table.update((t.tool_name, t) for t in skill.tools)
+        if self.available_skills:
+            table[LOAD_SKILL] = self._load_skill
+        for skill in self.available_skills:
+            if keys is None or skill.key in keys:
+                table.update((t.tool_name, t) for t in skill.tools)
+        for sub in self.sub_agents:
+            table[sub.name] = SubAgentTool(sub)
+        return table
+
+    def reachable_agents(self) -> Iterable[AgentDefinition]:
+        """Every agent reachable through sub-agents, depth first."""
+        seen: set[int] = {id(self)}
+        stack = list(self.sub_agents)
+        while stack:
+            agent = stack.pop()
+            if id(agent) in seen:
+                continue
+            seen.add(id(agent))
+            yield agent
+            stack.extend(agent.sub_agents)
+
+    def fingerprint(self) -> str:
+        """A digest of the definition, to tell a re-import from a conflicting definition."""
+        data = {
+            "name": self.name,
+            "instructions": self.instructions,
+            "description": self.description,
+            "model": self.model,
+            "tools": sorted(self.tool_table()),
+            "skills": [s.key for s in self.skills],
+            "available_skills": [s.key for s in self.available_skills],
+            "limits": {k: str(v) for k, v in self.limit_overrides.items()},
+        }
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+    def limits(self) -> Limits:
+        return resolve_limits(**self.limit_overrides)
+
+    def resolved_model(self) -> str:
+        return self.model or str(turnkit_settings.DEFAULT_MODEL)
+
+    def resolved_client(self) -> Client:
+        return self.client or default_client()
+
+    def default_prompt_mode(self, depth: int) -> str:
+        return self.prompt_mode or ("minimal" if depth > 0 else "full")
+
+    def validate_input(self, value: Any) -> Any:
+        """Validate run input against ``input_schema``; raise InputError before any write."""
+        schema = self.input_schema
+        if schema is None or value is None:
+            return value
+        if isinstance(schema, dict):
+            errors = problems(value, schema)
+            result = value
+        else:
+            try:
+                result = TypeAdapter(schema).validate_python(value).model_dump(mode="json")
+                errors = []
+            except ValidationError as exc:
+                errors = [
+                    {"field": ".".join(str(p) for p in e["loc"]) or "(input)",
+                     "problem": e["msg"]}
+                    for e in exc.errors(include_url=False, include_input=False)
+                ]
+        if errors:
+            raise InputError(
+                f"input for agent {self.name!r} does not match its input_schema: "
+                + "; ".join(f"{e['field']}: {e['problem']}" for e in errors),
+                errors=errors,
+            )
+        return result
+
+    def __repr__(self) -> str:
+        return f"<Agent {self.name!r}>"
+
+
+__all__ = ["AgentDefinition", "SubAgentTool", "check_name", "check_thinking", "schema_json"]

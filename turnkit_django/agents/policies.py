@@ -1,0 +1,320 @@
+"""Output policies: check a turn's output, then publish, fail, or ask the model to revise.
+
+A policy is a callable, an object with ``check()``, a markdown policy file (judged by a model
+call charged to the turn) or a skill (judged the same way), or a list of these. A policy returns
+``None`` or ``True`` when the output is clean; ``False``, a string, a dict, a :class:`Violation`
+or a list of them report violations.
+
+In a turn, the output phase (:mod:`turnkit_django.runtime.output`) runs the policies on the
+candidate output. With violations left and
+``output_retries`` not used up, one fenced transaction appends a revision request and sends the
+turn back to the model phase, recording the count in ``Turn.state["revisions"]``; a crash after it
+resumes at the model phase without a second request. Judge verdicts are stored in the state with
+their usage, so a resumed turn never pays twice for one verdict.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..clients.base import Client, ModelRequest, ModelResponse
+from ..exceptions import ConfigurationError
+from ..messages import ChatMessage, TextPart
+from .prompting import data_block, escape, render_value
+from .skills import Skill
+
+logger = logging.getLogger("turnkit_django.policies")
+
+Mode = Literal["fail", "report"]
+MODES: tuple[Mode, ...] = ("fail", "report")
+POLICY_SUFFIXES = (".md", ".markdown", ".txt")
+_CONTEXT_KEYWORDS = ("turn", "output_text", "output_data")
+
+JUDGE_INSTRUCTIONS = (
+    "You review an output against a policy. Judge only what the policy says; quote the "
+    "offending text in each violation. Reply with JSON only: "
+    '{"approved": true|false, "violations": [{"rule": "...", "message": "..."}]}.'
+)
+VERDICT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "approved": {"type": "boolean"},
+        "violations": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"rule": {"type": "string"}, "message": {"type": "string"}},
+                "required": ["rule", "message"],
+            },
+        },
+    },
+    "required": ["approved", "violations"],
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: which rule, what is wrong, and which policy found it."""
+
+    rule: str
+    message: str
+    policy: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "message": self.message, "policy": self.policy,
+                "metadata": self.metadata}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Violation:
+        return cls(str(data.get("rule", "")), str(data.get("message", "")),
+                   str(data.get("policy", "")), dict(data.get("metadata") or {}))
+
+
+@dataclass(frozen=True)
+class Audit:
+    """The result of running output policies: clean, or the violations found."""
+
+    violations: tuple[Violation, ...] = ()
+    policies: tuple[str, ...] = ()
+    mode: str | None = None
+    revisions: int = 0
+    history: tuple[Audit, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        return not self.violations
+
+    def as_json(self) -> dict[str, Any]:
+        return {"clean": self.clean, "mode": self.mode, "revisions": self.revisions,
+                "policies": list(self.policies),
+                "violations": [v.as_json() for v in self.violations],
+                "history": [a.as_json() for a in self.history]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Audit:
+        return cls(
+            tuple(Violation.from_json(v) for v in data.get("violations") or []),
+            tuple(data.get("policies") or []), data.get("mode"), int(data.get("revisions") or 0),
+            tuple(cls.from_json(a) for a in data.get("history") or []),
+        )
+
+
+class Policy:
+    """A normalised policy: local (``check``) or judged by a model (``content``)."""
+
+    def __init__(self, name: str, *, check: Callable[..., Any] | None = None,
+                 content: str = "") -> None:
+        self.name = name
+        self.content = content
+        self._check = check
+        self._keywords = _keywords(check) if check is not None else ()
+
+    @property
+    def judged(self) -> bool:
+        return self._check is None
+
+    def run(self, output: Any, text: str, data: Any, turn: Any) -> list[Violation]:
+        """Run a local policy; an exception in it counts as a violation (and is logged)."""
+        if self._check is None:
+            raise TypeError(f"policy {self.name!r} is judged by a model, not run locally")
+        context = {"turn": turn, "output_text": text, "output_data": data}
+        try:
+            result = self._check(output, **{k: context[k] for k in self._keywords})
+        except Exception as exc:
+            logger.exception("output policy %r raised", self.name)
+            return [Violation(self.name, f"the policy raised {type(exc).__name__}: {exc}",
+                              self.name, {"error": True})]
+        return normalise(result, self.name)
+
+    def __repr__(self) -> str:
+        return f"<Policy {self.name!r}{' (judged)' if self.judged else ''}>"
+
+
+def _keywords(func: Callable[..., Any]) -> tuple[str, ...]:
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return ()
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return _CONTEXT_KEYWORDS
+    return tuple(k for k in _CONTEXT_KEYWORDS if k in params)
+
+
+def normalise(result: Any, policy: str) -> list[Violation]:
+    """Turn what a policy returned into violations (none when clean)."""
+    if result is None or result is True or (isinstance(result, str) and not result.strip()):
+        return []
+    if result is False:
+        return [Violation(policy, "the output does not satisfy this policy", policy)]
+    if isinstance(result, Violation):
+        return [result if result.policy else Violation(result.rule, result.message, policy,
+                                                       result.metadata)]
+    if isinstance(result, Audit):
+        return list(result.violations)
+    if isinstance(result, str):
+        return [Violation(policy, result, policy)]
+    if isinstance(result, dict):
+        extra = {k: v for k, v in result.items() if k not in ("rule", "message", "metadata")}
+        return [Violation(str(result.get("rule") or policy),
+                          str(result.get("message") or "policy violated"), policy,
+                          {**dict(result.get("metadata") or {}), **extra})]
+    if isinstance(result, list | tuple):
+        return [v for item in result for v in normalise(item, policy)]
+    raise ConfigurationError(
+        f"output policy {policy!r} returned {result!r}; return None or True when clean, or a "
+        "string, dict, Violation or list of them"
+    )
+
+
+def build(value: Any, *, agent: str = "check_output_policy") -> tuple[Policy, ...]:
+    """Normalise ``output_policy`` / ``constraints`` into policies, reading policy files."""
+    if value is None:
+        return ()
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    policies: list[Policy] = []
+    for item in items:
+        if isinstance(item, Policy):
+            policies.append(item)
+        elif isinstance(item, Skill):
+            policies.append(Policy(item.key, content=item.content))
+        elif isinstance(item, str | Path):
+            policies.append(_file_policy(Path(item), agent))
+        elif callable(getattr(item, "check", None)):
+            policies.append(Policy(str(getattr(item, "name", "") or type(item).__name__),
+                                   check=item.check))
+        elif callable(item):
+            policies.append(Policy(getattr(item, "__name__", type(item).__name__), check=item))
+        else:
+            raise ConfigurationError(
+                f"{agent!r}: output policy {item!r} is not a callable, an object with check(), "
+                "a policy file (.md, .markdown, .txt) or a Skill"
+            )
+    return tuple(policies)
+
+
+def _file_policy(path: Path, agent: str) -> Policy:
+    if path.suffix.lower() not in POLICY_SUFFIXES:
+        raise ConfigurationError(
+            f"{agent!r}: output policy {str(path)!r} is a string but not a policy file; name "
+            f"a file ending in {', '.join(POLICY_SUFFIXES)} or pass a callable"
+        )
+    try:
+        content = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigurationError(f"{agent!r}: cannot read policy file {str(path)!r}: {exc}") \
+            from exc
+    if not content:
+        raise ConfigurationError(f"{agent!r}: policy file {str(path)!r} is empty")
+    return Policy(path.stem, content=content)
+
+
+# --------------------------------------------------------------------------- judging
+
+
+def judge_request(policy: Policy, output: Any, model: str) -> ModelRequest:
+    """The request asking a model whether ``output`` follows ``policy``."""
+    text = (f"## Policy {escape(policy.name)}\n\n{policy.content}\n\n## Output to review\n\n"
+            f"{data_block('output', output, len(render_value(output)))}")
+    return ModelRequest(
+        model=model, messages=(ChatMessage("user", (TextPart(text),)),),
+        stable_instructions=JUDGE_INSTRUCTIONS, output_schema=VERDICT_SCHEMA,
+        metadata={"purpose": "output_policy", "policy": policy.name},
+    )
+
+
+def verdict(response: ModelResponse, policy: str) -> list[Violation]:
+    """Read a judge's verdict, tolerating fenced or embedded JSON; garbage is a violation."""
+    data = response.output_data
+    if not isinstance(data, dict):
+        data = _json_object(response.text)
+    if not isinstance(data, dict) or not isinstance(data.get("approved"), bool):
+        return [Violation(policy, "the policy judge did not return a valid verdict", policy,
+                          {"judge_output": response.text[:500]})]
+    items = data.get("violations")
+    items = items if isinstance(items, list) else []
+    # The verdict is model output: anything that is not a dict or a string becomes text.
+    found = normalise([i if isinstance(i, dict | str) else str(i) for i in items], policy)
+    if not data["approved"] and not found:
+        found = [Violation(policy, "the policy judge did not approve the output", policy)]
+    return found
+
+
+def _json_object(text: str) -> Any:
+    fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
+    candidates = [fenced.group(1)] if fenced else []
+    start, end = text.find("{"), text.rfind("}")
+    if start != -1 and end > start:
+        candidates.append(text[start:end + 1])
+    for candidate in (text, *candidates):
+        try:
+            return json.loads(candidate)
+        except ValueError:
+            continue
+    return None
+
+
+def check_output_policy(
+    output: Any,
+    constraints: Any = (),
+    *,
+    output_text: str | None = None,
+    output_data: Any = None,
+    turn: Any = None,
+    client: Client | None = None,
+    model: str = "",
+) -> Audit:
+    """Run policies on ``output`` outside any turn; judged policies need ``client``."""
+    policies = build(constraints)
+    text = output if output_text is None and isinstance(output, str) else (output_text or "")
+    data = output if output_data is None and not isinstance(output, str) else output_data
+    violations: list[Violation] = []
+    for policy in policies:
+        if not policy.judged:
+            violations += policy.run(output, text, data, turn)
+            continue
+        if client is None:
+            raise ConfigurationError(
+                f"policy {policy.name!r} is judged by a model; pass client= (a ScriptedClient "
+                "in tests) to check_output_policy"
+            )
+        violations += verdict(client.complete(judge_request(policy, output, model)), policy.name)
+    return Audit(tuple(violations), tuple(p.name for p in policies))
+
+
+def revision_text(audit: Audit, policies: Sequence[Policy], attempt: int, retries: int,
+                  terminal_tool: str | None) -> str:
+    """The user message asking the model to fix the violations."""
+    lines = [f"Your answer did not pass its output checks (revision {attempt} of {retries}). "
+             "Fix every point below and give your complete answer again.", ""]
+    lines += [f"{i}. [{v.rule}] {v.message}" for i, v in enumerate(audit.violations, start=1)]
+    broken = {v.policy for v in audit.violations}
+    for policy in policies:
+        if policy.content and policy.name in broken:
+            lines += ["", f"The policy {policy.name!r} you must follow:", "", policy.content]
+    if terminal_tool:
+        lines += ["", f"Resubmit via {terminal_tool}."]
+    return "\n".join(lines)
+
+
+def check_options(agent: str, mode: Any, retries: Any) -> None:
+    """Validate ``output_policy_mode`` and ``output_retries``."""
+    if mode not in MODES:
+        raise ConfigurationError(
+            f"agent {agent!r}: output_policy_mode must be 'fail' or 'report', got {mode!r}"
+        )
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise ConfigurationError(
+            f"agent {agent!r}: output_retries must be a non-negative integer, got {retries!r}"
+        )
+
+
+__all__ = ["MODES", "Audit", "Policy", "Violation", "build", "check_options", "check_output_policy",
+           "judge_request", "normalise", "revision_text", "verdict"]

@@ -1,0 +1,179 @@
+"""Cost of model usage from per-model rates (USD per million tokens).
+
+Rates come from ``TURNKIT["COST_RATES"]`` first, then the built-in table. A model with no rate,
+or usage of a token kind the rate does not price, has an *unknown* cost (``None``), never zero.
+
+A rate may carry a ``long_prompt`` band, ``{"threshold": N, "input": ..., ...}``: a call whose
+prompt (input + cache read + cache write tokens) is over ``threshold`` is priced entirely at the
+band's rates, the way providers bill long-context requests. Pass the usage of one call.
+
+Dated snapshots (``claude-sonnet-4-5-20250929``, ``gpt-4o-2024-08-06``) use the rate of the
+undated name; nothing else is guessed from a prefix (``gpt-5.4-pro`` is not ``gpt-5.4``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from ..conf import turnkit_settings
+from .base import Usage
+
+RATE_KEYS = ("input", "output", "cache_read", "cache_write")
+BAND_KEY = "long_prompt"
+_MILLION = Decimal(1_000_000)
+_SNAPSHOT = re.compile(r"^(?P<name>.+?)-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
+
+
+def _rate(
+    input: str, output: str, cache_read: str | None = None, cache_write: str | None = None
+) -> dict[str, Any]:
+    rate = {"input": input, "output": output, "cache_read": cache_read, "cache_write": cache_write}
+    return {k: v for k, v in rate.items() if v is not None}
+
+
+def _long(rate: dict[str, Any], threshold: int, prompt_x: str, output_x: str) -> dict[str, Any]:
+    """Add a long-prompt band: prompt-side rates times ``prompt_x``, output times ``output_x``."""
+    band: dict[str, Any] = {"threshold": threshold}
+    for key in RATE_KEYS:
+        if key in rate:
+            factor = Decimal(output_x if key == "output" else prompt_x)
+            band[key] = format((Decimal(rate[key]) * factor).normalize(), "f")
+    return {**rate, BAND_KEY: band}
+
+
+# USD per million tokens from the providers' price lists (Anthropic: cache_write is the 5-minute
+# write, the TTL this package requests). Checked November 2026; override with COST_RATES.
+_OPUS_45 = _rate("5", "25", "0.50", "6.25")
+_OPUS_41 = _rate("15", "75", "1.50", "18.75")
+_SONNET_4 = _long(_rate("3", "15", "0.30", "3.75"), 200_000, "2", "1.5")
+_GPT_6_SOL = _long(_rate("2", "10", "0.10", "2.50"), 272_000, "2", "1.5")
+
+BUILTIN_RATES: dict[str, dict[str, Any]] = {
+    # Anthropic
+    "claude-fable-5-2": _rate("8", "40", "0.20", "10"),
+    "claude-fable-5-1": _rate("10", "50", "0.25", "12.50"),
+    "claude-mythos-5-1": _rate("10", "50", "0.25", "12.50"),
+    "claude-fable-5": _rate("10", "50", "1", "12.50"),
+    "claude-mythos-5": _rate("10", "50", "1", "12.50"),
+    "claude-opus-5-5": _rate("4", "20", "0.20", "5"),
+    "claude-opus-5": _OPUS_45,
+    "claude-opus-4-8": _OPUS_45,
+    "claude-opus-4-7": _OPUS_45,
+    "claude-opus-4-6": _OPUS_45,
+    "claude-opus-4-5": _OPUS_45,
+    "claude-opus-4-1": _OPUS_41,
+    "claude-opus-4": _OPUS_41,
+    "claude-sonnet-5-5": _rate("2", "10", "0.10", "2.50"),
+    "claude-sonnet-5": _rate("2", "10", "0.20", "2.50"),
+    "claude-sonnet-4-6": _rate("3", "15", "0.30", "3.75"),
+    "claude-sonnet-4-5": _SONNET_4,
+    "claude-sonnet-4": _SONNET_4,
+    "claude-haiku-5-5": _long(_rate("0.10", "0.50", "0.01", "0.125"), 100_000, "5", "5"),
+    "claude-haiku-4-5": _rate("1", "5", "0.10", "1.25"),
+    # OpenAI (cache_write only where the model bills cache writes)
+    "gpt-6.2-sol": _GPT_6_SOL,
+    "gpt-6.1-sol": _GPT_6_SOL,
+    "gpt-6-sol": _long(_rate("2", "10", "0.20", "2.50"), 272_000, "2", "1.5"),
+    "gpt-6-luna": _long(_rate("0.10", "0.50", "0.01", "0.125"), 272_000, "2", "1.5"),
+    "gpt-6-astra": _long(_rate("10", "50", "1", "12.50"), 272_000, "2", "1.5"),
+    "gpt-6.1-terra": _rate("1", "5", "0.05", "1.25"),
+    "gpt-5.5": _rate("5", "30", "0.50"),
+    "gpt-5.5-pro": _rate("30", "180"),
+    "gpt-5.4": _rate("2.50", "15", "0.25"),
+    "gpt-5.4-mini": _rate("0.75", "4.50", "0.075"),
+    "gpt-5.4-nano": _rate("0.20", "1.25", "0.02"),
+    "gpt-5.4-pro": _rate("30", "180"),
+    "gpt-5.2": _rate("1.75", "14", "0.175"),
+    "gpt-5.1": _rate("1.25", "10", "0.125"),
+    "gpt-5": _rate("1.25", "10", "0.125"),
+    "gpt-5-mini": _rate("0.25", "2", "0.025"),
+    "gpt-5-nano": _rate("0.05", "0.40", "0.005"),
+    "gpt-4.1": _rate("2", "8", "0.50"),
+    "gpt-4.1-mini": _rate("0.40", "1.60", "0.10"),
+    "gpt-4.1-nano": _rate("0.10", "0.40", "0.025"),
+    "gpt-4o": _rate("2.50", "10", "1.25"),
+    "gpt-4o-mini": _rate("0.15", "0.60", "0.075"),
+    "o3": _rate("2", "8", "0.50"),
+    "o4-mini": _rate("1.10", "4.40", "0.275"),
+}
+
+
+def rates_for(model: str) -> Mapping[str, Any] | None:
+    """Return the rate entry for ``model`` (settings first, then built-in), or None."""
+    configured: Mapping[str, Any] = turnkit_settings.COST_RATES or {}
+    names = [model]
+    snapshot = _SNAPSHOT.match(model)
+    if snapshot:
+        names.append(snapshot.group("name"))
+    for name in names:
+        for table in (configured, BUILTIN_RATES):
+            if name in table:
+                rate: Mapping[str, Any] = table[name]
+                return rate
+    return None
+
+
+def _prompt_tokens(usage: Usage) -> int:
+    return usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+
+
+def compute_cost(model: str, usage: Usage, reported: str | None = None) -> Decimal | None:
+    """Return the cost of one call's ``usage`` on ``model`` in USD, or None when unknown."""
+    if reported is not None:
+        return Decimal(str(reported))
+    rates = rates_for(model)
+    if rates is None:
+        return None
+    band = rates.get(BAND_KEY)
+    if isinstance(band, Mapping) and _prompt_tokens(usage) > int(band["threshold"]):
+        rates = band
+    counts = {
+        "input": usage.input_tokens,
+        "output": usage.output_tokens,
+        "cache_read": usage.cache_read_tokens,
+        "cache_write": usage.cache_write_tokens,
+    }
+    total = Decimal(0)
+    for key, tokens in counts.items():
+        if not tokens:
+            continue
+        rate = rates.get(key)
+        if rate is None:
+            return None
+        total += Decimal(str(rate)) * tokens / _MILLION
+    return total.quantize(Decimal("0.00000001"))
+
+
+def _rate_problems(where: str, entry: Any, *, band_allowed: bool) -> list[str]:
+    if not isinstance(entry, Mapping):
+        return [f"{where} must be a dict"]
+    problems: list[str] = []
+    allowed = set(RATE_KEYS) | ({BAND_KEY} if band_allowed else {"threshold"})
+    unknown = set(entry) - allowed
+    if unknown:
+        problems.append(f"{where} has unknown keys {sorted(unknown)}")
+    for key, value in entry.items():
+        if key == BAND_KEY and band_allowed:
+            problems += _rate_problems(f"{where}[{key!r}]", value, band_allowed=False)
+            continue
+        try:
+            if Decimal(str(value)) < 0:
+                problems.append(f"{where}[{key!r}] is negative")
+        except ArithmeticError:
+            problems.append(f"{where}[{key!r}] is not a number")
+    if not band_allowed and "threshold" not in entry:
+        problems.append(f"{where} needs a 'threshold' (prompt tokens)")
+    return problems
+
+
+def validate_rates(rates: Any) -> list[str]:
+    """Return problems with a ``COST_RATES`` value (used by the system check)."""
+    if not isinstance(rates, Mapping):
+        return ["COST_RATES must be a dict of model name -> rates"]
+    problems: list[str] = []
+    for model, entry in rates.items():
+        problems += _rate_problems(f"COST_RATES[{model!r}]", entry, band_allowed=True)
+    return problems

@@ -1,0 +1,100 @@
+"""The limits of one turn tree: a value snapshotted into the root turn at its creation.
+
+Every limit is ROOT-WIDE: a tree shares one ledger (kept on the root row, see
+:mod:`turnkit_django.store.locks`); :mod:`turnkit_django.runtime.budget` checks and reserves
+against it under the tree lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from .conf import turnkit_settings
+from .exceptions import ConfigurationError
+
+ITERATIONS = "maximum iterations reached"
+TOOL_EXECUTIONS = "maximum tool executions reached"
+SPEND = "cost limit reached"
+DEPTH = "maximum sub-agent depth reached"
+TIMEOUT = "turn timed out"
+
+_LIMIT_OF = {ITERATIONS: "max_iterations", TOOL_EXECUTIONS: "max_tool_executions",
+             SPEND: "max_spend", DEPTH: "max_depth", TIMEOUT: "timeout"}
+
+
+def limit_of(reason: str) -> str:
+    """The name of the limit a denial reason stands for."""
+    return _LIMIT_OF.get(reason, "max_tool_executions_by_name")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits of one turn tree, snapshotted into the root turn's options at creation."""
+
+    max_iterations: int
+    max_tool_executions: int
+    max_tool_executions_by_name: dict[str, int] = field(default_factory=dict)
+    max_spend: Decimal | None = None
+    max_depth: int = 3
+    timeout: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["max_spend"] = None if self.max_spend is None else str(self.max_spend)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Limits:
+        spend = data.get("max_spend")
+        timeout = data.get("timeout")
+        return cls(
+            max_iterations=int(data["max_iterations"]),
+            max_tool_executions=int(data["max_tool_executions"]),
+            max_tool_executions_by_name={str(k): int(v) for k, v in
+                                         (data.get("max_tool_executions_by_name") or {}).items()},
+            max_spend=None if spend is None else Decimal(str(spend)),
+            max_depth=int(data.get("max_depth", 3)),
+            timeout=None if timeout is None else float(timeout),
+        )
+
+    @property
+    def lifetime(self) -> timedelta | None:
+        """How long the tree may run from its start (None: no deadline)."""
+        return None if not self.timeout else timedelta(seconds=float(self.timeout))
+
+
+def resolve_limits(
+    *,
+    max_iterations: int | None = None,
+    max_tool_executions: int | None = None,
+    max_tool_executions_by_name: dict[str, int] | None = None,
+    max_spend: Decimal | str | float | None = None,
+    max_depth: int | None = None,
+    timeout: float | None = None,
+) -> Limits:
+    """Return limits from explicit values (None means: use the TURNKIT setting)."""
+    s = turnkit_settings
+    spend = s.MAX_SPEND if max_spend is None else max_spend
+    limits = Limits(
+        max_iterations=s.MAX_ITERATIONS if max_iterations is None else max_iterations,
+        max_tool_executions=(s.MAX_TOOL_EXECUTIONS if max_tool_executions is None
+                             else max_tool_executions),
+        max_tool_executions_by_name=dict(s.MAX_TOOL_EXECUTIONS_BY_NAME
+                                         if max_tool_executions_by_name is None
+                                         else max_tool_executions_by_name),
+        max_spend=None if spend is None else Decimal(str(spend)),
+        max_depth=s.MAX_DEPTH if max_depth is None else max_depth,
+        timeout=s.TIMEOUT if timeout is None else timeout,
+    )
+    for name in ("max_iterations", "max_tool_executions", "max_depth"):
+        value = getattr(limits, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigurationError(f"{name} must be a non-negative integer, got {value!r}")
+    return limits
+
+
+__all__ = ["DEPTH", "ITERATIONS", "SPEND", "TIMEOUT", "TOOL_EXECUTIONS", "Limits", "limit_of",
+           "resolve_limits"]

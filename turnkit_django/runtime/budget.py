@@ -1,0 +1,88 @@
+"""Root-wide budgets: checks and reservations against the tree's ledger, under the tree lock.
+
+Every function takes the :class:`~turnkit_django.store.Ledger` read by the tree lock and returns
+the :class:`~turnkit_django.store.LedgerDelta` to write with the transaction's other writes, so
+parallel children across workers can never overrun a limit.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from ..exceptions import BudgetExceeded
+from ..limits import DEPTH, ITERATIONS, SPEND, TIMEOUT, TOOL_EXECUTIONS, Limits, resolve_limits
+from ..store import GRANTED, Ledger, LedgerDelta, Reservation
+
+
+def limits_of(ledger: Ledger) -> Limits:
+    return ledger.limits if ledger.limits is not None else resolve_limits()
+
+
+def check_open(ledger: Ledger, at: datetime) -> None:
+    """Raise if the tree ran out of time or money."""
+    if ledger.deadline_at is not None and at >= ledger.deadline_at:
+        raise BudgetExceeded(TIMEOUT, limit="timeout")
+    spend = limits_of(ledger).max_spend
+    if spend is not None and ledger.spend >= spend:
+        raise BudgetExceeded(SPEND, limit="max_spend")
+
+
+def reserve_next(ledger: Ledger, at: datetime) -> tuple[LedgerDelta, Reservation]:
+    """Check time and money and reserve the next model call.
+
+    Returns the delta and the reservation: granted, or the denial the model step raises. It is
+    kept in the turn's state and written by the transaction that moves the turn to the model
+    phase, so a resumed turn never reserves twice and a denial does not undo what that
+    transaction records.
+    """
+    try:
+        check_open(ledger, at)
+        if ledger.iterations >= limits_of(ledger).max_iterations:
+            raise BudgetExceeded(ITERATIONS, limit="max_iterations")
+    except BudgetExceeded as exc:
+        return LedgerDelta(), Reservation.denied(exc)
+    ledger.iterations += 1
+    return LedgerDelta(iterations=1), GRANTED
+
+
+def recheck(reservation: Reservation, ledger: Ledger, at: datetime) -> Reservation:
+    """A granted reservation, checked again for time and money (a claim after a pause)."""
+    if not reservation.granted:
+        return reservation
+    try:
+        check_open(ledger, at)
+    except BudgetExceeded as exc:
+        return Reservation.denied(exc)
+    return reservation
+
+
+def reserve_tool(ledger: Ledger, name: str) -> tuple[LedgerDelta, str | None]:
+    """Reserve a tool slot; return the delta, or an empty one and the denial's reason."""
+    limits = limits_of(ledger)
+    if ledger.tool_executions >= limits.max_tool_executions:
+        return LedgerDelta(), TOOL_EXECUTIONS
+    cap = limits.max_tool_executions_by_name.get(name)
+    if cap is not None and ledger.tool_counts.get(name, 0) >= cap:
+        return LedgerDelta(), f"maximum executions reached for tool {name!r}"
+    counts = {**ledger.tool_counts, name: ledger.tool_counts.get(name, 0) + 1}
+    ledger.tool_executions += 1  # a later reservation in the same transaction sees it
+    ledger.tool_counts = counts
+    return LedgerDelta(tool_executions=1, tool_counts=counts), None
+
+
+def check_depth(ledger: Ledger, child_depth: int) -> None:
+    if child_depth > limits_of(ledger).max_depth:
+        raise BudgetExceeded(DEPTH, limit="max_depth")
+
+
+def spent(ledger: Ledger, cost: Decimal | None) -> LedgerDelta:
+    """Charge ``cost`` to the tree (seen by later checks in the same transaction)."""
+    if not cost:
+        return LedgerDelta()
+    ledger.spend += cost
+    return LedgerDelta(spend=cost)
+
+
+__all__ = ["check_depth", "check_open", "limits_of", "recheck", "reserve_next", "reserve_tool",
+           "spent"]

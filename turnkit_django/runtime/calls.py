@@ -1,0 +1,71 @@
+"""A tool call before it runs: which tools are callable, refusals, and the outcome type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..agents import LOAD_SKILL, AgentDefinition
+from ..agents.skills import loaded_keys
+from ..authorization import is_allowed
+from ..errors import ErrorRecord, invalid_arguments, not_authorized
+from ..exceptions import BudgetExceeded
+from ..messages import ToolCallPart
+from ..states import ToolStatus
+from ..store import Terminal
+from ..tools.base import Tool, validation_error
+from .context import TurnContext
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """A tool call's result, the terminal record if it ends the turn, and a budget error that
+    fails the turn once the result is recorded."""
+
+    status: str
+    content: Any
+    terminal: Terminal | None = None
+    error: BudgetExceeded | None = None
+
+    @classmethod
+    def failed(cls, record: ErrorRecord, error: BudgetExceeded | None = None) -> CallOutcome:
+        return cls(ToolStatus.FAILED, record.for_model(), error=error)
+
+
+def turn_tools(agent: AgentDefinition, turn_id: str) -> dict[str, Tool]:
+    """The tools callable in ``turn_id`` now: the agent's, plus those of skills it loaded."""
+    if not agent.available_skills:
+        return agent.tool_table(loaded=())
+    return agent.tool_table(loaded=loaded_keys(turn_id))
+
+
+def unknown_tool(agent: AgentDefinition, name: str, active: dict[str, Tool]) -> ErrorRecord:
+    """The failed tool result for a call to a tool that is not callable now."""
+    for skill in agent.available_skills:
+        if any(t.tool_name == name for t in skill.tools):
+            return ErrorRecord("skill_not_loaded",
+                               f"The tool {name!r} belongs to the skill {skill.key!r}; call "
+                               f"{LOAD_SKILL} with key {skill.key!r} first, then call it again.")
+    known = ", ".join(sorted(active)) or "none"
+    return ErrorRecord("unknown_tool",
+                       f"There is no tool named {name!r}. Available tools: {known}.")
+
+
+def precheck(ctx: TurnContext, tool: Tool, call: ToolCallPart) -> tuple[ErrorRecord | None, Any]:
+    """Refuse a call before it runs (unreadable arguments, not authorized, invalid); else
+    return its validated arguments."""
+    if call.raw_arguments is not None:
+        return invalid_arguments(call.name), None
+    if not is_allowed("tool", principal=ctx.principal, tool=call.name, arguments=call.arguments,
+                      turn_id=ctx.row.pk, conversation_id=ctx.row.conversation_id):
+        return not_authorized(f"You are not allowed to call {call.name!r} for this "
+                              "principal."), None
+    try:
+        return None, tool.validate(call.arguments)
+    except ValidationError as exc:
+        return validation_error(call.name, exc), None
+
+
+__all__ = ["CallOutcome", "precheck", "turn_tools", "unknown_tool"]

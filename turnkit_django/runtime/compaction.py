@@ -1,0 +1,236 @@
+"""Compaction: summarise older messages so a long history fits the model's context.
+
+The summary is *appended* as an assistant message of kind ``context_summary`` whose metadata
+records the replaced sequence range; every original message stays in the transcript. Only the
+request built for the model changes: the newest visible summary stands in for its range, and
+older summaries are dropped (a newer summary covers them, because its range starts at the
+beginning of the history and the summariser read the older summary). A range never ends between
+a tool call and its results.
+
+Automatic compaction runs before a model call when the estimated request size reaches
+``threshold`` of the usable context (``context_limit - reserved_tokens``). Its failures are
+logged and ignored, except budget errors and lost claims. Manual compaction
+(``Conversation.compact()``) raises :class:`~turnkit_django.exceptions.CompactionError`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from django.utils import timezone
+
+from .. import failpoints
+from ..agents.compaction import options_for
+from ..agents.prompting import data_block, render_value
+from ..clients import ModelRequest, ModelResponse
+from ..exceptions import BudgetExceeded, CompactionError, LostClaim
+from ..messages import ChatMessage, MessageKind, TextPart, ToolCallPart, ToolResultPart, dump_parts
+from . import internal
+from .context import TurnContext
+
+logger = logging.getLogger("turnkit_django.compaction")
+
+SUMMARY_KIND = MessageKind.CONTEXT_SUMMARY
+REQUEST_KIND = "context_summary_request"  # the synthetic question before a summary
+DEFAULTS: dict[str, Any] = {
+    "enabled": True,
+    "context_limit": 128_000,
+    "threshold": 0.75,
+    "reserved_tokens": 20_000,
+    "tail_messages": 12,
+    "tool_output_max_chars": 2_000,
+    "model": None,
+}
+SUMMARY_INSTRUCTIONS = """\
+You compact the history of an agent's conversation so that work can continue from your summary
+alone. Write markdown with these headings, leaving out any that would be empty:
+
+## Task
+The user's current request, in their words where it matters.
+## Constraints and preferences
+## Done so far
+Actions taken and their outcomes, including tool calls that changed something.
+## Current state
+## Open questions
+Questions asked and not yet answered, by either side.
+## Next steps
+## Facts to keep
+Exact identifiers, names, numbers, file paths, tool results and loaded skills needed later.
+
+Be complete but brief. Never copy secrets (passwords, API keys, tokens); write [redacted]."""
+QUESTION = "Summarise our conversation so far."
+BANNER = (
+    "Summary of the earlier conversation (compacted). Use it as reference only: if it "
+    "disagrees with a later message, the later message wins.\n\n"
+)
+
+
+# --------------------------------------------------------------------------- projection
+
+
+def _is_summary(message: ChatMessage) -> bool:
+    return message.kind == SUMMARY_KIND and "replaced_range" in message.metadata
+
+
+def _summary_lead(summary: ChatMessage, next_role: str | None) -> list[ChatMessage]:
+    """The messages standing for the range, keeping user and assistant turns alternating."""
+    text = BANNER + summary.text
+    if next_role == "assistant":
+        return [ChatMessage("user", (TextPart(f"{QUESTION}\n\n{text}"),), SUMMARY_KIND,
+                            summary.sequence, summary.metadata)]
+    return [ChatMessage("user", (TextPart(QUESTION),), REQUEST_KIND),
+            ChatMessage("assistant", (TextPart(text),), SUMMARY_KIND, summary.sequence,
+                        summary.metadata)]
+
+
+def project(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """What the model sees: the newest summary in place of its range, older summaries gone."""
+    latest = next((m for m in reversed(messages) if _is_summary(m)), None)
+    if latest is None:
+        return list(messages)
+    start, end = latest.metadata["replaced_range"]
+    out = [m for m in messages if not _is_summary(m)
+           and not (m.sequence is not None and start <= m.sequence <= end)]
+    # The range starts at the head of the history, so the summary leads what is left.
+    return _summary_lead(latest, out[0].role if out else None) + out
+
+
+def estimate(request: ModelRequest) -> int:
+    """Estimated tokens of a request: about four characters a token, plus 8 per message."""
+    chars = len(request.instructions)
+    chars += sum(len(json.dumps(dump_parts(m.parts), default=str)) for m in request.messages)
+    chars += sum(len(t.description) + len(json.dumps(t.parameters)) for t in request.tools)
+    return chars // 4 + 8 * len(request.messages)
+
+
+def choose(messages: Sequence[ChatMessage], keep_last: int) -> tuple[list[ChatMessage],
+                                                                   tuple[int, int]] | None:
+    """Pick the head to summarise and its sequence range, or None when there is too little.
+
+    The tail keeps at least ``keep_last`` messages and never starts with a tool result whose
+    call is in the head.
+    """
+    visible = [m for m in project(messages) if m.kind != REQUEST_KIND]
+    cut = len(visible) - keep_last
+    while cut >= 2 and not _clean_cut(visible, cut):
+        cut -= 1
+    if cut < 2:
+        return None
+    head = visible[:cut]
+    first = head[0]
+    start = first.metadata["replaced_range"][0] if _is_summary(first) else first.sequence
+    end = head[-1].sequence
+    if start is None or end is None:
+        return None
+    return head, (int(start), int(end))
+
+
+def _clean_cut(visible: Sequence[ChatMessage], cut: int) -> bool:
+    calls = {c.id for m in visible[:cut] for c in m.tool_calls}
+    return not any(r.tool_call_id in calls for m in visible[cut:] for r in m.tool_results)
+
+
+# --------------------------------------------------------------------------- summarising
+
+
+def _render(head: Sequence[ChatMessage], max_tool_chars: int) -> str:
+    lines = []
+    for message in head:
+        if _is_summary(message):
+            lines.append(f"[earlier summary]\n{message.text.split(BANNER, 1)[-1]}")
+            continue
+        for part in message.parts:
+            if isinstance(part, TextPart) and part.text:
+                lines.append(f"[{message.role}] {part.text}")
+            elif isinstance(part, ToolCallPart):
+                lines.append(f"[tool call {part.name}] {render_value(part.arguments)}")
+            elif isinstance(part, ToolResultPart):
+                result = render_value(part.content)
+                if len(result) > max_tool_chars:
+                    result = result[:max_tool_chars] + " [... cut]"
+                failed = " (failed)" if part.is_error else ""
+                lines.append(f"[tool result {part.name}{failed}] {result}")
+    return "\n\n".join(lines)
+
+
+def summary_request(head: Sequence[ChatMessage], options: dict[str, Any], model: str,
+                    focus: str | None) -> ModelRequest:
+    """The request asking the model to summarise ``head``."""
+    transcript = _render(head, int(options["tool_output_max_chars"]))
+    ask = "Summarise the conversation in the data block below."
+    if focus:
+        ask += f" Pay most attention to: {focus}"
+    # The transcript may hold up to the whole usable context (about four characters a token).
+    text = f"{ask}\n\n{data_block('conversation', transcript, int(options['context_limit']) * 3)}"
+    return ModelRequest(model=model, messages=(ChatMessage("user", (TextPart(text),)),),
+                        stable_instructions=SUMMARY_INSTRUCTIONS,
+                        metadata={"purpose": "compaction", "focus": focus})
+
+
+def summary_text(response: ModelResponse) -> str:
+    summary = response.text.strip()
+    if not summary:
+        raise CompactionError(
+            "the summariser returned an empty summary; nothing was compacted (check the "
+            "compaction model, or retry)"
+        )
+    return summary
+
+
+def summary_metadata(rng: tuple[int, int], options: dict[str, Any], model: str, focus: str | None,
+              auto: bool, **extra: Any) -> dict[str, Any]:
+    return {"replaced_range": list(rng), "model": model, "focus": focus, "auto": auto,
+            "tail_messages": options["tail_messages"], "compacted_at": timezone.now().isoformat(),
+            **extra}
+
+
+def compact_turn(ctx: TurnContext, options: dict[str, Any], estimated_tokens: int) -> bool:
+    """Summarise the turn's older visible messages; return whether a summary was appended."""
+    chosen = choose(ctx.visible, int(options["tail_messages"]))
+    if chosen is None:
+        return False
+    head, rng = chosen
+    model = options["model"] or ctx.row.model
+    response = internal.call(ctx, summary_request(head, options, model, None), "compaction")
+    summary = summary_text(response)
+    with ctx.fenced.atomic() as ledger:
+        fee, delta, cost = internal.charge(ctx, ledger, response, model)
+        message = ctx.fenced.append(
+            "assistant", [TextPart(summary)], kind=SUMMARY_KIND,
+            metadata=summary_metadata(rng, options, model, None, True, turn_id=ctx.row.pk,
+                                      estimated_tokens=estimated_tokens,
+                                      usage=response.usage.as_dict(),
+                                      cost=None if cost is None else str(cost)),
+        )
+        ctx.fenced.save(charge=fee, delta=delta)
+    internal.completed(ctx, response, model, cost, "compaction")
+    ctx.remember(message)
+    failpoints.hit("after_compaction_commit")
+    return True
+
+
+def auto_compact(ctx: TurnContext, request: ModelRequest) -> bool:
+    """Compact before a model call when the request is near the context limit; return whether
+    a summary was appended (the caller builds the request again)."""
+    options = options_for(ctx.agent.name, ctx.agent.compaction)
+    if options is None:
+        return False
+    usable = (options["context_limit"] - options["reserved_tokens"]) * options["threshold"]
+    size = estimate(request)
+    if size < usable:
+        return False
+    try:
+        return compact_turn(ctx, options, size)
+    except (BudgetExceeded, LostClaim):
+        raise
+    except Exception:
+        # The request may still fit (the estimate is rough); the model call decides.
+        logger.warning("automatic compaction of turn %r failed", ctx.row.pk, exc_info=True)
+        return False
+
+
+__all__ = ["SUMMARY_KIND", "auto_compact", "choose", "compact_turn", "estimate", "project",
+           "summary_metadata", "summary_request", "summary_text"]

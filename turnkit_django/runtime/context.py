@@ -1,0 +1,87 @@
+"""What the phases of one claimed turn share: its claim, rows, agent, state and transcript."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..agents import AgentDefinition
+from ..clients import Client
+from ..events import EventCallback, emit
+from ..messages import ChatMessage
+from ..models import Conversation, Message, ToolExecution, Turn
+from ..store import Claim, Fenced, TurnState, to_chat
+from ..tools.base import Tool
+from .handles import turn_handle
+
+
+class Suspended(Exception):
+    """The turn released its claim to wait (background fan-out, wait_for)."""
+
+
+#: Runs a child turn inline, to its end (the loop's ``execute``): ``(child, agent, client,
+#: on_event)``. The loop sets it, so delegation does not import the loop it runs inside.
+ChildRunner = Callable[[Turn, AgentDefinition, Client, "EventCallback | None"], Any]
+
+
+@dataclass
+class TurnContext:
+    """One claimed turn while a worker executes it.
+
+    ``state`` is the last committed loop state and ``visible`` the transcript the turn sees;
+    both are kept in memory between the steps this worker commits.
+    """
+
+    claim: Claim
+    row: Turn
+    agent: AgentDefinition
+    client: Client
+    state: TurnState
+    tools: dict[str, Tool]
+    visible: list[ChatMessage]
+    on_event: EventCallback | None = None
+    #: The executions of the current batch as the step that recorded the response wrote them
+    #: (None: the tools phase reads them from the store), and the ids of executions this worker
+    #: committed as ``running`` itself (started without another write).
+    batch: dict[str, ToolExecution] | None = None
+    started: set[str] = field(default_factory=set)
+    child_runner: ChildRunner | None = None
+
+    @property
+    def fenced(self) -> Fenced:
+        return Fenced(self.claim)
+
+    @property
+    def conversation(self) -> Conversation:
+        return self.row.conversation
+
+    @property
+    def background(self) -> bool:
+        return self.row.submitted_at is not None
+
+    @property
+    def principal(self) -> Any:
+        return self.row.principal
+
+    def emit(self, type_: str, **payload: Any) -> None:
+        emit(type_, turn_id=self.row.pk, conversation_id=self.row.conversation_id,
+             callback=self.on_event, **payload)
+
+    def remember(self, message: Message) -> None:
+        """A message this worker committed: the turn sees it from now on."""
+        self.visible.append(to_chat(message))
+        self.emit("message.created", message_id=message.pk, role=message.role, kind=message.kind)
+
+    def run_child(self, child: Turn, agent: AgentDefinition, client: Client) -> None:
+        """Execute ``child`` inline, now, with this turn's event callback."""
+        if self.child_runner is None:
+            raise RuntimeError("this turn context cannot run child turns")
+        self.child_runner(child, agent, client, self.on_event)
+
+    def handle(self) -> Any:
+        """The public turn handle given to tools, policies and context contributors."""
+        return turn_handle(self.row, self.agent)
+
+
+__all__ = ["ChildRunner", "Suspended", "TurnContext"]

@@ -1,0 +1,101 @@
+"""Creating conversations and turns for an agent: its definition decides the write-once options."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Model
+
+from ..agents import AgentDefinition, schema_json
+from ..agents.definition import check_thinking
+from ..agents.prompting import check_options
+from ..messages import Part
+from ..models import Conversation, ToolExecution, Turn
+from ..serialization import snapshot
+from ..store import NewConversation, NewTurn, create_conversation, create_turn
+
+
+def new_conversation(
+    agent: AgentDefinition,
+    *,
+    principal: Any = None,
+    context: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    subject: Model | None = None,
+    model: str | None = None,
+    parent: Turn | None = None,
+    parent_execution: ToolExecution | None = None,
+) -> Conversation:
+    """Create a conversation with ``agent``; a ``subject`` row's prompt text is snapshotted."""
+    subject_prompt = ""
+    if subject is not None:
+        to_prompt = getattr(subject, "to_prompt", None)
+        subject_prompt = str(to_prompt() if callable(to_prompt) else subject)
+    return create_conversation(NewConversation(
+        agent_name=agent.name, model=model or agent.resolved_model(), principal=principal,
+        context=snapshot(context or {}, "context"), metadata=dict(metadata or {}),
+        subject=subject, subject_prompt=subject_prompt, parent=parent,
+        parent_execution=parent_execution))
+
+
+def turn_options(agent: AgentDefinition, *, output_schema: Any = None, thinking: Any = None,
+                 prompt_mode: str | None = None, root: bool = True,
+                 **extra: Any) -> dict[str, Any]:
+    """The write-once options of a new turn of ``agent`` (its limits snapshot when a root)."""
+    check_options(agent.name, prompt_mode, None)
+    check_thinking(thinking, f"turn of agent {agent.name!r}")
+    options: dict[str, Any] = {
+        "output_schema": schema_json(output_schema or agent.output_schema),
+        "thinking": thinking if thinking is not None else agent.thinking,
+        "prompt_mode": prompt_mode,
+        **extra,
+    }
+    if root:
+        options["limits"] = agent.limits().as_json()
+    return options
+
+
+def new_turn(
+    agent: AgentDefinition,
+    parts: Sequence[Part] = (),
+    *,
+    conversation: Conversation | None = None,
+    parent: Turn | None = None,
+    parent_execution: ToolExecution | None = None,
+    principal: Any = None,
+    context: dict[str, Any] | None = None,
+    output_schema: Any = None,
+    thinking: dict[str, Any] | None = None,
+    prompt_mode: str | None = None,
+    model: str | None = None,
+    message_metadata: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
+    **conversation_options: Any,
+) -> Turn:
+    """Create a pending turn (and its conversation and input message when needed).
+
+    ``options`` are extra write-once options recorded with the turn's own.
+    """
+    turn_config = turn_options(agent, output_schema=output_schema, thinking=thinking,
+                               prompt_mode=prompt_mode, root=parent is None, **(options or {}))
+    with transaction.atomic():
+        if conversation is None:
+            conversation = new_conversation(agent, principal=principal, context=context,
+                                            parent=parent, parent_execution=parent_execution,
+                                            model=model, **conversation_options)
+        spec = NewTurn(
+            agent_name=agent.name,
+            options=turn_config,
+            model=model or conversation.model or agent.resolved_model(),
+            principal=principal,
+            # A deep copy: later changes to the caller's dict never reach the turn.
+            context=None if context is None else snapshot(context, "context"),
+            parent=parent,
+            parent_execution=parent_execution,
+        )
+        return create_turn(spec, conversation, parts, message_metadata=message_metadata)
+
+
+__all__ = ["new_conversation", "new_turn", "turn_options"]

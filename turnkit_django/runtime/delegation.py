@@ -1,0 +1,103 @@
+"""Sub-agent delegation: a child turn in a fresh child conversation, sharing the root's budget.
+
+Children get only the explicit task, the parent's principal, depth + 1, and the parent's root
+(shared budgets). Inline, the child runs synchronously inside the parent's tool call; in the
+background a group of delegations fans out (:mod:`.fanout`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..agents import AgentDefinition, SubAgentTool, get_agent
+from ..authorization import is_allowed
+from ..clients import Client
+from ..errors import ErrorRecord, budget_exceeded, not_authorized
+from ..exceptions import BudgetExceeded, ConfigurationError
+from ..messages import TextPart, ToolCallPart
+from ..models import ToolExecution, Turn
+from ..states import ToolStatus, TurnStatus
+from . import budget
+from .calls import CallOutcome
+from .context import TurnContext
+from .creation import new_turn
+
+
+def launch_refusal(parent: TurnContext, agent_name: str, arguments: Any) -> ErrorRecord | None:
+    """Ask the policy for ``launch_agent``; return the failed tool result when it refuses."""
+    if is_allowed("launch_agent", principal=parent.principal, turn_id=parent.row.pk,
+                  conversation_id=parent.row.conversation_id, agent=agent_name,
+                  arguments=arguments, turn_principal=parent.principal):
+        return None
+    return not_authorized(f"You are not allowed to start the {agent_name!r} agent for this "
+                          "principal.")
+
+
+def child_of(execution: ToolExecution) -> Turn | None:
+    """The child a delegation's execution launched, if it did (one per execution)."""
+    return Turn.objects.filter(parent_tool_execution_id=execution.pk).first()
+
+
+def create_child(parent: TurnContext, agent: AgentDefinition, execution: ToolExecution,
+                 task: str) -> Turn:
+    """Create (once per tool execution) the child conversation, turn and task message.
+
+    A fenced write of the parent; the child is found again by ``parent_tool_execution``, so a
+    replayed call never creates a second child.
+    """
+    existing = child_of(execution)
+    if existing is not None:
+        return existing
+    with parent.fenced.atomic() as ledger:
+        budget.check_depth(ledger, parent.row.depth + 1)
+        return new_turn(agent, [TextPart(task)], parent=parent.row, parent_execution=execution,
+                        principal=parent.principal)
+
+
+def child_outcome(child: Turn) -> CallOutcome:
+    """A finished child as its parent's tool result: a failure is a result, not the parent's."""
+    status = ToolStatus.COMPLETED if child.status == TurnStatus.COMPLETED else ToolStatus.FAILED
+    return CallOutcome(status, child.envelope())
+
+
+def run_inline_child(parent: TurnContext, tool: SubAgentTool, call: ToolCallPart,
+                     execution: ToolExecution, args: Any) -> CallOutcome:
+    """Run a sub-agent synchronously and return its envelope as the tool result."""
+    refusal = launch_refusal(parent, tool.tool_name, call.arguments)
+    if refusal is not None:
+        return CallOutcome.failed(refusal)
+    try:
+        child = create_child(parent, tool.agent, execution, args.task)
+    except BudgetExceeded as exc:
+        return CallOutcome.failed(budget_exceeded(exc.reason), error=exc)
+    parent.emit("sub_agent.delegated", id=call.id, name=tool.tool_name,
+                child_conversation_id=child.conversation_id, task_chars=len(args.task))
+    agent = tool.agent
+    parent.run_child(child, agent, agent.client or parent.client)
+    child.refresh_from_db()
+    return child_outcome(child)
+
+
+def inherited_client(row: Turn, agent: AgentDefinition) -> Client | None:
+    """The client of the nearest ancestor's agent, for a sub-agent turn without its own client.
+
+    Inline children get their parent's client passed in; a background child is rebuilt by a
+    worker from the registry, so it finds it here. None when the agent has a client of its own.
+    """
+    if agent.client is not None:
+        return None
+    parent_id = row.parent_turn_id
+    while parent_id is not None:
+        name, parent_id = Turn.objects.filter(pk=parent_id).values_list(
+            "agent_name", "parent_turn_id").get()
+        try:
+            client = get_agent(name).client
+        except ConfigurationError:
+            return None
+        if client is not None:
+            return client
+    return None
+
+
+__all__ = ["child_of", "child_outcome", "create_child", "inherited_client", "launch_refusal",
+           "run_inline_child"]

@@ -1,0 +1,255 @@
+"""Deliveries: durable messages between conversations, and waking idle conversations.
+
+A :class:`~turnkit_django.models.Delivery` is created once per store-wide unique key
+(:func:`send_message`, completion callbacks ``completion:<turn id>``). Delivering it appends one
+user message to the destination under the destination's conversation lock and, when the
+destination is idle, creates the continuation turn that will answer it, all in one transaction
+(:func:`deliver`). A conversation is busy while any of its turns is pending (submitted or only
+prepared), running, waiting or paused; a busy conversation buffers the message: the turn in
+progress keeps its frozen input (``context_sequence``) and the next turn consumes every buffered
+message at once. A background turn that finishes wakes its conversation again (``run_turn``).
+
+Continuations act for the DESTINATION conversation's principal, never the sender's; the sender's
+principal is recorded in the message metadata only. A continuation is submitted to background
+execution when the destination's latest turn was a background turn (or it has none yet); after an
+inline turn it is left prepared (pending, not submitted) for the application to execute, because
+an inline conversation is driven by the application, not by workers.
+
+Lock order: a caller holding a tree lock may deliver or wake (tree lock, then conversation lock);
+delivering takes no tree lock of its own except the brand-new continuation's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from ..agents import get_agent
+from ..authorization import authorize, is_allowed
+from ..events import emit
+from ..exceptions import ConfigurationError
+from ..models import Conversation, Delivery, Message, Turn
+from ..store import deliveries, lock_conversation
+from ..store.deliveries import COMPLETION_PREFIX
+from ..store.turns import set_options
+from .creation import new_turn
+from .submission import submit
+
+logger = logging.getLogger("turnkit_django.deliveries")
+
+
+def send_message(
+    source: Conversation,
+    destination: Conversation,
+    text: str,
+    *,
+    key: str,
+    principal: Any,
+    source_turn: Turn | None = None,
+    deliver_now: bool = True,
+) -> Delivery:
+    """Send ``text`` from ``source`` to ``destination`` once per ``key``; authorized first.
+
+    With ``deliver_now`` (the default) the message is delivered at once; otherwise maintenance
+    (:func:`deliver_pending`) delivers it.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("a message needs non-empty text")
+    if source_turn is not None and source_turn.conversation_id != source.pk:
+        raise ValueError(f"source turn {source_turn.pk!r} is not a turn of conversation "
+                         f"{source.pk!r}")
+    authorize("send_message", principal=principal, source_conversation_id=source.pk,
+              destination_conversation_id=destination.pk,
+              source_turn_id=source_turn.pk if source_turn is not None else None,
+              source_principal=source.principal, destination_principal=destination.principal)
+    delivery = deliveries.create(
+        key=key, destination_id=destination.pk, source_id=source.pk,
+        source_turn_id=source_turn.pk if source_turn is not None else None,
+        payload={"text": text, "sender_principal": principal},
+    )
+    if deliver_now and delivery.delivered_at is None:
+        deliver(delivery.pk)
+        delivery.refresh_from_db()
+    return delivery
+
+
+def completion_callback(turn: Turn) -> Delivery | None:
+    """Create the completion callback of a finished submitted turn; call it in the terminal write.
+
+    The ``callback`` action is authorized again now (a permission can be revoked while the turn
+    runs); a denial is recorded as ``options["callback_denied"]`` and the turn stays terminal.
+    """
+    destination = (turn.options or {}).get("callback_conversation")
+    if turn.submitted_at is None or not destination:
+        return None
+    owner = Conversation.objects.filter(pk=destination).values_list("principal", flat=True)
+    if not is_allowed("callback", principal=turn.principal, turn_id=turn.pk,
+                      destination_conversation_id=destination,
+                      destination_principal=owner.first()):
+        set_options(turn, callback_denied=True)
+        return None
+    result = turn.envelope()
+    return deliveries.create(
+        key=f"{COMPLETION_PREFIX}{turn.pk}", destination_id=destination,
+        source_id=turn.conversation_id, source_turn_id=turn.pk,
+        payload={"text": json.dumps(result, sort_keys=True, default=str),
+                 "sender_principal": turn.principal, "envelope": result},
+    )
+
+
+def finished(turn_id: str) -> Delivery | None:
+    """Call in the transaction of a submitted turn's terminal write (holding its tree lock).
+
+    Creates the completion callback (re-authorized now; see :func:`completion_callback`) and
+    wakes the turn's conversation (buffered deliveries get their continuation), so both commit
+    or roll back with the terminal status. The callback is delivered after the commit; if this
+    process dies first, maintenance delivers it. Inline turns have neither.
+    """
+    turn = Turn.objects.get(pk=turn_id)
+    if turn.submitted_at is None:
+        return None
+    delivery = completion_callback(turn)
+    wake(turn.conversation_id)
+    if delivery is not None and delivery.delivered_at is None:
+        transaction.on_commit(partial(_deliver_later, delivery.pk))
+    return delivery
+
+
+def _deliver_later(delivery_id: str) -> None:
+    try:
+        deliver(delivery_id)
+    except Exception:
+        logger.warning("could not deliver %r; maintenance will retry", delivery_id, exc_info=True)
+
+
+# --------------------------------------------------------------------------- delivering
+
+
+def deliver(delivery_id: str) -> Delivery:
+    """Append the delivery's message to its destination once, then wake the destination.
+
+    Safe to call twice and concurrently: the destination's conversation lock serializes
+    deliverers and the second one finds ``delivered_at`` set and changes nothing.
+    """
+    with transaction.atomic():
+        conversation, delivery, message = deliveries.append_delivered(delivery_id)
+        if message is None:
+            return delivery
+        continuation = _wake_locked(conversation)
+        emit("delivery.delivered", turn_id=continuation.pk if continuation else None,
+             conversation_id=conversation.pk, delivery_id=delivery.pk, message_id=message.pk,
+             sequence=message.sequence, continuation_turn_id=continuation.pk if continuation
+             else None)
+    return delivery
+
+
+class _Rotation:
+    """Where the last maintenance pass stopped, so a blocked head cannot starve the rest."""
+
+    after: tuple[datetime, str] | None = None
+
+
+def deliver_pending(limit: int) -> list[str]:
+    """Deliver up to ``limit`` pending deliveries (oldest first, rotating); return their ids.
+
+    Reads only pending rows (the partial index on undelivered deliveries). A delivery that fails
+    is logged and left pending for a later pass; the next pass starts after the last one tried.
+    """
+    pending = Delivery.objects.pending().order_by("created_at", "id")
+    after = _Rotation.after
+    rows: list[tuple[datetime, str]] = []
+    if after is not None:
+        rows = list(pending.filter(Q(created_at__gt=after[0])
+                                   | Q(created_at=after[0], id__gt=after[1]))
+                    .values_list("created_at", "id")[:limit])
+    if len(rows) < limit:
+        seen = {pk for _, pk in rows}
+        rows += [r for r in pending.values_list("created_at", "id")[:limit - len(rows)]
+                 if r[1] not in seen]
+    delivered: list[str] = []
+    for created_at, delivery_id in rows:
+        _Rotation.after = (created_at, delivery_id)
+        try:
+            deliver(delivery_id)
+        except Delivery.DoesNotExist:
+            continue
+        except Exception:
+            logger.exception("could not deliver %r; a later maintenance pass retries", delivery_id)
+            continue
+        delivered.append(delivery_id)
+    if len(rows) < limit:
+        _Rotation.after = None
+    return delivered
+
+
+# --------------------------------------------------------------------------- wake
+
+
+def is_busy(conversation_id: str) -> bool:
+    """Whether a turn of the conversation is pending (even unsubmitted), running, waiting or
+    paused: its input is frozen, so a delivery now is buffered for the next turn."""
+    return Turn.objects.filter(conversation_id=conversation_id).active().exists()
+
+
+def wake(conversation: Conversation | str) -> Turn | None:
+    """Create a continuation for buffered deliveries if the conversation is idle; return it.
+
+    A delivered message is buffered while it lies beyond the input (``context_sequence``) of the
+    conversation's newest turn. Takes the conversation lock.
+    """
+    conversation_id = conversation if isinstance(conversation, str) else conversation.pk
+    with transaction.atomic():
+        return _wake_locked(lock_conversation(conversation_id))
+
+
+def _wake_locked(row: Conversation) -> Turn | None:
+    """:func:`wake` for a caller that holds the conversation lock."""
+    if is_busy(row.pk):
+        return None
+    latest = (Turn.objects.filter(conversation_id=row.pk).order_by("-created_at", "-id")
+              .values("context_sequence", "submitted_at").first())
+    consumed = latest["context_sequence"] if latest else 0
+    trigger = (Message.objects.filter(conversation_id=row.pk, sequence__gt=consumed, role="user",
+                                      metadata__has_key="delivery_id")
+               .order_by("-sequence").values_list("pk", "metadata").first())
+    if trigger is None:
+        return None
+    try:
+        agent = get_agent(row.agent_name)
+    except ConfigurationError:
+        logger.warning("conversation %r has buffered deliveries but its agent %r is not "
+                       "registered in this process; not waking it", row.pk, row.agent_name)
+        return None
+    turn = new_turn(agent, conversation=row, principal=row.principal,
+                    options={"woken_by": {"message_id": trigger[0],
+                                          "delivery_id": trigger[1]["delivery_id"]}})
+    if latest is None or latest["submitted_at"] is not None:
+        turn = submit(turn)
+    return turn
+
+
+def wake_after(turn_id: str) -> Turn | None:
+    """Wake the conversation of ``turn_id`` once it has finished (buffered deliveries)."""
+    conversation_id = Turn.objects.filter(pk=turn_id).values_list(
+        "conversation_id", flat=True).first()
+    if conversation_id is None:
+        return None
+    return wake(conversation_id)
+
+
+__all__ = [
+    "completion_callback",
+    "deliver",
+    "deliver_pending",
+    "finished",
+    "is_busy",
+    "send_message",
+    "wake",
+    "wake_after",
+]

@@ -1,0 +1,139 @@
+"""The phase loop of one claimed turn: model → tools → output, every step committed.
+
+The loop re-reads its phase from the turn's state (kept in memory between the steps it commits),
+so a replacement worker continues exactly where the last committed step stopped:
+
+* a committed model response is never requested again;
+* a committed tool result is never re-run; a tool that was running when its worker died is
+  ``interrupted`` ("outcome unknown"), or re-run with the same idempotency key if replay-safe;
+* no transaction is open and no lock is held during a model call or a tool call.
+
+One commit per step: see :mod:`.model` (a response commits with what follows it) and
+:mod:`.results` (a tool result commits with the next call's intent or the batch's end).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.utils import timezone
+
+from ..agents import AgentDefinition, get_agent
+from ..clients import Client, ModelRequest, ModelResponse
+from ..conf import turnkit_settings
+from ..errors import ErrorRecord
+from ..events import EventCallback
+from ..exceptions import BudgetExceeded, LostClaim, ModelError, TurnkitError
+from ..models import Turn
+from ..states import Phase, TurnStatus
+from ..store import Claim, Ledger, LedgerDelta, TurnState, claim_turn, visible_chat, worker_identity
+from . import budget
+from .calls import turn_tools
+from .context import Suspended, TurnContext
+from .delegation import inherited_client
+from .heartbeat import Heartbeat
+from .model import build_request, model_step
+from .output import fail, output_step
+from .tools import tools_step
+
+logger = logging.getLogger("turnkit_django.runtime")
+
+STEPS = {Phase.MODEL: model_step, Phase.TOOLS: tools_step, Phase.OUTPUT: output_step}
+
+
+def run(ctx: TurnContext) -> None:
+    """Run the claimed turn until it finishes, suspends, or loses its claim."""
+    try:
+        while ctx.state.phase in STEPS:
+            phase = ctx.state.phase
+            STEPS[phase](ctx)
+            if phase == Phase.OUTPUT and ctx.state.phase != Phase.MODEL:
+                return  # published or failed (not sent back for a revision)
+    except (LostClaim, Suspended):
+        return
+    except (BudgetExceeded, ModelError, TurnkitError) as exc:
+        fail(ctx, ErrorRecord.of(exc))
+    except Exception as exc:
+        if ctx.background:
+            # Recover rather than guess: reconciliation resumes the persisted phase.
+            raise
+        logger.exception("inline turn %r failed", ctx.row.pk)
+        fail(ctx, ErrorRecord.of(exc))
+
+
+def on_claim(turn: Turn, ledger: Ledger) -> tuple[TurnState | None, LedgerDelta]:
+    """Written with the claim: a turn in the model phase gets its iteration reserved (once;
+    a reservation it already holds is only checked again against time and money)."""
+    state = TurnState.from_json(turn.state)
+    if state.phase != Phase.MODEL:
+        return None, LedgerDelta()
+    if state.reservation is None:
+        delta, reservation = budget.reserve_next(ledger, timezone.now())
+    else:
+        delta, reservation = LedgerDelta(), budget.recheck(state.reservation, ledger,
+                                                           timezone.now())
+    return state.replace(reservation=reservation), delta
+
+
+def context(claim: Claim, row: Turn, agent: AgentDefinition, *, client: Client,
+            on_event: EventCallback | None = None) -> TurnContext:
+    """The context of a claimed turn, with the transcript it sees and the tools it may call."""
+    return TurnContext(
+        claim=claim, row=row, agent=agent, client=client,
+        state=TurnState.from_json(row.state),
+        # Tools of loaded skills are derived from persisted executions, so a resumed turn agrees.
+        tools=turn_tools(agent, row.pk),
+        visible=visible_chat(row),
+        on_event=on_event if on_event is not None else agent.on_event,
+        child_runner=_run_child,
+    )
+
+
+def execute(
+    turn_id: str,
+    *,
+    agent: AgentDefinition | None = None,
+    kind: str = "inline",
+    client: Client | None = None,
+    on_event: EventCallback | None = None,
+    root_id: str | None = None,
+) -> bool:
+    """Claim ``turn_id`` and run it; return False if it was not claimable.
+
+    ``root_id``, when the caller knows the turn's root, saves one lookup before the claim.
+    """
+    claimed = claim_turn(turn_id, worker_identity(kind), root_id=root_id, prepare=on_claim)
+    if claimed is None:
+        return False
+    claim, row = claimed
+    resolved = agent if agent is not None and agent.name == row.agent_name else get_agent(
+        row.agent_name)
+    # A worker rebuilding a sub-agent's turn finds the client of its parent's agent.
+    chosen = client or inherited_client(row, resolved) or resolved.resolved_client()
+    ctx = context(claim, row, resolved, client=chosen, on_event=on_event)
+    ctx.emit("turn.started", status=TurnStatus.RUNNING, model=row.model)
+    with Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL)):
+        run(ctx)
+    return True
+
+
+def _run_child(child: Turn, agent: AgentDefinition, client: Client,
+               on_event: EventCallback | None) -> None:
+    execute(child.pk, agent=agent, client=client, on_event=on_event, root_id=child.root_turn_id)
+
+
+class _NoClient:
+    provider = "none"
+
+    def complete(self, request: ModelRequest) -> ModelResponse:  # pragma: no cover
+        raise AssertionError("preview never calls the model")
+
+
+def preview(turn_id: str, agent: AgentDefinition) -> ModelRequest:
+    """The exact next model request of a turn, built without calling the model or writing."""
+    row = Turn.objects.select_related("conversation").get(pk=turn_id)
+    claim = Claim(row.pk, row.root_turn_id, row.conversation_id, row.fence, "preview")
+    return build_request(context(claim, row, agent, client=_NoClient()))
+
+
+__all__ = ["context", "execute", "on_claim", "preview", "run"]

@@ -1,0 +1,129 @@
+"""The model phase: one model call, and its response committed with what follows it.
+
+The transaction that moves a turn to the model phase (the claim, the end of a tool batch, a
+revision request) also checks the tree's time and money and reserves the next iteration,
+recording the reservation (or its denial, which fails the turn here with the same
+BudgetExceeded) in the state, so this step takes no lock before calling the model, and a resumed
+turn never reserves twice. The response's transaction also writes the first tool call's intent
+(:mod:`.results`), or publishes the turn when it asked for no tools and the output review has
+nothing to run.
+"""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from .. import failpoints
+from ..clients import ModelRequest, ModelResponse
+from ..exceptions import BudgetExceeded
+from ..messages import MessageKind
+from ..states import Phase, TurnStatus
+from ..store import Candidate
+from . import budget, internal
+from .compaction import auto_compact, project
+from .context import TurnContext
+from .output import publish_locked
+from .prompts import compose
+from .results import Opened, delegates, open_call
+
+
+def build_request(ctx: TurnContext) -> ModelRequest:
+    """The turn's next model request, from its visible messages."""
+    instructions = compose(ctx.agent, ctx.row, ctx.conversation)
+    options = ctx.row.options or {}
+    return ModelRequest(
+        model=ctx.row.model,
+        messages=tuple(project(ctx.visible)),
+        tools=tuple(t.spec() for t in ctx.tools.values()),
+        stable_instructions=instructions.stable,
+        dynamic_instructions=instructions.dynamic,
+        output_schema=options.get("output_schema"),
+        thinking=options.get("thinking") or None,
+        metadata={"turn_id": ctx.row.pk, "conversation_id": ctx.row.conversation_id,
+                  "agent": ctx.agent.name, "prompt": instructions.report()},
+    )
+
+
+def model_step(ctx: TurnContext) -> None:
+    _reserved(ctx)
+    request = build_request(ctx)
+    if auto_compact(ctx, request):  # a summary was paid for: check time and money again
+        request = build_request(ctx)
+        with ctx.fenced.atomic() as ledger:
+            budget.check_open(ledger, timezone.now())
+    ctx.emit("model.requested", model=request.model, tool_names=request.tool_names,
+             message_count=len(request.messages))
+    failpoints.hit("before_model_call")
+    response = ctx.client.complete(request)
+    error = record_response(ctx, response)
+    failpoints.hit("after_model_commit")
+    if error is not None:
+        raise error
+
+
+def _reserved(ctx: TurnContext) -> None:
+    """Raise a stored reservation denial; reserve now if the turn came without one."""
+    reservation = ctx.state.reservation
+    if reservation is None:
+        with ctx.fenced.atomic() as ledger:
+            delta, reservation = budget.reserve_next(ledger, timezone.now())
+            state = ctx.state.replace(reservation=reservation)
+            ctx.fenced.save(state, delta=delta)
+        ctx.state = state
+    reservation.refuse()
+
+
+def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded | None:
+    """Commit the response with what follows it; return the error that fails the turn."""
+    calls = response.tool_calls
+    publish = not calls and not ctx.agent.output_policies  # nothing to review
+    state = ctx.state.replace(
+        reservation=None,  # used by this response
+        iterations=ctx.state.iterations + 1,
+        candidate=Candidate(response.text, response.output_data),
+        phase=Phase.TOOLS if calls else Phase.DONE if publish else Phase.OUTPUT,
+    )
+    first = calls[0] if calls and not delegates(ctx, calls[0]) else None
+    opened: Opened | None = None
+    if publish:
+        failpoints.hit("before_publish")
+    with ctx.fenced.atomic() as ledger:
+        fee, delta, cost = internal.charge(ctx, ledger, response, ctx.row.model)
+        message = ctx.fenced.append(
+            "assistant", response.parts,
+            kind=MessageKind.TOOL_CALL if calls else MessageKind.TEXT,
+            metadata={"model": response.model or ctx.row.model,
+                      "usage": response.usage.as_dict(),
+                      "cost": None if cost is None else str(cost),
+                      "stop_reason": response.stop_reason,
+                      "provider": response.provider},
+        )
+        state = state.replace(response_message_id=message.pk)
+        if first is not None:
+            try:
+                opened = open_call(ctx, ledger, first, delta)
+            except BudgetExceeded:
+                pass  # out of time or money: the tools phase fails the turn
+        if publish:
+            publish_locked(ctx, state, response.text, response.output_data, charge=fee,
+                           delta=delta)
+        else:
+            ctx.fenced.save(state, charge=fee, delta=delta)
+    ctx.state = state
+    ctx.remember(message)
+    ctx.batch = {} if calls else None  # its calls have no other executions
+    error = None
+    if opened is not None:
+        ctx.batch = {opened.execution.tool_call_id: opened.execution}
+        if opened.denial is not None:
+            ctx.remember(opened.denial)
+        error = opened.error
+    ctx.emit("model.completed", model=response.model or ctx.row.model,
+             tool_call_count=len(calls), usage=response.usage.as_dict(),
+             cost=None if cost is None else str(cost))
+    if publish:
+        ctx.emit("turn.completed", status=TurnStatus.COMPLETED, output_text=response.text)
+    return error
+
+
+__all__ = ["build_request", "model_step", "record_response"]

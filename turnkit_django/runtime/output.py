@@ -1,0 +1,165 @@
+"""The output phase: run the output policies on the candidate, then revise, publish or fail.
+
+With violations left and ``output_retries`` not used up, one fenced transaction appends a
+revision request and sends the turn back to the model phase, recording the count in the state;
+a crash after it resumes at the model phase without a second request. Judge verdicts are stored
+in the state with their usage, so a resumed turn never pays twice for one verdict.
+
+Publishing and failing are the turn's terminal writes: status, output or error, the end of the
+claim and, for a background turn, its completion callback and the wake of its conversation, all
+in one transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+
+from .. import failpoints
+from ..agents.policies import Audit, Policy, Violation, judge_request, revision_text, verdict
+from ..errors import ErrorRecord
+from ..exceptions import LostClaim
+from ..messages import TextPart
+from ..states import Phase, TurnStatus
+from ..store import Charge, LedgerDelta, TurnState, repair
+from . import budget, internal
+from .context import TurnContext
+from .deliveries import finished
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the output phase does next: revised (loop on), or publish, or fail with ``error``.
+
+    A failed turn keeps the candidate output it was refused for.
+    """
+
+    revised: bool = False
+    error: ErrorRecord | None = None
+    audit: dict[str, Any] | None = None
+
+
+def output_step(ctx: TurnContext) -> None:
+    candidate = ctx.state.candidate
+    text = candidate.text if candidate else ""
+    data = candidate.data if candidate else None
+    outcome = review(ctx, text, data)
+    if outcome.revised:
+        return
+    failpoints.hit("before_publish")
+    extra = {} if outcome.audit is None else {"audit": outcome.audit}
+    if outcome.error is not None:
+        fail(ctx, outcome.error, output_text=text, output_data=data, **extra)
+    else:
+        publish(ctx, text, data, **extra)
+
+
+def review(ctx: TurnContext, text: str, data: Any) -> Outcome:
+    """Run the agent's policies on the candidate; revise, or say how to finish the turn."""
+    agent = ctx.agent
+    if not agent.output_policies:
+        return Outcome()
+    output = data if data is not None else text
+    turn = ctx.handle()
+    violations: list[Violation] = []
+    for index, policy in enumerate(agent.output_policies):
+        if policy.judged:
+            violations += _judged(ctx, policy, output, str(index))
+        else:
+            violations += policy.run(output, text, data, turn)
+    revisions = ctx.state.revisions
+    history = tuple(Audit.from_json(a) for a in ctx.state.audits)
+    audit = Audit(tuple(violations), tuple(p.name for p in agent.output_policies),
+                  agent.output_policy_mode, revisions, history)
+    if not audit.clean and revisions < agent.output_retries:
+        _revise(ctx, audit)
+        return Outcome(revised=True)
+    record = audit.as_json()
+    if audit.clean or agent.output_policy_mode == "report":
+        return Outcome(audit=record)
+    rules = "; ".join(f"{v.rule}: {v.message}" for v in audit.violations)
+    error = ErrorRecord("OutputPolicyViolation",
+                        f"the output violates its output policy ({rules})", {"audit": record})
+    return Outcome(error=error, audit=record)
+
+
+def _judged(ctx: TurnContext, policy: Policy, output: Any, key: str) -> list[Violation]:
+    """A judge's verdict on the candidate: stored in the state, or asked and then stored."""
+    # Keyed by position: two policy files may share a name.
+    stored = ctx.state.judged.get(key)
+    if stored is not None:
+        return [Violation.from_json(v) for v in stored]
+    model = ctx.row.model
+    response = internal.call(ctx, judge_request(policy, output, model), "output_policy")
+    found = verdict(response, policy.name)
+    state = ctx.state.replace(judged={**ctx.state.judged,
+                                      key: tuple(v.as_json() for v in found)})
+    with ctx.fenced.atomic() as ledger:
+        fee, delta, cost = internal.charge(ctx, ledger, response, model)
+        ctx.fenced.save(state, charge=fee, delta=delta)
+    ctx.state = state
+    internal.completed(ctx, response, model, cost, "output_policy")
+    return found
+
+
+def _revise(ctx: TurnContext, audit: Audit) -> None:
+    """Append the revision request and go back to the model phase, in one transaction."""
+    agent = ctx.agent
+    attempt = audit.revisions + 1
+    terminal = ctx.state.terminal
+    text = revision_text(audit, agent.output_policies, attempt, agent.output_retries,
+                         terminal.tool if terminal else None)
+    state = ctx.state.replace(phase=Phase.MODEL, revisions=attempt, candidate=None, terminal=None,
+                              judged={}, audits=(*ctx.state.audits, audit.as_json()))
+    with ctx.fenced.atomic() as ledger:
+        message = ctx.fenced.append(
+            "user", [TextPart(text)],
+            metadata={"source": "output_policy", "attempt": attempt,
+                      "violations": [v.as_json() for v in audit.violations]},
+        )
+        # The next model call's iteration is reserved here (see the model phase).
+        delta, reservation = budget.reserve_next(ledger, timezone.now())
+        state = state.replace(reservation=reservation)
+        ctx.fenced.save(state, delta=delta)
+    ctx.state = state
+    ctx.remember(message)
+    failpoints.hit("after_revision_commit")
+
+
+def publish(ctx: TurnContext, text: str, data: Any, **extra: Any) -> None:
+    """The terminal write completing the turn with ``text`` and ``data``."""
+    state = ctx.state.replace(phase=Phase.DONE)
+    with ctx.fenced.atomic():
+        publish_locked(ctx, state, text, data, **extra)
+    ctx.state = state
+    ctx.emit("turn.completed", status=TurnStatus.COMPLETED, output_text=text)
+
+
+def publish_locked(ctx: TurnContext, state: TurnState, text: str, data: Any, *,
+                   charge: Charge | None = None, delta: LedgerDelta | None = None,
+                   **extra: Any) -> None:
+    """:func:`publish` inside an open fenced transaction; the caller emits the event."""
+    ctx.fenced.publish(state, text=text, data=data, charge=charge, delta=delta, **extra)
+    if ctx.background:
+        finished(ctx.row.pk)  # callback and wake commit with the terminal write
+
+
+def fail(ctx: TurnContext, error: ErrorRecord, **extra: Any) -> None:
+    """Finish the turn as failed, closing every open tool call first."""
+    state = ctx.state.replace(phase=Phase.DONE)
+    record = error.for_turn()
+    try:
+        with ctx.fenced.atomic():
+            repair(ctx.row, reason="the turn failed", fence=ctx.claim.fence)
+            ctx.fenced.fail(state, error=record, **extra)
+            if ctx.background:
+                finished(ctx.row.pk)
+    except LostClaim:
+        return
+    ctx.state = state
+    ctx.emit("turn.failed", error=record)
+
+
+__all__ = ["Outcome", "fail", "output_step", "publish", "publish_locked", "review"]

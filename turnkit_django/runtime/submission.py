@@ -1,0 +1,69 @@
+"""Handing turns to background execution: the submit transition and the doorbell.
+
+Celery is only a doorbell (R1 in the reliability notes): :func:`dispatch` rings it once the
+current transaction commits (never before; dropped on rollback), and a lost ring is repaired by
+maintenance, which re-rings what is claimable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.db import transaction
+from django.utils.module_loading import import_string
+
+from ..authorization import authorize
+from ..conf import turnkit_settings
+from ..models import Conversation, Turn
+from ..store import turns
+
+logger = logging.getLogger("turnkit_django.runtime")
+
+#: The dispatcher used when ``TURNKIT["DISPATCHER"]`` is not set: the Celery task. Named by its
+#: path so the runtime does not import the Celery entry point.
+CELERY_DISPATCHER = "turnkit_django.celery.enqueue_turn"
+
+
+def _dispatcher() -> Callable[[str], Any]:
+    configured: Callable[[str], Any] | None = turnkit_settings.DISPATCHER
+    if configured is not None:
+        return configured
+    default: Callable[[str], Any] = import_string(CELERY_DISPATCHER)
+    return default
+
+
+def dispatch(turn_id: str) -> None:
+    """Ring the doorbell for ``turn_id`` once the current transaction commits."""
+
+    def send() -> None:
+        try:
+            _dispatcher()(turn_id)
+        except Exception:
+            # Celery is only a doorbell: maintenance re-dispatches what was lost.
+            logger.warning("could not dispatch turn %r; maintenance will retry", turn_id,
+                           exc_info=True)
+
+    transaction.on_commit(send)
+
+
+def submit(turn: Turn, *, callback: Conversation | None = None) -> Turn:
+    """Hand a pending turn to background execution (idempotent); return the row as it is now.
+
+    A ``callback`` conversation receives the turn's result when it finishes; the ``callback``
+    action is authorized for the turn's principal first (and again at completion).
+    """
+    if callback is not None:
+        authorize("callback", principal=turn.principal, turn_id=turn.pk,
+                  destination_conversation_id=callback.pk,
+                  destination_principal=callback.principal)
+    with transaction.atomic():
+        row, new = turns.submit(turn, callback_conversation_id=None if callback is None
+                                else callback.pk)
+        if new:
+            dispatch(row.pk)
+    return row
+
+
+__all__ = ["CELERY_DISPATCHER", "dispatch", "submit"]

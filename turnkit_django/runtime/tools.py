@@ -1,0 +1,165 @@
+"""The tools phase of a claimed turn: every tool call of the persisted response to one result.
+
+Calls run in order, each outside any transaction; :mod:`.results` writes each call's intent
+before it starts and its result after (one commit per step, see there).
+
+Being pessimistic about the gap between an intent committed by the previous step and the tool
+actually starting is deliberate (P4 stays intact): a worker that dies in it leaves the
+execution ``running``, so recovery reports "outcome unknown" for a tool that is not
+replay-safe, and re-runs a replay-safe one with the same idempotency key, exactly as for a
+worker that died inside the tool.
+
+A resumed turn (no batch in memory) reads its executions, and starts a call without a
+committed intent in a transaction of its own first, as does a call after a background
+delegation group.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from django.utils import timezone
+
+from .. import failpoints
+from ..agents import LOAD_SKILL, SubAgentTool
+from ..errors import ErrorRecord, outcome_unknown
+from ..exceptions import LostClaim
+from ..messages import ToolCallPart
+from ..models import ToolExecution
+from ..serialization import to_json
+from ..states import FINISHED_TOOL_STATUSES, Phase, ToolStatus
+from ..store import LedgerDelta, Terminal
+from ..tools.base import Tool, ToolContext
+from ..tools.coordination import CoordinationTool
+from . import budget, coordination, delegation, fanout
+from .calls import CallOutcome, precheck, turn_tools, unknown_tool
+from .context import TurnContext
+from .results import Opened, Then, delegates, finish, leave, open_call, skip
+
+
+def response_calls(ctx: TurnContext) -> list[ToolCallPart]:
+    """The tool calls of the persisted response: the turn's newest assistant message."""
+    for chat in reversed(ctx.visible):
+        if chat.role == "assistant":
+            return chat.tool_calls
+    return []
+
+
+def tools_step(ctx: TurnContext) -> None:
+    """Run the response's tool calls in order, each to its one result, then end the batch."""
+    calls = response_calls(ctx)
+    existing = ctx.batch
+    if existing is None:
+        existing = {e.tool_call_id: e for e in ToolExecution.objects.filter(turn_id=ctx.row.pk)}
+    ctx.batch = None
+    terminal = ctx.state.terminal
+    for index, call in enumerate(calls):
+        if ctx.state.phase != Phase.TOOLS:
+            return  # a result's transaction moved the turn on
+        execution = existing.get(call.id)
+        if execution is not None and execution.status in FINISHED_TOOL_STATUSES:
+            continue
+        if terminal is not None:
+            skip(ctx, call, f"the turn ended with {terminal.tool!r}")
+            continue
+        if delegates(ctx, call):
+            fanout.run_group(ctx, calls, call, existing)
+            continue
+        rest = [c for c in calls[index + 1:] if existing.get(c.id) is None
+                or existing[c.id].status not in FINISHED_TOOL_STATUSES]
+        ended = run_call(ctx, call, execution, rest, existing)
+        if ended is not None:
+            terminal = ended
+    if ctx.state.phase == Phase.TOOLS:  # no result's transaction ended the batch
+        delta = LedgerDelta()
+        with ctx.fenced.atomic() as ledger:
+            state = leave(ctx, ledger, terminal, delta)
+            ctx.fenced.save(state, delta=delta)
+        ctx.state = state
+
+
+def _start(ctx: TurnContext, call: ToolCallPart,
+           execution: ToolExecution | None) -> ToolExecution | None:
+    """Record the intent (or restart a replay-safe one); return None if it was interrupted."""
+    tool = ctx.tools.get(call.name)
+    if execution is not None and execution.status == ToolStatus.RUNNING and not (
+            tool is not None and tool.replay_safe):
+        # Its worker died mid-call and nobody reconciled it: the outcome is unknown.
+        finish(ctx, execution, call, ToolStatus.INTERRUPTED, outcome_unknown().for_model(),
+               expected=(ToolStatus.RUNNING,), interrupted=True)
+        return None
+    opened: Opened | None = None
+    with ctx.fenced.atomic() as ledger:
+        if execution is None:
+            delta = LedgerDelta()
+            opened = open_call(ctx, ledger, call, delta)
+            ctx.fenced.charge_root(delta)
+            execution = opened.execution
+        else:
+            budget.check_open(ledger, timezone.now())
+            ctx.fenced.restart_execution(execution.pk)
+    if opened is not None and opened.denial is not None:
+        ctx.remember(opened.denial)
+    if opened is not None and opened.error is not None:
+        raise opened.error
+    return execution
+
+
+def run_call(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution | None,
+             rest: list[ToolCallPart], existing: dict[str, ToolExecution]) -> Terminal | None:
+    """Run one tool call to its single result; return the terminal record if it ends the turn."""
+    if execution is None or execution.pk not in ctx.started:
+        execution = _start(ctx, call, execution)
+        if execution is None:
+            return None
+    ctx.emit("tool_call.started", id=call.id, name=call.name)
+    failpoints.hit("after_tool_intent")
+    outcome = invoke(ctx, ctx.tools.get(call.name), call, execution)
+    failpoints.hit("after_tool_call")
+    then = Then(rest, outcome.terminal, existing) if outcome.error is None else None
+    error = finish(ctx, execution, call, outcome.status, outcome.content,
+                   expected=(ToolStatus.RUNNING,), then=then)
+    if call.name == LOAD_SKILL and outcome.status == ToolStatus.COMPLETED:
+        ctx.tools = turn_tools(ctx.agent, ctx.row.pk)
+    failpoints.hit("after_tool_commit")
+    if outcome.error is not None:
+        raise outcome.error
+    if error is not None:
+        raise error
+    return outcome.terminal
+
+
+def invoke(ctx: TurnContext, tool: Tool | None, call: ToolCallPart,
+           execution: ToolExecution) -> CallOutcome:
+    """Run the tool (no transaction open); every failure becomes a result the model reads."""
+    if tool is None:
+        return CallOutcome.failed(unknown_tool(ctx.agent, call.name, ctx.tools))
+    refusal, args = precheck(ctx, tool, call)
+    if refusal is not None:
+        return CallOutcome.failed(refusal)
+    if isinstance(tool, SubAgentTool):
+        return delegation.run_inline_child(ctx, tool, call, execution, args)
+    if isinstance(tool, CoordinationTool):
+        return coordination.execute(ctx, tool, call, execution, args)
+    tool_ctx = ToolContext(
+        turn=ctx.handle(),
+        conversation_id=ctx.row.conversation_id,
+        execution_id=execution.pk,
+        tool_call_id=call.id,
+        principal=copy.deepcopy(ctx.principal),
+        context=copy.deepcopy((ctx.row.options or {}).get("context") or {}),
+    )
+    try:
+        failpoints.hit("inside_tool")
+        result = to_json(tool.call(tool_ctx, args))
+    except LostClaim:
+        raise
+    except Exception as exc:
+        return CallOutcome.failed(ErrorRecord(type(exc).__name__, str(exc)))
+    terminal = None
+    if tool.terminal:
+        terminal = Terminal(call.name, call.id, tool.completion_text(result))
+    return CallOutcome(ToolStatus.COMPLETED, result, terminal)
+
+
+__all__ = ["invoke", "response_calls", "run_call", "tools_step"]

@@ -1,0 +1,41 @@
+"""Use cases, one function each: what handles, admin actions, commands and tasks call.
+
+* :mod:`.turns`: create conversations and turns, submit, run a submitted turn;
+* :mod:`.recovery`: reconcile abandoned turns, the bounded maintenance pass (``drain``);
+* :mod:`.cancellation`: cancel with or without descendants, the cascade sweep;
+* :mod:`.deliveries`, :mod:`.waits`: durable messages, application waits;
+* :mod:`.retention`, :mod:`.compaction`: pruning history, manual compaction.
+"""
+
+from __future__ import annotations
+
+from .cancellation import CancelReport, cancel, cancel_sweep
+from .compaction import compact_conversation
+from .deliveries import deliver, send_message, wake
+from .recovery import ReconcileReport, drain, reconcile, release_waiting
+from .retention import prune
+from .turns import dispatch, dispatch_next_in_lane, new_conversation, new_turn, run_turn, submit
+from .waits import add_wait, join_for_inline
+
+__all__ = [
+    "CancelReport",
+    "ReconcileReport",
+    "add_wait",
+    "cancel",
+    "cancel_sweep",
+    "compact_conversation",
+    "deliver",
+    "dispatch",
+    "dispatch_next_in_lane",
+    "drain",
+    "join_for_inline",
+    "new_conversation",
+    "new_turn",
+    "prune",
+    "reconcile",
+    "release_waiting",
+    "run_turn",
+    "send_message",
+    "submit",
+    "wake",
+]

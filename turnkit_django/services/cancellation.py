@@ -1,0 +1,233 @@
+"""Cancellation: stop a turn, and with ``cascade=True`` every descendant, for good.
+
+Under the tree lock, for each turn it changes: running tool executions become ``interrupted``
+("outcome unknown") and every open tool call gets a result (transcript repair), the status becomes
+``cancelled`` with an error record and ``completed_at``, and the fence is incremented, so a worker
+still executing the turn (an in-flight model call, a tool still running) can never write again.
+Then completion callbacks are created, the affected conversations are woken (buffered deliveries
+get their continuation) and the next turn of each lane is dispatched.
+
+Authorization: the ``cancel`` action is asked for the target and for EVERY descendant the call
+will change, before any change; one denial raises :class:`AuthorizationError` and writes nothing.
+
+Bounded work: one call changes at most ``MAINTENANCE_BATCH_SIZE`` descendants. Every turn
+cancelled by a cascade records ``options["cancel_cascade"] = True``, and :func:`cancel_sweep`
+(the beat task ``turnkit.cancel_sweep``) cancels active turns whose parent carries that mark, so a
+large cascade finishes over a few passes. Descendants the sweep could not find that way (an
+active turn under an already-finished intermediate turn) are always handled by the call itself.
+
+Idempotence: cancelling a finished turn changes nothing, so cancelling twice is a no-op. The one
+exception is an escalation: ``cancel(cascade=True)`` on a turn that an earlier plain cancel left
+``cancelled`` cancels its still-active descendants (an operator's "Cancel" then "Cancel with
+descendants" does what it says).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from itertools import groupby
+from typing import Any
+
+from django.db import transaction
+
+from ..authorization import authorize
+from ..conf import turnkit_settings
+from ..errors import ErrorRecord
+from ..events import emit
+from ..models import Delivery, Turn
+from ..runtime.deliveries import completion_callback, deliver, wake
+from ..serialization import json_safe
+from ..states import ACTIVE_TURN_STATUSES, TurnStatus
+from ..store import lock_tree
+from ..store.deliveries import COMPLETION_PREFIX
+from ..store.turns import end, set_options
+from .turns import dispatch_next_in_lane
+
+logger = logging.getLogger("turnkit_django.cancel")
+
+REASON = "the turn was cancelled"
+
+
+@dataclass
+class CancelReport:
+    """What one cancel call changed."""
+
+    turn_id: str
+    cascade: bool
+    status: str = ""
+    cancelled: list[str] = field(default_factory=list)
+    #: Active descendants left for :func:`cancel_sweep` (the cascade was larger than one batch).
+    remaining: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.cancelled)
+
+    def __str__(self) -> str:
+        text = f"cancelled {len(self.cancelled)} turn(s)"
+        if self.remaining:
+            text += f"; {self.remaining} descendant(s) left for cancel_sweep"
+        return text
+
+
+def _error(principal: Any, target_id: str, *, cascade: bool, ancestor: bool) -> ErrorRecord:
+    message = (f"cancelled with its ancestor turn {target_id!r}" if ancestor
+               else "cancelled by the application")
+    return ErrorRecord("Cancelled", message, {"cancelled_turn": target_id, "cascade": cascade,
+                                              "by": json_safe(principal)})
+
+
+def _descendants(target: Turn) -> tuple[list[Turn], list[Turn]]:
+    """Active descendants, parents before children: (unreachable by the sweep, the rest).
+
+    The sweep finds an active turn through its parent's ``cancel_cascade`` mark, so a turn whose
+    parent has finished without being cascade-cancelled must be cancelled by the call itself.
+    """
+    marked = {target.pk}
+    unreachable: list[Turn] = []
+    reachable: list[Turn] = []
+    frontier = [target.pk]
+    while frontier:
+        children = list(Turn.objects.filter(parent_turn_id__in=frontier).order_by("created_at",
+                                                                                  "id"))
+        frontier = [child.pk for child in children]
+        for child in children:
+            if child.status in ACTIVE_TURN_STATUSES:
+                (reachable if child.parent_turn_id in marked else unreachable).append(child)
+                marked.add(child.pk)
+            elif child.status == TurnStatus.CANCELLED and (child.options or {}).get(
+                    "cancel_cascade"):
+                marked.add(child.pk)
+    return unreachable, reachable
+
+
+def _authorize(rows: Iterable[Turn], principal: Any, target: Turn, cascade: bool) -> None:
+    for row in rows:
+        authorize("cancel", principal=principal, turn_id=row.pk,
+                  conversation_id=row.conversation_id, turn_principal=row.principal,
+                  cancelled_turn_id=target.pk, cascade=cascade)
+
+
+def cancel_row(row: Turn, error: ErrorRecord, *, mark: bool) -> None:
+    """Cancel one active turn. Caller holds the tree lock."""
+    record = error.for_turn()
+    extra = {"options": {**(row.options or {}), "cancel_cascade": True}} if mark else {}
+    closed = end(row, "cancel", reason="cancelled", repair_reason=REASON, error=record, **extra)
+    completion_callback(row)
+    for call in closed:
+        if call.interrupted:
+            emit("tool_call.interrupted", turn_id=row.pk, conversation_id=row.conversation_id,
+                 id=call.call_id, name=call.name, tool_execution_id=call.execution_id)
+    emit("turn.cancelled", turn_id=row.pk, conversation_id=row.conversation_id,
+         status=TurnStatus.CANCELLED, error=record)
+
+
+def _after(rows: list[Turn]) -> None:
+    """Wake the conversations the cancelled turns leave and ring their lanes' next turns."""
+    seen: set[str] = set()
+    for row in rows:
+        if row.conversation_id in seen:
+            continue
+        seen.add(row.conversation_id)
+        wake(row.conversation_id)
+        dispatch_next_in_lane(row.pk)
+    callbacks = list(Delivery.objects.pending().filter(
+        key__in=[f"{COMPLETION_PREFIX}{row.pk}" for row in rows]).values_list("pk", flat=True))
+
+    def deliver_callbacks() -> None:
+        for delivery_id in callbacks:
+            try:
+                deliver(delivery_id)
+            except Exception:
+                logger.warning("could not deliver callback %r; maintenance will retry",
+                               delivery_id, exc_info=True)
+
+    if callbacks:
+        transaction.on_commit(deliver_callbacks)
+
+
+def cancel(turn: Turn | str, *, cascade: bool = False, principal: Any = None) -> CancelReport:
+    """Cancel a turn (and with ``cascade`` its descendants) for ``principal``."""
+    turn_id = turn.pk if isinstance(turn, Turn) else turn
+    batch = max(int(turnkit_settings.MAINTENANCE_BATCH_SIZE), 1)
+    root_id = Turn.objects.filter(pk=turn_id).values_list("root_turn_id", flat=True).first()
+    if root_id is None:
+        raise Turn.DoesNotExist(f"turn {turn_id!r} does not exist")
+    report = CancelReport(turn_id, cascade)
+    with transaction.atomic():
+        lock_tree(root_id)
+        target = Turn.objects.get(pk=turn_id)
+        report.status = target.status
+        active = target.status in ACTIVE_TURN_STATUSES
+        unreachable: list[Turn] = []
+        reachable: list[Turn] = []
+        if cascade and (active or target.status == TurnStatus.CANCELLED):
+            unreachable, reachable = _descendants(target)
+        room = max(batch - len(unreachable) - (1 if active else 0), 0)
+        descendants = unreachable + reachable[:room]
+        report.remaining = len(reachable) - min(room, len(reachable))
+        # Authorize the target (even for a no-op) and every turn that changes, before any change.
+        _authorize([target, *unreachable, *reachable], principal, target, cascade)
+        if not active and not unreachable and not reachable:
+            return report
+        changed: list[Turn] = []
+        if active:
+            cancel_row(target, _error(principal, target.pk, cascade=cascade, ancestor=False),
+                       mark=cascade)
+            changed.append(target)
+        elif not (target.options or {}).get("cancel_cascade"):
+            # Escalation of an earlier plain cancel: mark it so the sweep finds the rest.
+            set_options(target, cancel_cascade=True)
+        for row in descendants:
+            cancel_row(row, _error(principal, target.pk, cascade=True, ancestor=True), mark=True)
+            changed.append(row)
+        _after(changed)
+    report.status = TurnStatus.CANCELLED
+    report.cancelled = [row.pk for row in changed]
+    return report
+
+
+def cancel_sweep() -> list[str]:
+    """Cancel active turns under cascade-cancelled parents; at most one batch per call.
+
+    Reads only active turns (joined to their parent), oldest first; a turn it cancels is marked
+    too, so its own children qualify on the next round of the same call.
+    """
+    batch = max(int(turnkit_settings.MAINTENANCE_BATCH_SIZE), 1)
+    done: list[str] = []
+    while len(done) < batch:
+        found = list(
+            Turn.objects.under_cascade()
+            .order_by("created_at", "id").values_list("root_turn_id", "pk")[:batch - len(done)]
+        )
+        before = len(done)
+        for root_id, group in groupby(sorted(found), key=lambda pair: pair[0]):
+            done.extend(_sweep_tree(root_id, [pk for _, pk in group]))
+        if len(done) == before:
+            break
+    return done
+
+
+def _sweep_tree(root_id: str, turn_ids: list[str]) -> list[str]:
+    changed: list[Turn] = []
+    with transaction.atomic():
+        lock_tree(root_id)
+        rows = Turn.objects.filter(pk__in=turn_ids).active().select_related(
+            "parent_turn").order_by("created_at", "id")
+        for row in rows:
+            parent = row.parent_turn
+            if parent is None or parent.status != TurnStatus.CANCELLED or not (
+                    parent.options or {}).get("cancel_cascade"):
+                continue
+            cause = parent.error or {}
+            error = _error(cause.get("by"), str(cause.get("cancelled_turn") or parent.pk),
+                           cascade=True, ancestor=True)
+            cancel_row(row, error, mark=True)
+            changed.append(row)
+        _after(changed)
+    return [row.pk for row in changed]
+
+
+__all__ = ["CancelReport", "cancel", "cancel_row", "cancel_sweep"]

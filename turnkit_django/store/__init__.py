@@ -1,0 +1,72 @@
+"""The ORM store: the only code that writes turnkit rows.
+
+* :mod:`.locks`: the tree lock (with the tree's budget ledger), the conversation lock, the
+  wait-graph lock, the database clock;
+* :mod:`.claims`: claims, heartbeats and :class:`~.claims.Fenced`, the writes a worker makes to
+  the turn it executes;
+* :mod:`.turns`: creating conversations and turns, and every status change as a named
+  transition (:func:`~.turns.apply_transition`);
+* :mod:`.transcript`: gap-free message sequences, the messages a turn sees, transcript repair;
+* :mod:`.state`: the typed loop state persisted in ``Turn.state``;
+* :mod:`.waits`, :mod:`.deliveries`, :mod:`.retention`: wait edges, deliveries, pruning.
+
+A test walks the package's source and fails on an ORM write outside this package.
+"""
+
+from __future__ import annotations
+
+from .claims import Charge, Claim, Fenced, claim, claim_turn, heartbeat, worker_identity
+from .locks import Ledger, LedgerDelta, database_now, lock_conversation, lock_tree
+from .state import GRANTED, Candidate, Reservation, Terminal, TurnState
+from .transcript import (
+    ClosedCall,
+    NewMessage,
+    allocate_sequences,
+    append_input,
+    insert_messages,
+    repair,
+    to_chat,
+    visible_chat,
+)
+from .turns import (
+    NewConversation,
+    NewTurn,
+    apply_transition,
+    create_conversation,
+    create_turn,
+    revoke,
+)
+
+__all__ = [
+    "GRANTED",
+    "Candidate",
+    "Charge",
+    "Claim",
+    "ClosedCall",
+    "Fenced",
+    "Ledger",
+    "LedgerDelta",
+    "NewConversation",
+    "NewMessage",
+    "NewTurn",
+    "Reservation",
+    "Terminal",
+    "TurnState",
+    "allocate_sequences",
+    "append_input",
+    "apply_transition",
+    "claim",
+    "claim_turn",
+    "create_conversation",
+    "create_turn",
+    "database_now",
+    "heartbeat",
+    "insert_messages",
+    "lock_conversation",
+    "lock_tree",
+    "repair",
+    "revoke",
+    "to_chat",
+    "visible_chat",
+    "worker_identity",
+]

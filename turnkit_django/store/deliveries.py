@@ -1,0 +1,97 @@
+"""Deliveries: durable messages between conversations, created once per store-wide key.
+
+:func:`create` stores a delivery under its key, or returns the identical one already stored
+(a retry); a different message under a taken key raises :class:`DeliveryConflict` without
+revealing the other. :func:`append_delivered` appends its message to the destination once,
+under the destination's conversation lock.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ..exceptions import DeliveryConflict
+from ..messages import TextPart
+from ..models import Conversation, Delivery, Message
+from ..serialization import canonical
+from .locks import lock_conversation
+from .transcript import NewMessage, insert_messages
+
+COMPLETION_PREFIX = "completion:"
+
+
+@dataclass(frozen=True)
+class _Identity:
+    """What a retry under the same key must repeat exactly."""
+
+    source_conversation_id: str | None
+    destination_conversation_id: str
+    source_turn_id: str | None
+    payload: str
+
+    @classmethod
+    def of(cls, delivery: Delivery) -> _Identity:
+        return cls(delivery.source_conversation_id, delivery.destination_conversation_id,
+                   delivery.source_turn_id, canonical(delivery.payload))
+
+
+def create(*, key: str, destination_id: str, payload: dict[str, Any],
+           source_id: str | None = None, source_turn_id: str | None = None) -> Delivery:
+    """Create the delivery for ``key``, or return the identical one already stored."""
+    if not isinstance(key, str) or not key or len(key) > 255:
+        raise ValueError("a delivery key must be a non-empty string of at most 255 characters")
+    payload = json.loads(canonical(payload))
+    wanted = _Identity(source_id, destination_id, source_turn_id, canonical(payload))
+    existing = Delivery.objects.filter(key=key).first()
+    if existing is None:
+        try:
+            with transaction.atomic():
+                return Delivery.objects.create(
+                    key=key, source_conversation_id=source_id,
+                    destination_conversation_id=destination_id, source_turn_id=source_turn_id,
+                    payload=payload)
+        except IntegrityError:
+            # A concurrent sender won the key; compare against what it stored.
+            existing = Delivery.objects.filter(key=key).first()
+            if existing is None:
+                raise
+    if _Identity.of(existing) != wanted:
+        raise DeliveryConflict(key)
+    return existing
+
+
+def append_delivered(delivery_id: str) -> tuple[Conversation, Delivery, Message | None]:
+    """Lock the destination and append the delivery's message once; return what was written.
+
+    Call inside a transaction. The message is None when the delivery was already delivered.
+    """
+    destination_id = (Delivery.objects.filter(pk=delivery_id)
+                      .values_list("destination_conversation_id", flat=True).get())
+    conversation = lock_conversation(destination_id)
+    delivery = Delivery.objects.get(pk=delivery_id)
+    if delivery.delivered_at is not None:
+        return conversation, delivery, None
+    payload = delivery.payload or {}
+    metadata: dict[str, Any] = {
+        "delivery_id": delivery.pk,
+        "source": {"conversation_id": delivery.source_conversation_id,
+                   "turn_id": delivery.source_turn_id},
+        "sender_principal": payload.get("sender_principal"),
+    }
+    if delivery.key.startswith(COMPLETION_PREFIX):
+        metadata["callback"] = True
+    message = insert_messages(destination_id, [
+        NewMessage("user", [TextPart(str(payload.get("text", "")))], metadata=metadata)])[0]
+    delivered_at = timezone.now()
+    Delivery.objects.filter(pk=delivery.pk).pending().update(message=message,
+                                                             delivered_at=delivered_at)
+    delivery.message, delivery.delivered_at = message, delivered_at
+    return conversation, delivery, message
+
+
+__all__ = ["COMPLETION_PREFIX", "append_delivered", "create"]

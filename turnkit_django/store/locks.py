@@ -1,0 +1,139 @@
+"""The locks that order every write, and the tree ledger read under the tree lock.
+
+The *tree lock* is the root turn's row (``SELECT ... FOR NO KEY UPDATE``): claims, fenced writes,
+budget reservations, cancel and reconcile take it, so each revocation is linearised with every
+write it revokes. The *conversation lock* is the conversation's row, taken by sequence
+allocation (an ``UPDATE ... RETURNING``) and by delivery. The *graph lock* serializes wait-edge
+inserts. Order: tree, graph, conversation. On SQLite ``select_for_update`` is a no-op and the
+IMMEDIATE transaction mode serializes writers instead (system check ``turnkit.E010``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection
+from django.db.models import F
+from django.utils import timezone
+
+from ..exceptions import ConfigurationError
+from ..limits import Limits
+from ..models import Conversation, Turn
+
+#: The advisory lock key of the wait graph (one key for the whole database).
+GRAPH_LOCK_KEY = zlib.crc32(b"turnkit.wait_graph")
+
+_LEDGER_FIELDS = ("fence", "status", "deadline_at", "tree_iterations", "tree_tool_executions",
+                  "tree_tool_counts", "tree_spend", "options")
+
+
+@dataclass
+class Ledger:
+    """The tree's budget ledger, as the root row holds it while the tree lock is held.
+
+    A working copy: a transaction that reserves several things updates it in place so that a
+    later check in the same transaction sees the earlier reservation.
+    """
+
+    root_id: str
+    fence: int
+    status: str
+    deadline_at: datetime | None
+    iterations: int
+    tool_executions: int
+    tool_counts: dict[str, int]
+    spend: Decimal
+    limits: Limits | None
+
+    @classmethod
+    def from_row(cls, root_id: str, row: dict[str, Any]) -> Ledger:
+        raw = (row["options"] or {}).get("limits")
+        return cls(root_id, int(row["fence"]), str(row["status"]), row["deadline_at"],
+                   int(row["tree_iterations"]), int(row["tree_tool_executions"]),
+                   {str(k): int(v) for k, v in (row["tree_tool_counts"] or {}).items()},
+                   Decimal(row["tree_spend"]), None if raw is None else Limits.from_json(raw))
+
+
+@dataclass
+class LedgerDelta:
+    """Changes to write to the root's ledger, accumulated by one transaction."""
+
+    iterations: int = 0
+    tool_executions: int = 0
+    tool_counts: dict[str, int] | None = None
+    spend: Decimal = field(default_factory=Decimal)
+
+    def __bool__(self) -> bool:
+        return bool(self.iterations or self.tool_executions or self.tool_counts is not None
+                    or self.spend)
+
+    def add(self, other: LedgerDelta) -> None:
+        self.iterations += other.iterations
+        self.tool_executions += other.tool_executions
+        if other.tool_counts is not None:
+            self.tool_counts = other.tool_counts
+        self.spend += other.spend
+
+    def fields(self) -> dict[str, Any]:
+        """The root row's fields (relative updates, so concurrent deltas add up)."""
+        out: dict[str, Any] = {}
+        if self.iterations:
+            out["tree_iterations"] = F("tree_iterations") + self.iterations
+        if self.tool_executions:
+            out["tree_tool_executions"] = F("tree_tool_executions") + self.tool_executions
+        if self.tool_counts is not None:
+            out["tree_tool_counts"] = self.tool_counts
+        if self.spend:
+            out["tree_spend"] = F("tree_spend") + self.spend
+        return out
+
+
+def lock_tree(root_id: str) -> Ledger:
+    """Take the tree lock (the root turn's row) and return its ledger.
+
+    ``FOR NO KEY UPDATE``: it excludes every other tree-lock holder but not the ``KEY SHARE``
+    lock a foreign-key insert takes on the row it references (a wait edge, a delivery or a child
+    pointing at a turn of this tree); with ``FOR UPDATE`` such an insert made under another lock
+    (the wait-graph lock) deadlocks against a tree-lock holder waiting for that lock.
+    """
+    row = (Turn.objects.select_for_update(no_key=True).filter(pk=root_id)
+           .values(*_LEDGER_FIELDS).first())
+    if row is None:
+        raise Turn.DoesNotExist(f"root turn {root_id!r} does not exist")
+    return Ledger.from_row(root_id, row)
+
+
+def lock_conversation(conversation_id: str) -> Conversation:
+    """The conversation lock; ``NO KEY``: it serializes with sequence allocation (an UPDATE of
+    the row) but does not block inserts of rows that merely reference the conversation."""
+    return Conversation.objects.select_for_update(no_key=True).get(pk=conversation_id)
+
+
+def graph_lock() -> None:
+    """Take the wait-graph lock until the current transaction ends."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [GRAPH_LOCK_KEY])
+    elif connection.vendor != "sqlite":
+        raise ConfigurationError(
+            f"wait edges need PostgreSQL or SQLite (IMMEDIATE mode); {connection.vendor!r} "
+            "has no lock turnkit can use for the wait graph"
+        )
+
+
+def database_now() -> datetime:
+    """Return the database server's current time (the clock heartbeats are stamped with)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement_timestamp()")
+            value: datetime = cursor.fetchone()[0]
+            return value
+    return timezone.now()  # SQLite runs in this process: its clock is ours
+
+
+__all__ = ["GRAPH_LOCK_KEY", "Ledger", "LedgerDelta", "database_now", "graph_lock",
+           "lock_conversation", "lock_tree"]

@@ -1,0 +1,136 @@
+"""The persisted loop state of a turn (``Turn.state``), typed, with its one JSON adapter.
+
+The runtime reads the state once when it claims a turn and writes a new value in the same
+transaction as each step it commits, so a replacement worker continues exactly where the last
+committed step stopped. Values are frozen: a step builds the next state with :meth:`replace`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import JsonObject
+from ..exceptions import BudgetExceeded
+from ..states import Phase
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The next model call's iteration: granted, or denied with the budget's reason."""
+
+    granted: bool
+    reason: str = ""
+    limit: str = ""
+
+    @classmethod
+    def denied(cls, exc: BudgetExceeded) -> Reservation:
+        return cls(False, exc.reason, exc.limit)
+
+    def refuse(self) -> None:
+        """Raise the BudgetExceeded a denial stands for."""
+        if not self.granted:
+            raise BudgetExceeded(self.reason, limit=self.limit)
+
+    def as_json(self) -> Any:
+        return "granted" if self.granted else {"reason": self.reason, "limit": self.limit}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Reservation:
+        if data == "granted":
+            return GRANTED
+        return cls(False, str(data["reason"]), str(data["limit"]))
+
+
+GRANTED = Reservation(True)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The output the turn would publish: the last response's text and structured data."""
+
+    text: str = ""
+    data: Any = None
+
+
+@dataclass(frozen=True)
+class Terminal:
+    """The terminal tool call that ended the tool batch, and the output it gives the turn."""
+
+    tool: str
+    call_id: str
+    text: str
+    data: Any = None
+
+
+@dataclass(frozen=True)
+class TurnState:
+    phase: Phase = Phase.MODEL
+    #: The next model call's iteration, reserved by the transaction entering the model phase.
+    reservation: Reservation | None = None
+    iterations: int = 0
+    candidate: Candidate | None = None
+    #: The assistant message holding the response whose tool calls the tools phase runs.
+    response_message_id: str | None = None
+    terminal: Terminal | None = None
+    #: Output-policy revisions asked so far, the audits that asked them, stored judge verdicts.
+    revisions: int = 0
+    audits: tuple[JsonObject, ...] = ()
+    judged: Mapping[str, tuple[JsonObject, ...]] = field(default_factory=dict)
+    #: The message giving an application wait's joined results to the turn (given once).
+    joined_message_id: str | None = None
+
+    def replace(self, **changes: Any) -> TurnState:
+        return replace(self, **changes)
+
+    # -- the storage boundary ------------------------------------------------------------
+
+    def as_json(self) -> JsonObject:
+        data: JsonObject = {"phase": str(self.phase)}
+        if self.reservation is not None:
+            data["reservation"] = self.reservation.as_json()
+        if self.iterations:
+            data["iterations"] = self.iterations
+        if self.candidate is not None:
+            data["candidate"] = {"text": self.candidate.text, "data": self.candidate.data}
+        if self.response_message_id is not None:
+            data["response_message_id"] = self.response_message_id
+        if self.terminal is not None:
+            t = self.terminal
+            data["terminal"] = {"tool": t.tool, "call_id": t.call_id, "text": t.text,
+                                "data": t.data}
+        if self.revisions:
+            data["revisions"] = self.revisions
+        if self.audits:
+            data["audits"] = list(self.audits)
+        if self.judged:
+            data["judged"] = {key: list(found) for key, found in self.judged.items()}
+        if self.joined_message_id is not None:
+            data["joined_message_id"] = self.joined_message_id
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> TurnState:
+        data = data or {}
+        reservation = data.get("reservation")
+        candidate = data.get("candidate")
+        terminal = data.get("terminal")
+        return cls(
+            phase=Phase(data.get("phase") or Phase.MODEL),
+            reservation=None if reservation is None else Reservation.from_json(reservation),
+            iterations=int(data.get("iterations") or 0),
+            candidate=None if candidate is None else Candidate(str(candidate.get("text") or ""),
+                                                               candidate.get("data")),
+            response_message_id=data.get("response_message_id"),
+            terminal=None if terminal is None else Terminal(
+                str(terminal["tool"]), str(terminal.get("call_id") or ""),
+                str(terminal.get("text") or ""), terminal.get("data")),
+            revisions=int(data.get("revisions") or 0),
+            audits=tuple(data.get("audits") or ()),
+            judged={str(k): tuple(v) for k, v in (data.get("judged") or {}).items()},
+            joined_message_id=data.get("joined_message_id"),
+        )
+
+
+__all__ = ["GRANTED", "Candidate", "Reservation", "Terminal", "TurnState"]

@@ -1,0 +1,207 @@
+"""Transcripts: gap-free sequences, appended messages, the messages a turn sees, and repair.
+
+Sequences are allocated under the conversation lock (an ``UPDATE ... RETURNING`` of
+``Conversation.last_sequence``), so a conversation's messages are numbered 1..n without gaps.
+:func:`repair` gives every open tool call of a turn exactly one result (P11); it is used when a
+turn stops without finishing its tool batch (failure, cancel, stale, dead-letter), and
+:func:`interrupt_running` reports "outcome unknown" for calls whose worker died.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from ..errors import not_executed, outcome_unknown
+from ..messages import ChatMessage, MessageKind, Part, ToolResultPart, dump_parts, load_parts
+from ..models import Conversation, Message, ToolExecution, Turn
+from ..states import ToolStatus
+
+
+@dataclass
+class NewMessage:
+    role: str
+    parts: Sequence[Part]
+    kind: str = MessageKind.TEXT
+    turn_id: str | None = None
+    tool_execution_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    fence: int | None = None
+
+
+def allocate_sequences(conversation_id: str, count: int = 1) -> int:
+    """Reserve ``count`` message sequences under the conversation lock; return the first."""
+    table = Conversation._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET last_sequence = last_sequence + %s, updated_at = %s "  # noqa: S608
+            "WHERE id = %s RETURNING last_sequence",
+            [count, timezone.now(), conversation_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise Conversation.DoesNotExist(f"conversation {conversation_id!r} does not exist")
+    return int(row[0]) - count + 1
+
+
+def insert_messages(conversation_id: str, messages: Sequence[NewMessage]) -> list[Message]:
+    """Append messages with gap-free sequences; the caller holds any tree lock it needs."""
+    if not messages:
+        return []
+    first = allocate_sequences(conversation_id, len(messages))
+    rows = [
+        Message(
+            conversation_id=conversation_id,
+            turn_id=m.turn_id,
+            sequence=first + i,
+            role=m.role,
+            kind=m.kind,
+            content=dump_parts(m.parts),
+            tool_execution_id=m.tool_execution_id,
+            metadata=m.metadata or {},
+            fence=m.fence,
+        )
+        for i, m in enumerate(messages)
+    ]
+    if len(rows) == 1:
+        rows[0].save(force_insert=True)
+    else:
+        Message.objects.bulk_create(rows)
+    return rows
+
+
+def append_input(conversation_id: str, parts: Sequence[Part], *,
+                 metadata: dict[str, Any] | None = None) -> Message:
+    """Append application input (not owned by any claim) to a conversation."""
+    with transaction.atomic():
+        return insert_messages(conversation_id, [NewMessage("user", parts,
+                                                            metadata=metadata)])[0]
+
+
+def to_chat(message: Message) -> ChatMessage:
+    """A stored message as the model sees it (the transcript's storage boundary)."""
+    return ChatMessage(message.role, tuple(load_parts(message.content)),  # type: ignore[arg-type]
+                       message.kind, message.sequence, message.metadata or {})
+
+
+def visible_chat(turn: Turn) -> list[ChatMessage]:
+    """The messages ``turn`` sees, as the model sees them, in sequence order."""
+    return [to_chat(m) for m in Message.objects.visible_to(turn)]
+
+
+# --------------------------------------------------------------------------- repair
+
+
+@dataclass(frozen=True)
+class ClosedCall:
+    """A tool call that :func:`repair` or :func:`interrupt_running` gave its result."""
+
+    call_id: str
+    name: str
+    execution_id: str
+    interrupted: bool
+
+
+def _result(execution_id: str, turn: Turn, call_id: str, name: str, content: Any, *,
+            metadata: dict[str, Any], fence: int | None) -> NewMessage:
+    return NewMessage("tool", [ToolResultPart(call_id, name, content, is_error=True)],
+                      kind=MessageKind.TOOL_RESULT, turn_id=turn.pk,
+                      tool_execution_id=execution_id, metadata=metadata, fence=fence)
+
+
+def _interrupt(execution: ToolExecution) -> bool:
+    """Mark a started execution ``interrupted`` (compare-and-set on its current status)."""
+    return bool(ToolExecution.objects.filter(pk=execution.pk, status=execution.status).update(
+        status=ToolStatus.INTERRUPTED, error=outcome_unknown().for_model(), completed_at=Now(),
+        updated_at=Now()))
+
+
+def interrupt_running(turn: Turn, *, replay_safe: Iterable[str] = ()) -> list[ClosedCall]:
+    """Recovery of a turn whose worker died: its running tool calls' outcome is unknown.
+
+    A running execution of a tool named in ``replay_safe`` goes back to ``pending`` (the resumed
+    turn re-runs it with the same idempotency key); any other becomes ``interrupted`` and gets
+    its "outcome unknown" result now. The caller holds the tree lock.
+    """
+    safe = set(replay_safe)
+    closed: list[ClosedCall] = []
+    messages: list[NewMessage] = []
+    for execution in ToolExecution.objects.filter(turn_id=turn.pk).running():
+        if execution.tool_name in safe:
+            ToolExecution.objects.filter(pk=execution.pk).running().update(
+                status=ToolStatus.PENDING, updated_at=Now())
+            continue
+        if _interrupt(execution):
+            messages.append(_result(execution.pk, turn, execution.tool_call_id,
+                                    execution.tool_name, outcome_unknown().for_model(),
+                                    metadata={"interrupted": True}, fence=None))
+            closed.append(ClosedCall(execution.tool_call_id, execution.tool_name, execution.pk,
+                                     True))
+    insert_messages(turn.conversation_id, messages)
+    return closed
+
+
+def open_tool_calls(turn_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """Return (call id, tool name, arguments) of calls in the turn without a result message."""
+    calls: list[tuple[str, str, dict[str, Any]]] = []
+    answered: set[str] = set()
+    for stored in Message.objects.filter(turn_id=turn_id).values_list("content", flat=True):
+        for part in load_parts(stored):
+            if part.kind == "tool_call":
+                calls.append((part.id, part.name, part.arguments))
+            elif part.kind == "tool_result":
+                answered.add(part.tool_call_id)
+    return [c for c in calls if c[0] not in answered]
+
+
+def repair(turn: Turn, *, reason: str, fence: int | None = None) -> list[ClosedCall]:
+    """Close the turn's open tool calls; running executions become ``interrupted``.
+
+    Returns the calls it closed. The caller holds the tree lock inside a transaction.
+    """
+    pending = open_tool_calls(turn.pk)
+    if not pending:
+        return []
+    executions = {e.tool_call_id: e for e in ToolExecution.objects.filter(
+        turn_id=turn.pk, tool_call_id__in=[c[0] for c in pending])}
+    messages: list[NewMessage] = []
+    closed: list[ClosedCall] = []
+    for call_id, name, arguments in pending:
+        execution = executions.get(call_id)
+        content: Any
+        if execution is None:
+            execution = ToolExecution.objects.create(
+                turn_id=turn.pk, tool_call_id=call_id, tool_name=name, arguments=arguments,
+                status=ToolStatus.CANCELLED, result=not_executed(reason).for_model(),
+                fence=fence, completed_at=Now())
+            content, interrupted = not_executed(reason).for_model(), False
+        elif execution.status == ToolStatus.RUNNING or (
+                execution.status == ToolStatus.PENDING and execution.attempts > 0):
+            # A replay-safe call reset to pending by recovery may already have taken effect.
+            _interrupt(execution)
+            content, interrupted = outcome_unknown().for_model(), True
+        elif execution.status == ToolStatus.PENDING:
+            ToolExecution.objects.filter(pk=execution.pk).pending().update(
+                status=ToolStatus.CANCELLED, result=not_executed(reason).for_model(),
+                completed_at=Now(), updated_at=Now())
+            content, interrupted = not_executed(reason).for_model(), False
+        else:
+            # Finished but its message is missing cannot happen (both commit together); be safe.
+            content = execution.result if execution.status == ToolStatus.COMPLETED else (
+                execution.error or not_executed(reason).for_model())
+            interrupted = execution.status == ToolStatus.INTERRUPTED
+        messages.append(_result(execution.pk, turn, call_id, name, content,
+                                metadata={"repair": reason, "interrupted": interrupted},
+                                fence=fence))
+        closed.append(ClosedCall(call_id, name, execution.pk, interrupted))
+    insert_messages(turn.conversation_id, messages)
+    return closed
+
+
+__all__ = ["ClosedCall", "NewMessage", "allocate_sequences", "append_input", "insert_messages",
+           "interrupt_running", "open_tool_calls", "repair", "to_chat", "visible_chat"]

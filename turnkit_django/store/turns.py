@@ -1,0 +1,207 @@
+"""Creating conversations and turns, and the named transitions that change a turn's status.
+
+:func:`apply_transition` is the only statement that changes ``Turn.status``: a compare-and-set
+from the transition's source statuses (:data:`turnkit_django.states.TRANSITIONS`); a turn in
+any other status raises :class:`InvalidTransition` and nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.contenttypes.models import ContentType
+from django.db import transaction
+from django.db.models import Model
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from ..exceptions import InvalidTransition
+from ..ids import new_id
+from ..limits import Limits
+from ..messages import Part
+from ..models import Conversation, ToolExecution, Turn
+from ..states import TRANSITIONS, TurnStatus
+from .locks import lock_tree
+from .transcript import ClosedCall, NewMessage, insert_messages, repair
+from .waits import submit_status
+
+
+def apply_transition(turn_id: str, name: str, *, expected_fence: int | None = None,
+                     **fields: Any) -> None:
+    """Move ``turn_id`` along transition ``name``, writing ``fields`` with the status.
+
+    Raises InvalidTransition (writing nothing) when the turn is not in one of the transition's
+    source statuses, or, with ``expected_fence``, holds another fence.
+    """
+    transition = TRANSITIONS[name]
+    rows = Turn.objects.filter(pk=turn_id, status__in=[str(s) for s in transition.sources])
+    if expected_fence is not None:
+        rows = rows.filter(fence=expected_fence)
+    if not rows.update(status=transition.target, **fields):
+        current = Turn.objects.filter(pk=turn_id).values_list("status", flat=True).first()
+        raise InvalidTransition(turn_id, current or "missing", name)
+
+
+# --------------------------------------------------------------------------- creation
+
+
+@dataclass(frozen=True)
+class NewConversation:
+    agent_name: str
+    model: str
+    principal: Any = None
+    context: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    subject: Model | None = None
+    subject_prompt: str = ""
+    parent: Turn | None = None
+    parent_execution: ToolExecution | None = None
+
+
+def create_conversation(spec: NewConversation) -> Conversation:
+    fields: dict[str, Any] = {}
+    if spec.subject is not None:
+        fields.update(subject_type=ContentType.objects.get_for_model(spec.subject),
+                      subject_id=str(spec.subject.pk), subject_prompt=spec.subject_prompt)
+    if spec.parent is not None:
+        fields.update(parent_conversation_id=spec.parent.conversation_id,
+                      parent_turn=spec.parent, parent_tool_execution=spec.parent_execution)
+    return Conversation.objects.create(agent_name=spec.agent_name, model=spec.model,
+                                       principal=spec.principal, context=spec.context,
+                                       metadata=spec.metadata, **fields)
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    """A turn to create. ``None`` fields default to the conversation's (model, principal,
+    context); ``options`` is the write-once configuration (``context`` is added to it)."""
+
+    agent_name: str
+    options: dict[str, Any]
+    model: str | None = None
+    principal: Any = None
+    context: dict[str, Any] | None = None
+    parent: Turn | None = None
+    parent_execution: ToolExecution | None = None
+
+
+def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part] = (), *,
+                message_metadata: dict[str, Any] | None = None) -> Turn:
+    """Create a pending turn over ``conversation``, with ``parts`` as its new user input."""
+    with transaction.atomic(savepoint=False):
+        if parts:  # its sequence is the last one: the conversation row stays locked until commit
+            last = insert_messages(conversation.pk, [NewMessage("user", parts,
+                                                                metadata=message_metadata)])[0]
+            sequence = last.sequence
+        else:
+            sequence = Conversation.objects.filter(pk=conversation.pk).values_list(
+                "last_sequence", flat=True).get()
+        turn_id = new_id("turn")
+        parent = spec.parent
+        context = spec.context if spec.context is not None else conversation.context or {}
+        return Turn.objects.create(
+            id=turn_id,
+            conversation=conversation,
+            agent_name=spec.agent_name,
+            parent_turn=parent,
+            parent_tool_execution=spec.parent_execution,
+            root_turn_id=parent.root_turn_id if parent is not None else turn_id,
+            depth=parent.depth + 1 if parent is not None else 0,
+            model=spec.model or conversation.model,
+            options={**spec.options, "context": context},
+            principal=spec.principal if spec.principal is not None else conversation.principal,
+            context_sequence=sequence,
+            deadline_at=parent.deadline_at if parent is not None else None,
+        )
+
+
+# --------------------------------------------------------------------------- transitions
+
+
+def submit(turn: Turn, *, callback_conversation_id: str | None = None) -> tuple[Turn, bool]:
+    """Hand a pending turn to background execution once; return it and whether it was new.
+
+    Under the tree lock: ``submitted_at`` is set once, the callback recorded, and the turn goes
+    to ``pending`` (waits met; their results are given to it now) or ``waiting``. The caller
+    rings the doorbell when it was new.
+    """
+    with transaction.atomic():
+        lock_tree(turn.root_turn_id)
+        row = Turn.objects.get(pk=turn.pk)
+        if row.submitted_at is not None:
+            return row, False
+        if row.status not in TRANSITIONS["submit"].sources:
+            raise InvalidTransition(row.pk, row.status, "submit")
+        now = timezone.now()
+        fields: dict[str, Any] = {"submitted_at": now, "updated_at": now}
+        if callback_conversation_id is not None:
+            fields["options"] = dict(row.options, callback_conversation=callback_conversation_id)
+        if row.is_root:
+            lifetime = _lifetime(row)
+            fields["deadline_at"] = None if lifetime is None else now + lifetime
+        apply_transition(row.pk, "wait" if submit_status(row) == TurnStatus.WAITING else "submit",
+                         **fields)
+    row.refresh_from_db()
+    return row, True
+
+
+def _lifetime(row: Turn) -> timedelta | None:
+    raw = (row.options or {}).get("limits")
+    return None if raw is None else Limits.from_json(raw).lifetime
+
+
+def revoke(turn: Turn, transition: str, *, reason: str, **fields: Any) -> int:
+    """Fence out any worker of ``turn`` and move it along ``transition``; return the new fence.
+
+    The fence log records the conversation's last sequence at this point, so the invariant
+    checker can prove that no message written under the revoked fence came after it (I4).
+    The caller holds the tree lock.
+    """
+    last = Conversation.objects.filter(pk=turn.conversation_id).values_list(
+        "last_sequence", flat=True).first()
+    log = [*(turn.fence_log or []), {"fence": turn.fence, "revoked_after_sequence": last,
+                                     "reason": reason, "at": timezone.now().isoformat()}]
+    fence = turn.fence + 1
+    apply_transition(turn.pk, transition, expected_fence=turn.fence, **{
+        "fence": fence, "claimed_by": "", "fence_log": log, "updated_at": Now(), **fields})
+    return fence
+
+
+def end(turn: Turn, transition: str, *, reason: str, error: dict[str, Any],
+        repair_reason: str, **fields: Any) -> list[ClosedCall]:
+    """End a turn another process may be executing: close its open tool calls, fence it out,
+    and move it along ``transition`` (cancel, dead-letter, abandon) with ``error``.
+
+    Updates ``turn`` in memory and returns the calls the repair closed. Caller holds the tree
+    lock.
+    """
+    closed = repair(turn, reason=repair_reason)
+    fields = {"completed_at": timezone.now(), "error": error, **fields}
+    turn.fence = revoke(turn, transition, reason=reason, **fields)
+    for name, value in fields.items():
+        setattr(turn, name, value)
+    turn.status, turn.claimed_by = TRANSITIONS[transition].target, ""
+    return closed
+
+
+def release(turn: Turn) -> None:
+    """A waiting turn goes back to pending (maintenance: its targets finished)."""
+    apply_transition(turn.pk, "release", updated_at=Now())
+
+
+def touch(turn_ids: Sequence[str]) -> None:
+    """Mark turns as just inspected, so the next maintenance pass looks at others first."""
+    Turn.objects.filter(pk__in=list(turn_ids)).update(updated_at=Now())
+
+
+def set_options(turn: Turn, **changes: Any) -> None:
+    """Add to a turn's options (marks such as ``cancel_cascade`` or ``callback_denied``)."""
+    turn.options = {**(turn.options or {}), **changes}
+    Turn.objects.filter(pk=turn.pk).update(options=turn.options)
+
+
+__all__ = ["NewConversation", "NewTurn", "apply_transition", "create_conversation",
+           "create_turn", "end", "release", "revoke", "set_options", "submit", "touch"]
