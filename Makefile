@@ -1,9 +1,11 @@
 # turnkit-django development tasks. `make test` is the whole suite (what .ci/run calls); it works
 # on a fresh clone: it creates .venv, installs what is missing and starts its own servers.
 #
-#   make test              lint + docs + unit, integration/concurrency and e2e tiers
+#   make test              lint + docs + unit, integration/concurrency, browser and e2e tiers
 #   make test-unit         unit tier only (SQLite in memory)
 #   make test-integration  integration + concurrency tiers (throwaway PostgreSQL)
+#   make test-browser      the admin in headless Chromium (throwaway PostgreSQL; screenshots in
+#                          build/screenshots/, and docs/img/ with TURNKIT_DOCS_SCREENSHOTS=1)
 #   make test-e2e          e2e tier (throwaway PostgreSQL + Redis)
 #   make test PYTEST_ARGS='-x -k claim'   extra pytest arguments, passed to every tier
 #   make bench             per-step overhead against the floor (throwaway PostgreSQL)
@@ -26,7 +28,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help venv test test-unit test-integration test-e2e lint docs demo bench clean distclean FORCE
+.PHONY: help venv test test-unit test-integration test-browser test-e2e lint docs demo bench clean distclean FORCE
 
 help:
 	@sed -n '1,/^$$/s/^# \{0,1\}//p' Makefile
@@ -57,6 +59,9 @@ test-unit: venv
 
 test-integration: venv
 	bash scripts/run-tests.sh integration -- $(PYTEST_ARGS)
+
+test-browser: venv
+	bash scripts/run-tests.sh browser -- $(PYTEST_ARGS)
 
 test-e2e: venv
 	bash scripts/run-tests.sh e2e -- $(PYTEST_ARGS)

@@ -2,11 +2,16 @@
 # Run the test tiers against throwaway servers (called by `make test`, `make test-unit` ...).
 #
 # Usage: scripts/run-tests.sh [TIER...] [-- PYTEST_ARGS...]
-#   TIER: all (default) | unit | integration (integration + concurrency) | e2e
+#   TIER: all (default) | unit | integration (integration + concurrency) | browser | e2e
 #
 #   unit         pytest tests/unit                            SQLite in memory, no servers
 #   integration  pytest tests/integration tests/concurrency   + TURNKIT_TEST_DATABASE_URL
+#   browser      pytest tests/browser                         + PostgreSQL, headless Chromium
 #   e2e          pytest tests/e2e                             + TURNKIT_TEST_REDIS_URL
+#
+# The browser tier drives Debian's /usr/bin/chromium with Playwright (installed with apt-get
+# when missing, like the servers; never `playwright install`) under tests.browser.settings, and
+# saves its screenshots in build/screenshots/.
 #
 # Starts only the servers the chosen tiers need (scripts/services.sh) and stops them on exit,
 # whatever happens (failure, Ctrl-C). Coverage accumulates across tiers (build/.coverage) and is
@@ -25,14 +30,14 @@ pytest_args=()
 while [ $# -gt 0 ]; do
     case $1 in
         --) shift; pytest_args=("$@"); break ;;
-        all) tiers+=(unit integration e2e) ;;
-        unit | integration | e2e) tiers+=("$1") ;;
+        all) tiers+=(unit integration browser e2e) ;;
+        unit | integration | browser | e2e) tiers+=("$1") ;;
         -h | --help) sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
-        *) echo "run-tests: unknown tier '$1' (unit, integration, e2e, all)" >&2; exit 2 ;;
+        *) echo "run-tests: unknown tier '$1' (unit, integration, browser, e2e, all)" >&2; exit 2 ;;
     esac
     shift
 done
-[ ${#tiers[@]} -eq 0 ] && tiers=(unit integration e2e)
+[ ${#tiers[@]} -eq 0 ] && tiers=(unit integration browser e2e)
 
 if [ ! -x "$PYTHON" ]; then
     echo "run-tests: $PYTHON not found; run 'make venv' first" >&2
@@ -50,8 +55,11 @@ trap 'services_stop_started' EXIT
 trap 'echo "run-tests: interrupted" >&2; exit 130' INT
 trap 'echo "run-tests: terminated" >&2; exit 143' TERM HUP
 
-if want integration || want e2e; then
+if want integration || want browser || want e2e; then
     services_start_pg || { echo "run-tests: could not start PostgreSQL" >&2; exit 1; }
+fi
+if want browser; then
+    services_ensure_chromium || { echo "run-tests: could not install Chromium" >&2; exit 1; }
 fi
 if want e2e; then
     services_start_redis || { echo "run-tests: could not start Redis" >&2; exit 1; }
@@ -123,7 +131,7 @@ finish() {  # RC
 }
 
 failed=""
-for tier in unit integration e2e; do
+for tier in unit integration browser e2e; do
     want "$tier" || continue
     case $tier in
         unit)
@@ -132,6 +140,12 @@ for tier in unit integration e2e; do
         integration)
             run_tier integration no "TURNKIT_TEST_DATABASE_URL=$db_url" \
                 -- tests/integration tests/concurrency || failed=$tier
+            ;;
+        browser)
+            run_tier browser no "TURNKIT_TEST_DATABASE_URL=$db_url" \
+                "DJANGO_SETTINGS_MODULE=tests.browser.settings" \
+                "TURNKIT_CHROMIUM=${TURNKIT_CHROMIUM:-/usr/bin/chromium}" \
+                -- tests/browser || failed=$tier
             ;;
         e2e)
             run_tier e2e no "TURNKIT_TEST_DATABASE_URL=$db_url" "TURNKIT_TEST_REDIS_URL=$redis_url" \

@@ -32,6 +32,8 @@
 #
 # Missing servers are installed with apt-get (PostgreSQL when /usr/lib/postgresql/*/bin is absent,
 # redis-server when it is not on PATH); package scripts are kept from starting system services.
+# services_ensure_chromium (sourced only) installs Debian's chromium the same way when
+# /usr/bin/chromium is missing, for the browser tier, and exports TURNKIT_CHROMIUM.
 
 _svc_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SERVICES_BUILD_DIR=${TURNKIT_BUILD_DIR:-$_svc_repo/build}
@@ -321,6 +323,20 @@ _svc_stop_redis() {  # STATE_DIR; state variables already sourced
     fi
     _svc_reap "${launcher:-}"
     _svc_save_log "$1/redis.log" "$(basename "$1").log"
+}
+
+# ------------------------------------------------------------------------------------ Chromium
+
+# The browser tier drives Debian's Chromium through Playwright (never `playwright install`, which
+# downloads a browser build of its own). TURNKIT_CHROMIUM overrides the binary.
+services_ensure_chromium() {
+    local bin=${TURNKIT_CHROMIUM:-/usr/bin/chromium}
+    if [ ! -x "$bin" ]; then
+        _svc_apt_install chromium || return 1
+    fi
+    [ -x "$bin" ] || { _svc_log "chromium not found at $bin"; return 1; }
+    export TURNKIT_CHROMIUM=$bin
+    _svc_log "$("$bin" --version 2>/dev/null | head -n 1) at $bin"
 }
 
 # ---------------------------------------------------------------------------------------- stop

@@ -16,6 +16,7 @@ from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from .ids import new_id
 from .messages import MessageKind, MessageRole
@@ -59,6 +60,8 @@ class Conversation(models.Model):
     objects = ConversationQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("conversation")
+        verbose_name_plural = _("conversations")
         ordering = ["-created_at"]
         indexes = [
             models.Index(fields=["agent_name", "created_at"], name="turnkit_conv_agent"),
@@ -125,8 +128,12 @@ class Turn(models.Model):
     objects = TurnQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("turn")
+        verbose_name_plural = _("turns")
         ordering = ["created_at"]
-        permissions = [("cancel_turn", "Can cancel turns")]
+        # view_transcript gates transcripts, run context, principals and outputs in the admin.
+        permissions = [("cancel_turn", _("Can cancel turns")),
+                       ("view_transcript", _("Can view transcripts, run context and principals"))]
         indexes = [
             models.Index(fields=["conversation", "created_at"], name="turnkit_turn_conv"),
             models.Index(fields=["status", "heartbeat_at"], name="turnkit_turn_heartbeat"),
@@ -191,6 +198,8 @@ class Message(models.Model):
 
     class Meta:
         ordering = ["conversation", "sequence"]
+        verbose_name = _("message")
+        verbose_name_plural = _("messages")
         constraints = [
             models.UniqueConstraint(fields=["conversation", "sequence"],
                                     name="turnkit_message_sequence_unique"),
@@ -222,6 +231,8 @@ class ToolExecution(models.Model):
     objects = ToolExecutionQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("tool execution")
+        verbose_name_plural = _("tool executions")
         ordering = ["created_at"]
         constraints = [
             models.UniqueConstraint(fields=["turn", "tool_call_id"],
@@ -244,6 +255,8 @@ class Wait(models.Model):
     objects = WaitQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("wait")
+        verbose_name_plural = _("waits")
         constraints = [
             models.UniqueConstraint(fields=["waiter", "target"], name="turnkit_wait_edge_unique"),
         ]
@@ -273,6 +286,8 @@ class Delivery(models.Model):
     objects = DeliveryQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("delivery")
+        verbose_name_plural = _("deliveries")
         ordering = ["created_at"]
         indexes = [
             models.Index(fields=["created_at"], name="turnkit_delivery_pending",

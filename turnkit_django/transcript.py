@@ -4,6 +4,9 @@ Used by ``manage.py turnkit_inspect`` and the demo; in a shell::
 
     from turnkit_django.transcript import show
     show(load_run("turn_..."))
+
+Lines are cut to :data:`WIDTH` with ``…``; ``full=True`` keeps every character (long texts and
+results continue on indented lines).
 """
 
 from __future__ import annotations
@@ -12,8 +15,22 @@ import json
 from typing import Any
 
 from .handles import Run
-from .messages import ToolResultPart, load_parts
-from .models import Message, ToolExecution, Turn
+from .models import Turn
+from .timeline import (
+    ERROR,
+    NOT_EXECUTED,
+    OUTCOME_UNKNOWN,
+    Entry,
+    ToolCall,
+    ToolResult,
+    Totals,
+    Tree,
+    TurnTranscript,
+    format_cost,
+    load_tree,
+    seconds_between,
+    turn_transcript,
+)
 
 WIDTH = 100
 
@@ -41,69 +58,111 @@ def result_text(content: Any) -> str:
     return _json(content)
 
 
-def _result(part: ToolResultPart, execution: ToolExecution | None) -> str:
-    content = part.content
-    error = content.get("error") if isinstance(content, dict) else None
-    if error == "outcome_unknown" or (execution and execution.status == "interrupted"):
-        return f"⚠ {part.name}  outcome unknown: interrupted mid-call, it may or may not have run"
-    mark = "✗" if part.is_error else "←"
-    return f"{mark} {part.name}  {result_text(content)}"
+def _result(result: ToolResult) -> str:
+    if result.state == OUTCOME_UNKNOWN:
+        return f"⚠ {result.name}  outcome unknown: interrupted mid-call, it may or may not have run"
+    if result.state == NOT_EXECUTED:
+        return f"⊘ {result.name}  not executed: {result.message or result_text(result.content)}"
+    mark = "✗" if result.state == ERROR else "←"
+    return f"{mark} {result.name}  {result_text(result.content)}"
 
 
-def transcript(turn: Turn, indent: str = "  ") -> list[str]:
-    """The lines of ``turn``'s conversation, with each sub-agent's conversation nested in place."""
-    executions = {e.tool_call_id: e for e in ToolExecution.objects.filter(turn=turn)}
-    children = {c.parent_tool_execution_id: c for c in Turn.objects.filter(parent_turn=turn)}
-    lines: list[str] = []
-    for message in Message.objects.filter(conversation_id=turn.conversation_id).order_by(
-            "sequence"):
-        for part in load_parts(message.content):
-            prefix = f"{indent}#{message.sequence:<3}{message.role:<10} "
-            room = WIDTH - len(prefix)
-            if part.kind == "text":
-                lines.append(prefix + clip(part.text, room))
-            elif part.kind == "tool_call":
-                lines.append(prefix + clip(f"→ {part.name}({_arguments(part.arguments)})", room))
-                execution = executions.get(part.id)
-                child = children.get(execution.pk) if execution else None
-                if child is not None:
-                    lines.append(f"{indent}     ┌─ {child.agent_name} · {child.pk} · "
-                                 f"{child.status}")
-                    lines += transcript(child, indent + "     │ ")
-                    lines.append(f"{indent}     └─")
-            elif part.kind == "tool_result":
-                execution = executions.get(part.tool_call_id)
-                lines.append(prefix + clip(_result(part, execution), room))
-                if execution is not None and execution.attempts > 1:
-                    lines.append(f"{indent}     ↻ ran {execution.attempts} times with one "
-                                 f"idempotency key: {execution.idempotency_key}")
+class _Lines:
+    def __init__(self, full: bool) -> None:
+        self.full = full
+        self.lines: list[str] = []
+
+    def add(self, prefix: str, text: str) -> None:
+        """``prefix`` then ``text``: cut to the width, or whole (wrapped at newlines) if full."""
+        if not self.full:
+            self.lines.append(prefix + clip(text, WIDTH - len(prefix)))
+            return
+        first, *rest = str(text).splitlines() or [""]
+        self.lines.append(prefix + first)
+        self.lines.extend(" " * len(prefix) + line for line in rest)
+
+    def transcript(self, view: TurnTranscript, indent: str) -> None:
+        for entry in view.entries:
+            self.entry(entry, indent)
+        for other in view.others:
+            self.lines.append(f"{indent}     · child turn {other.agent_name} · {other.pk} · "
+                              f"{other.status}")
+
+    def entry(self, entry: Entry, indent: str) -> None:
+        prefix = f"{indent}#{entry.sequence:<3}{entry.role:<10} "
+        for part in entry.parts:
+            if isinstance(part, str):
+                self.add(prefix, part)
+            elif isinstance(part, ToolCall):
+                self.call(part, prefix, indent)
+            elif isinstance(part, ToolResult):
+                self.add(prefix, _result(part))
+                if part.attempts > 1:
+                    self.lines.append(f"{indent}     ↻ ran {part.attempts} times with one "
+                                      f"idempotency key: {part.idempotency_key}")
             else:
-                lines.append(prefix + f"[{part.kind}]")
+                self.lines.append(prefix + f"[{part['type']}]")
+
+    def call(self, call: ToolCall, prefix: str, indent: str) -> None:
+        arguments = call.raw_arguments if call.raw_arguments is not None else _arguments(
+            call.arguments)
+        self.add(prefix, f"→ {call.name}({arguments})")
+        if call.child is not None:
+            child = call.child.turn
+            self.lines.append(f"{indent}     ┌─ {child.agent_name} · {child.pk} · {child.status}")
+            self.transcript(call.child, indent + "     │ ")
+            self.lines.append(f"{indent}     └─")
+
+
+def transcript(turn: Turn, indent: str = "  ", *, full: bool = False,
+               tree: Tree | None = None) -> list[str]:
+    """The lines of what ``turn`` saw and wrote, each sub-agent's conversation nested in place."""
+    lines = _Lines(full)
+    lines.transcript(turn_transcript(turn, tree), indent)
+    return lines.lines
+
+
+def tree_lines(tree: Tree, *, highlight: str = "") -> list[str]:
+    """The tree in parent order (children right under their parent), ``▶`` marking a turn."""
+    lines = []
+    for row in tree.in_parent_order():
+        mark = "▶" if row.pk == highlight else " "
+        took = seconds_between(row.started_at or row.created_at, row.completed_at)
+        timing = "" if took is None else f" {took:.2f}s"
+        lines.append(f"{mark} {'  ' * row.depth}{row.agent_name} {row.pk} {row.status} "
+                     f"{format_cost(None if row.cost_unknown else row.cost)}{timing}")
     return lines
 
 
-def summary(run: Run) -> list[str]:
+def summary(run: Run, *, full: bool = False, totals: Totals | None = None) -> list[str]:
     """Status, output, usage and cost of the whole tree, as aligned lines."""
     run.refresh()
-    usage = run.usage
-    turns = list(run.turns().values_list("agent_name", flat=True))
+    turns = list(run.turns())
+    totals = totals or Totals.of(turns)
+    usage = totals.usage
+    names = ", ".join(t.agent_name for t in turns)
     calls = run.messages().filter(role="assistant").count()
-    cost = run.cost
     rows = [
         ("status", run.status),
         ("output", run.output_text or "-"),
-        ("usage", f"{calls} model calls in {len(turns)} turns ({', '.join(turns)}) · "
+        ("usage", f"{calls} model calls in {len(turns)} turns ({names}) · "
                   f"{usage.input_tokens:,} input + {usage.output_tokens:,} output tokens"),
-        ("cost", "unknown (no rate for the model)" if cost is None else f"${cost:.6f}"),
+        ("cost", "unknown (no rate for the model)" if totals.cost is None
+         else f"${totals.cost:.6f}"),
     ]
     if run.error:
-        rows.insert(2, ("error", clip(_json(run.error), WIDTH - 12)))
-    return [f"  {label:<9}{value}" for label, value in rows]
+        rows.insert(2, ("error", _json(run.error)))
+    lines = _Lines(full)
+    for label, value in rows:
+        lines.add(f"  {label:<9}", value)
+    return lines.lines
 
 
-def render(run: Run) -> str:
+def render(run: Run, *, full: bool = False) -> str:
     """The transcript of ``run``'s tree and its summary, as text."""
-    return "\n".join([*transcript(run.row), "", *summary(run)])
+    tree = load_tree(run.row)
+    return "\n".join([*transcript(run.row, full=full, tree=tree), "",
+                      *summary(run, full=full, totals=tree.totals())])
 
 
 def show(run: Run) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
@@ -82,15 +83,27 @@ def test_cancel_action_cancels_the_selected_turn_as_the_staff_user(policy_calls)
     user = User.objects.get(username="operator")
     assert policy_calls[0][:2] == ("cancel", {"user": user.pk, "staff": True})
     assert Turn.objects.get(pk=root.pk).error["by"] == {"user": user.pk, "staff": True}
+    (entry,) = LogEntry.objects.all()
+    assert (entry.object_id, entry.user_id, entry.change_message) == (root.pk, user.pk,
+                                                                      "Cancelled.")
 
 
 def test_cancel_with_descendants_counts_every_cancelled_turn():
     root, child = family()
-    other, _ = family()
+    other, other_child = family()
     response = act(staff("view_turn", "cancel_turn"), "cancel_turns_with_descendants", root,
                    other)
     assert shown(response) == ["4 turns were cancelled."]
     assert (status(root), status(child)) == ("cancelled", "cancelled")
+    # One admin log entry per turn the action changed, with what happened to it.
+    logged = dict(LogEntry.objects.filter(action_flag=CHANGE).values_list("object_id",
+                                                                          "change_message"))
+    assert logged == {
+        root.pk: "Cancelled with descendants (2 turns cancelled).",
+        child.pk: f"Cancelled with its ancestor turn {root.pk}.",
+        other.pk: "Cancelled with descendants (2 turns cancelled).",
+        other_child.pk: f"Cancelled with its ancestor turn {other.pk}.",
+    }
 
 
 def test_already_finished_turns_are_reported_not_changed():
@@ -98,6 +111,7 @@ def test_already_finished_turns_are_reported_not_changed():
     services.cancel(root)
     response = act(staff("view_turn", "cancel_turn"), "cancel_turns", root)
     assert shown(response) == ["1 turn had already finished; nothing changed."]
+    assert not LogEntry.objects.exists()
 
 
 def test_without_the_permission_nothing_is_cancelled():

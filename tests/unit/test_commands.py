@@ -1,7 +1,9 @@
-"""Management commands: inspect, prune, reconcile, verify."""
+"""Management commands: inspect (text, --full, --json, the tree in parent order), prune,
+reconcile, verify (unknown ids are refused)."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from io import StringIO
 
@@ -9,7 +11,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from turnkit_django import Agent
+from turnkit_django import Agent, services
+from turnkit_django.messages import TextPart
 from turnkit_django.models import Conversation, Message, Turn
 from turnkit_django.testing import ScriptedClient, call, reply
 from turnkit_django.tools.base import tool
@@ -76,3 +79,74 @@ def test_prune_refuses_a_negative_age():
 
 def test_reconcile_command_reports_a_pass():
     assert "recovered 0" in run_command("turnkit_reconcile")
+
+
+# ------------------------------------------------------------------ inspect --json / --full
+
+
+def long_run():
+    text = "A long answer. " * 20
+    agent = Agent("cmd_long", tools=[lookup], client=ScriptedClient([
+        call("lookup", order_id="7" * 150), reply(text.strip()),
+    ]))
+    return agent.run("Where is order 7?"), text.strip()
+
+
+def test_inspect_cuts_long_lines_unless_full():
+    run, text = long_run()
+    short = run_command("turnkit_inspect", run.id)
+    assert "…" in short and text not in short
+    full = run_command("turnkit_inspect", run.id, "--full")
+    assert "…" not in full
+    assert text in full and "7" * 150 in full
+
+
+def test_inspect_json_is_one_document_with_tree_and_nested_transcript():
+    run = finished_run()
+    child = run.turns().exclude(pk=run.id).get()
+    document = json.loads(run_command("turnkit_inspect", child.pk, "--json"))
+    assert document["kind"] == "turn" and document["turn"]["id"] == child.pk
+    assert [t["id"] for t in document["tree"]] == [run.id, child.pk]
+    assert document["tree_totals"]["turns"] == 2
+    messages = document["transcript"]["messages"]
+    calls = [p for m in messages for p in m["parts"] if p["type"] == "tool_call"]
+    assert calls[0] == {"type": "tool_call", "call_id": calls[0]["call_id"], "name": "lookup",
+                        "arguments": {"order_id": "7"}, "status": "completed"}
+    nested = calls[1]["sub_agent"]
+    assert nested["turn"]["id"] == child.pk
+    assert nested["messages"][-1]["parts"] == [{"type": "text", "text": "draft text"}]
+    results = [p for m in messages for p in m["parts"] if p["type"] == "tool_result"]
+    assert results[0]["state"] == "ok"
+    conversation = json.loads(run_command("turnkit_inspect", run.conversation_id, "--json"))
+    assert conversation["kind"] == "conversation"
+    assert [t["id"] for t in conversation["turns"]] == [run.id]
+    assert conversation["tree_totals"]["turns"] == 2
+
+
+def test_inspect_prints_the_tree_in_parent_order():
+    agent = Agent("cmd_tree", client=ScriptedClient([]))
+    root = services.new_turn(agent, [TextPart("root")])
+    a = services.new_turn(agent, [TextPart("a")], parent=root)
+    b = services.new_turn(agent, [TextPart("b")], parent=root)
+    a1 = services.new_turn(agent, [TextPart("a1")], parent=a)  # created after b
+    text = run_command("turnkit_inspect", root.pk)
+    lines = [line for line in text.splitlines() if "cmd_tree turn_" in line]
+    assert [line.split()[-3] for line in lines] == [
+        t.pk for t in (root, a, a1, b)]
+    assert lines[2].startswith("      cmd_tree")  # a1 right under a, one level deeper
+    as_json = json.loads(run_command("turnkit_inspect", b.pk, "--json"))
+    assert [t["id"] for t in as_json["tree"]] == [root.pk, a.pk, a1.pk, b.pk]
+
+
+# ----------------------------------------------------------------------------- verify ids
+
+
+def test_verify_refuses_an_unknown_turn_or_conversation():
+    with pytest.raises(CommandError, match=r"no turn with id 'nope'; nothing was checked"):
+        run_command("turnkit_verify", "--turn", "nope")
+    with pytest.raises(CommandError, match=r"no conversation with id 'conv_x'.*conv_\.\.\."):
+        run_command("turnkit_verify", "--conversation", "conv_x")
+    run = finished_run()
+    with pytest.raises(CommandError, match="'nope'"):
+        run_command("turnkit_verify", "--turn", run.id, "--turn", "nope")
+    assert run_command("turnkit_verify", "--turn", run.id).startswith("ok: 1 conversations")

@@ -2,46 +2,72 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...handles import Run
 from ...models import Conversation, Turn
-from ...transcript import render, transcript
+from ...timeline import (
+    conversation_transcript,
+    format_cost,
+    load_tree,
+    turn_summary,
+    turn_transcript,
+)
+from ...transcript import render, transcript, tree_lines
 
 
 class Command(BaseCommand):
-    help = "Print the tree, transcript, usage and cost of a turn, run or conversation id."
+    help = ("Print the tree (in parent order), transcript, usage and cost of a turn, run or "
+            "conversation id.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("id", help="A turn or run id (turn_...) or conversation id (conv_...)")
+        parser.add_argument("--json", action="store_true",
+                            help="Print one JSON document instead of text.")
+        parser.add_argument("--full", action="store_true",
+                            help="Print texts, arguments and results whole (no cutting with …).")
 
     def handle(self, *args: Any, **options: Any) -> None:
         ident: str = options["id"]
         turn = Turn.objects.filter(pk=ident).first()
         if turn is not None:
-            self.stdout.write(self._tree(turn.root_turn_id, highlight=turn.pk))
-            self.stdout.write(render(Run(Turn.objects.get(pk=turn.root_turn_id))))
+            self._turn(turn, as_json=options["json"], full=options["full"])
             return
         conversation = Conversation.objects.filter(pk=ident).first()
         if conversation is None:
             raise CommandError(
                 f"no turn or conversation with id {ident!r}; ids look like turn_... or conv_..."
             )
-        turns = list(conversation.turns.order_by("created_at"))
-        self.stdout.write(f"conversation {conversation.pk} · agent {conversation.agent_name} · "
-                          f"{len(turns)} turns · {conversation.last_sequence} messages")
-        for row in turns:
-            cost = "unknown" if row.cost_unknown else f"${row.cost:.6f}"
-            self.stdout.write(f"  {row.pk}  {row.status:<10} {cost}")
-        if turns:
-            self.stdout.write("\n".join(transcript(turns[-1])))
+        self._conversation(conversation, as_json=options["json"], full=options["full"])
 
-    @staticmethod
-    def _tree(root_id: str, *, highlight: str) -> str:
-        lines = []
-        for row in Turn.objects.filter(root_turn_id=root_id).order_by("depth", "created_at"):
-            mark = "▶" if row.pk == highlight else " "
-            lines.append(f"{mark} {'  ' * row.depth}{row.agent_name} {row.pk} {row.status}")
-        return "\n".join(lines) + "\n"
+    def _turn(self, turn: Turn, *, as_json: bool, full: bool) -> None:
+        tree = load_tree(turn)
+        root = tree.by_id[turn.root_turn_id]
+        if as_json:
+            self._json({"kind": "turn", "turn": turn_summary(turn),
+                        "tree": [turn_summary(t, private=False) for t in tree.in_parent_order()],
+                        "tree_totals": tree.totals().as_json(),
+                        "transcript": turn_transcript(root, tree).as_json()})
+            return
+        self.stdout.write("\n".join(tree_lines(tree, highlight=turn.pk)) + "\n")
+        self.stdout.write(render(Run(root), full=full))
+
+    def _conversation(self, conversation: Conversation, *, as_json: bool, full: bool) -> None:
+        view = conversation_transcript(conversation, transcript=as_json)
+        if as_json:
+            self._json({"kind": "conversation", **view.as_json()})
+            return
+        self.stdout.write(f"conversation {conversation.pk} · agent {conversation.agent_name} · "
+                          f"{len(view.turns)} turns · {conversation.last_sequence} messages · "
+                          f"cost {view.tree_totals.cost_text} with sub-agents")
+        for row in view.turns:
+            cost = format_cost(None if row.cost_unknown else row.cost)
+            self.stdout.write(f"  {row.pk}  {row.status:<10} {cost}")
+        if view.turns:
+            self.stdout.write("\n".join(transcript(view.turns[-1], full=full)))
+
+    def _json(self, document: dict[str, Any]) -> None:
+        self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str))

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...models import Conversation, Turn
 from ...testing.verify import verify
 
 
@@ -21,6 +22,8 @@ class Command(BaseCommand):
                             help="Check this conversation (repeatable).")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        _require_known(Turn, options["turns"], "turn", "turn_...")
+        _require_known(Conversation, options["conversations"], "conversation", "conv_...")
         report = verify(turn_ids=options["turns"], conversation_ids=options["conversations"])
         for violation in report.violations:
             self.stdout.write(str(violation))
@@ -31,3 +34,18 @@ class Command(BaseCommand):
             )
         self.stdout.write(f"ok: {report.conversations} conversations, {report.turns} turns "
                           "checked")
+
+
+def _require_known(model: type[Turn] | type[Conversation], ids: list[str] | None, what: str,
+                   shape: str) -> None:
+    """Refuse ids that name no row: checking nothing must not look like a pass."""
+    if not ids:
+        return
+    known = set(model.objects.filter(pk__in=ids).values_list("pk", flat=True))
+    unknown = [ident for ident in ids if ident not in known]
+    if unknown:
+        raise CommandError(
+            f"no {what} with id {', '.join(map(repr, unknown))}; nothing was checked. "
+            f"{what.capitalize()} ids look like {shape}: copy one from turnkit_inspect or the "
+            "admin."
+        )

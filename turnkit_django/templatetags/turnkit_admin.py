@@ -1,0 +1,48 @@
+"""Template filters of the turnkit admin: times to the second, costs, durations."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django import template
+from django.utils import timezone
+
+from ..timeline import format_cost, seconds_between
+
+register = template.Library()
+
+
+@register.filter
+def when(value: datetime | None) -> str:
+    """A timestamp to the second in the current time zone; ``—`` when unset."""
+    if value is None:
+        return "—"
+    if timezone.is_aware(value):
+        value = timezone.localtime(value)
+    return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+@register.filter
+def dollars(value: Decimal | None) -> str:
+    """A cost in dollars (``unknown`` for None)."""
+    return format_cost(value)
+
+
+@register.filter
+def seconds(value: float | None) -> str:
+    """A duration in seconds, ``—`` when unknown."""
+    return "—" if value is None else f"{value:.2f} s"
+
+
+@register.simple_tag
+def took(start: datetime | None, end: datetime | None) -> str:
+    """Seconds from ``start`` to ``end`` as text."""
+    return seconds(seconds_between(start, end))
+
+
+@register.filter
+def get(mapping: dict[str, Any], key: str) -> Any:
+    """``mapping[key]`` (None when missing)."""
+    return mapping.get(key)
