@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 
+from django.db import transaction
 from django.utils import timezone
 
 from ..agents import AgentDefinition, get_agent
@@ -23,7 +24,7 @@ from ..clients import Client, ModelRequest, ModelResponse
 from ..conf import turnkit_settings
 from ..errors import ErrorRecord
 from ..events import EventCallback
-from ..exceptions import BudgetExceeded, LostClaim, ModelError, TurnkitError
+from ..exceptions import AtomicBlockError, BudgetExceeded, LostClaim, ModelError, TurnkitError
 from ..models import Turn
 from ..states import Phase, TurnStatus
 from ..store import Claim, Ledger, LedgerDelta, TurnState, claim_turn, visible_chat, worker_identity
@@ -89,6 +90,17 @@ def context(claim: Claim, row: Turn, agent: AgentDefinition, *, client: Client,
     )
 
 
+def refuse_atomic_block(operation: str) -> None:
+    """Raise AtomicBlockError when called inside ``transaction.atomic()``.
+
+    The block a test case wraps each test in does not count (Django's durable blocks make the
+    same exception), so tests can run turns inline.
+    """
+    blocks = transaction.get_connection().atomic_blocks
+    if blocks and not getattr(blocks[-1], "_from_testcase", False):
+        raise AtomicBlockError(operation)
+
+
 def execute(
     turn_id: str,
     *,
@@ -102,6 +114,7 @@ def execute(
 
     ``root_id``, when the caller knows the turn's root, saves one lookup before the claim.
     """
+    refuse_atomic_block("executing a turn")
     claimed = claim_turn(turn_id, worker_identity(kind), root_id=root_id, prepare=on_claim)
     if claimed is None:
         return False
@@ -136,4 +149,4 @@ def preview(turn_id: str, agent: AgentDefinition) -> ModelRequest:
     return build_request(context(claim, row, agent, client=_NoClient()))
 
 
-__all__ = ["context", "execute", "on_claim", "preview", "run"]
+__all__ = ["context", "execute", "on_claim", "preview", "refuse_atomic_block", "run"]
