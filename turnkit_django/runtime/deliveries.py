@@ -32,10 +32,12 @@ from django.db.models import Q
 
 from ..agents import get_agent
 from ..authorization import authorize, is_allowed
+from ..conf import turnkit_settings
 from ..events import emit
 from ..exceptions import ConfigurationError
 from ..models import Conversation, Delivery, Message, Turn
 from ..serialization import json_value
+from ..states import TurnStatus
 from ..store import deliveries, lock_conversation
 from ..store.deliveries import COMPLETION_PREFIX
 from ..store.turns import set_options
@@ -217,9 +219,7 @@ def _wake_locked(row: Conversation) -> Turn | None:
     latest = (Turn.objects.filter(conversation_id=row.pk).order_by("-created_at", "-id")
               .values("context_sequence", "submitted_at").first())
     consumed = latest["context_sequence"] if latest else 0
-    trigger = (Message.objects.filter(conversation_id=row.pk, sequence__gt=consumed, role="user",
-                                      metadata__has_key="delivery_id")
-               .order_by("-sequence").values_list("pk", "metadata").first())
+    trigger = _trigger(row.pk, consumed)
     if trigger is None:
         return None
     try:
@@ -228,12 +228,43 @@ def _wake_locked(row: Conversation) -> Turn | None:
         logger.warning("conversation %r has buffered deliveries but its agent %r is not "
                        "registered in this process; not waking it", row.pk, row.agent_name)
         return None
-    turn = new_turn(agent, conversation=row, principal=row.principal,
-                    options={"woken_by": {"message_id": trigger[0],
-                                          "delivery_id": trigger[1]["delivery_id"]}})
+    message_id, delivery_id, tree = trigger
+    turn = new_turn(agent, conversation=row, principal=row.principal, tree=tree,
+                    options={"woken_by": {"message_id": message_id,
+                                          "delivery_id": delivery_id}})
     if latest is None or latest["submitted_at"] is not None:
         turn = submit(turn)
     return turn
+
+
+def _trigger(conversation_id: str, consumed: int) -> tuple[str, str, Turn | None] | None:
+    """The buffered delivery a continuation answers, and the tree it joins (None: a new root).
+
+    A message sent by a turn (the send_message tool, a completion callback) continues the
+    sender's tree, so one root-wide budget bounds every chain of turns messaging turns; a
+    message from a cancelled tree wakes nothing; application input starts a new root.
+    """
+    buffered = list(Message.objects.deliveries_after(conversation_id, consumed)
+                    .values_list("pk", "metadata")[:turnkit_settings.MAINTENANCE_BATCH_SIZE])
+    senders = Turn.objects.select_related("root_turn").in_bulk(
+        {turn_id for _, metadata in buffered if (turn_id := _sender(metadata))})
+    live = [(pk, metadata, senders.get(_sender(metadata) or "")) for pk, metadata in buffered]
+    live = [item for item in live if not _from_cancelled_tree(item[2])]
+    if not live:
+        return None
+    message_id, metadata, newest = live[0]
+    from_application = any(item[2] is None for item in live)
+    tree = None if from_application or newest is None else newest.root_turn
+    return message_id, str(metadata["delivery_id"]), tree
+
+
+def _sender(metadata: dict[str, Any]) -> str | None:
+    source = metadata.get("source") or {}
+    return source.get("turn_id") if isinstance(source, dict) else None
+
+
+def _from_cancelled_tree(sender: Turn | None) -> bool:
+    return sender is not None and sender.root_turn.status == TurnStatus.CANCELLED
 
 
 def wake_after(turn_id: str) -> Turn | None:

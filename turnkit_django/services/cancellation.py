@@ -31,6 +31,7 @@ from itertools import groupby
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from ..authorization import authorize
 from ..conf import turnkit_settings
@@ -79,27 +80,34 @@ def _error(principal: Any, target_id: str, *, cascade: bool, ancestor: bool) -> 
                                               "by": json_safe(principal)})
 
 
-def _descendants(target: Turn) -> tuple[list[Turn], list[Turn]]:
+def _descendants(target: Turn, *, marked: bool) -> tuple[list[Turn], list[Turn]]:
     """Active descendants, parents before children: (unreachable by the sweep, the rest).
 
-    The sweep finds an active turn through its parent's ``cancel_cascade`` mark, so a turn whose
-    parent has finished without being cascade-cancelled must be cancelled by the call itself.
+    Descendants are children through parent links and, for a root, the root-level tasks of its
+    tree (continuations that joined it). The sweep finds an active turn through its parent's
+    (or, for a root-level task, its root's) ``cancel_cascade`` mark, so a turn above which the
+    mark is missing (``marked`` False for the target: it finished without being cancelled)
+    must be cancelled by the call itself.
     """
-    marked = {target.pk}
+    above = {target.pk} if marked else set()
     unreachable: list[Turn] = []
     reachable: list[Turn] = []
     frontier = [target.pk]
+    tree_members = Q(root_turn_id=target.pk, parent_turn__isnull=True) & ~Q(pk=target.pk)
     while frontier:
-        children = list(Turn.objects.filter(parent_turn_id__in=frontier).order_by("created_at",
-                                                                                  "id"))
+        found = Q(parent_turn_id__in=frontier)
+        if frontier == [target.pk] and target.is_root:
+            found |= tree_members
+        children = list(Turn.objects.filter(found).order_by("created_at", "id"))
         frontier = [child.pk for child in children]
         for child in children:
             if child.status in ACTIVE_TURN_STATUSES:
-                (reachable if child.parent_turn_id in marked else unreachable).append(child)
-                marked.add(child.pk)
+                up = child.parent_turn_id or child.root_turn_id
+                (reachable if up in above else unreachable).append(child)
+                above.add(child.pk)
             elif child.status == TurnStatus.CANCELLED and (child.options or {}).get(
                     "cancel_cascade"):
-                marked.add(child.pk)
+                above.add(child.pk)
     return unreachable, reachable
 
 
@@ -163,8 +171,11 @@ def cancel(turn: Turn | str, *, cascade: bool = False, principal: Any = None) ->
         active = target.status in ACTIVE_TURN_STATUSES
         unreachable: list[Turn] = []
         reachable: list[Turn] = []
-        if cascade and (active or target.status == TurnStatus.CANCELLED):
-            unreachable, reachable = _descendants(target)
+        if cascade:
+            # Marked for the sweep: an active target (cancelled now, with the mark) or one an
+            # earlier cancel left cancelled (escalated below); a finished one is not.
+            unreachable, reachable = _descendants(
+                target, marked=active or target.status == TurnStatus.CANCELLED)
         room = max(batch - len(unreachable) - (1 if active else 0), 0)
         descendants = unreachable + reachable[:room]
         report.remaining = len(reachable) - min(room, len(reachable))
@@ -177,7 +188,8 @@ def cancel(turn: Turn | str, *, cascade: bool = False, principal: Any = None) ->
             cancel_row(target, _error(principal, target.pk, cascade=cascade, ancestor=False),
                        mark=cascade)
             changed.append(target)
-        elif not (target.options or {}).get("cancel_cascade"):
+        elif target.status == TurnStatus.CANCELLED and not (target.options or {}).get(
+                "cancel_cascade"):
             # Escalation of an earlier plain cancel: mark it so the sweep finds the rest.
             set_options(target, cancel_cascade=True)
         for row in descendants:
@@ -215,10 +227,10 @@ def _sweep_tree(root_id: str, turn_ids: list[str]) -> list[str]:
     with transaction.atomic():
         lock_tree(root_id)
         rows = Turn.objects.filter(pk__in=turn_ids).active().select_related(
-            "parent_turn").order_by("created_at", "id")
+            "parent_turn", "root_turn").order_by("created_at", "id")
         for row in rows:
-            parent = row.parent_turn
-            if parent is None or parent.status != TurnStatus.CANCELLED or not (
+            parent = row.parent_turn or row.root_turn  # a root-level task hangs off its root
+            if parent.pk == row.pk or parent.status != TurnStatus.CANCELLED or not (
                     parent.options or {}).get("cancel_cascade"):
                 continue
             cause = parent.error or {}

@@ -86,6 +86,9 @@ class NewTurn:
     context: dict[str, Any] | None = None
     parent: Turn | None = None
     parent_execution: ToolExecution | None = None
+    #: A root-level task of an existing tree (no parent): it shares that root's budget and
+    #: deadline, and a cascade cancel of the root reaches it.
+    tree: Turn | None = None
 
 
 def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part] = (), *,
@@ -101,6 +104,7 @@ def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part]
                 "last_sequence", flat=True).get()
         turn_id = new_id("turn")
         parent = spec.parent
+        above = parent if parent is not None else spec.tree
         context = spec.context if spec.context is not None else conversation.context or {}
         return Turn.objects.create(
             id=turn_id,
@@ -108,13 +112,13 @@ def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part]
             agent_name=spec.agent_name,
             parent_turn=parent,
             parent_tool_execution=spec.parent_execution,
-            root_turn_id=parent.root_turn_id if parent is not None else turn_id,
+            root_turn_id=above.root_turn_id if above is not None else turn_id,
             depth=parent.depth + 1 if parent is not None else 0,
             model=spec.model or conversation.model,
             options={**spec.options, "context": context},
             principal=spec.principal if spec.principal is not None else conversation.principal,
             context_sequence=sequence,
-            deadline_at=parent.deadline_at if parent is not None else None,
+            deadline_at=above.deadline_at if above is not None else None,
         )
 
 
