@@ -110,7 +110,7 @@ def suspend(ctx: TurnContext, target_ids: Sequence[str], *,
     with ctx.fenced.atomic() as ledger:
         if not Turn.objects.filter(pk__in=list(target_ids)).active().exists():
             return False
-        budget.check_open(ledger, timezone.now())
+        budget.check_open(ledger)
         if pending_execution is not None:
             ctx.fenced.move_execution(pending_execution, [ToolStatus.RUNNING],
                                       ToolStatus.PENDING)
@@ -150,9 +150,9 @@ def _launch(ctx: TurnContext, call: ToolCallPart, tool: SubAgentTool) -> ToolExe
 def _open(ctx: TurnContext, call: ToolCallPart, tool: SubAgentTool, task: str | None,
           refusal: ErrorRecord | None) -> ToolExecution:
     """One fenced transaction: reserve a tool slot, record the execution, launch the child."""
-    now = timezone.now()
     with ctx.fenced.atomic() as ledger:
-        budget.check_open(ledger, now)
+        now = ledger.now
+        budget.check_open(ledger)
         slot, denied = budget.reserve_tool(ledger, call.name)
         if denied is not None:
             raise BudgetExceeded(denied, limit=limit_of(denied))

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.utils import timezone
-
 from ..clients import ModelRequest, ModelResponse, Usage
 from ..clients.cost import compute_cost
 from ..store import Charge, Ledger, LedgerDelta
@@ -21,7 +19,7 @@ from .context import TurnContext
 def call(ctx: TurnContext, request: ModelRequest, purpose: str) -> ModelResponse:
     """Check the tree's budget, then call the model (no transaction open)."""
     with ctx.fenced.atomic() as ledger:
-        budget.check_open(ledger, timezone.now())
+        budget.check_open(ledger)
     ctx.emit("model.requested", model=request.model, purpose=purpose, tool_names=[],
              message_count=len(request.messages))
     return ctx.client.complete(request)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 
 from django.db import transaction
-from django.utils import timezone
 
 from ..agents import AgentDefinition, get_agent
 from ..clients import Client, ModelRequest, ModelResponse
@@ -69,10 +68,10 @@ def on_claim(turn: Turn, ledger: Ledger) -> tuple[TurnState | None, LedgerDelta]
     if state.phase != Phase.MODEL:
         return None, LedgerDelta()
     if state.reservation is None:
-        delta, reservation = budget.reserve_next(ledger, timezone.now())
+        delta, reservation = budget.reserve_next(ledger)
     else:
-        delta, reservation = LedgerDelta(), budget.recheck(state.reservation, ledger,
-                                                           timezone.now())
+        delta, reservation = LedgerDelta(), budget.recheck(state.reservation,
+                                                           ledger)
     return state.replace(reservation=reservation), delta
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from django.utils import timezone
-
 from .. import failpoints
 from ..clients import ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded
@@ -52,7 +50,7 @@ def model_step(ctx: TurnContext) -> None:
     if auto_compact(ctx, request):  # a summary was paid for: check time and money again
         request = build_request(ctx)
         with ctx.fenced.atomic() as ledger:
-            budget.check_open(ledger, timezone.now())
+            budget.check_open(ledger)
     ctx.emit("model.requested", model=request.model, tool_names=request.tool_names,
              message_count=len(request.messages))
     failpoints.hit("before_model_call")
@@ -68,7 +66,7 @@ def _reserved(ctx: TurnContext) -> None:
     reservation = ctx.state.reservation
     if reservation is None:
         with ctx.fenced.atomic() as ledger:
-            delta, reservation = budget.reserve_next(ledger, timezone.now())
+            delta, reservation = budget.reserve_next(ledger)
             state = ctx.state.replace(reservation=reservation)
             ctx.fenced.record(state, delta=delta)
         ctx.state = state

@@ -15,8 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.utils import timezone
-
 from .. import failpoints
 from ..agents.policies import Audit, Policy, Violation, judge_request, revision_text, verdict
 from ..errors import ErrorRecord
@@ -120,7 +118,7 @@ def _revise(ctx: TurnContext, audit: Audit) -> None:
                       "violations": [v.as_json() for v in audit.violations]},
         )
         # The next model call's iteration is reserved here (see the model phase).
-        delta, reservation = budget.reserve_next(ledger, timezone.now())
+        delta, reservation = budget.reserve_next(ledger)
         state = state.replace(reservation=reservation)
         ctx.fenced.record(state, delta=delta)
     ctx.state = state

@@ -46,8 +46,8 @@ def open_call(ctx: TurnContext, ledger: Ledger, call: ToolCallPart,
     the error that fails the turn). Raises BudgetExceeded, writing nothing, when the tree ran out
     of time or money. The slot's ledger change is added to ``delta``.
     """
-    now = timezone.now()
-    budget.check_open(ledger, now)
+    now = ledger.now
+    budget.check_open(ledger)
     slot, denied = budget.reserve_tool(ledger, call.name)
     if denied is not None:
         denial = budget_exceeded(denied).for_model()
@@ -86,7 +86,7 @@ def leave(ctx: TurnContext, ledger: Ledger, terminal: Terminal | None,
     if terminal is not None:
         return ctx.state.replace(terminal=terminal, phase=Phase.OUTPUT,
                                  candidate=Candidate(terminal.text, terminal.data))
-    reserved, reservation = budget.reserve_next(ledger, timezone.now())
+    reserved, reservation = budget.reserve_next(ledger)
     delta.add(reserved)
     return ctx.state.replace(phase=Phase.MODEL, reservation=reservation)
 

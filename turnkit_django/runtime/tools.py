@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import copy
 
-from django.utils import timezone
-
 from .. import failpoints
 from ..agents import LOAD_SKILL, SubAgentTool
 from ..errors import ErrorRecord, outcome_unknown
@@ -96,7 +94,7 @@ def _start(ctx: TurnContext, call: ToolCallPart,
             ctx.fenced.charge_root(delta)
             execution = opened.execution
         else:
-            budget.check_open(ledger, timezone.now())
+            budget.check_open(ledger)
             ctx.fenced.restart_execution(execution.pk)
     if opened is not None and opened.denial is not None:
         ctx.remember(opened.denial)

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import transaction
-from django.utils import timezone
 
 from .. import failpoints
 from ..agents import get_agent
@@ -178,11 +177,11 @@ def release_waiting(batch: int) -> list[str]:
                    .values_list("pk", "root_turn_id")[:batch])
     for turn_id, root_id in waiting:
         with transaction.atomic():
-            lock_tree(root_id)
+            now = lock_tree(root_id).now
             turn = Turn.objects.filter(pk=turn_id).waiting().first()
             if turn is None:
                 continue
-            expired = turn.deadline_at is not None and turn.deadline_at <= timezone.now()
+            expired = turn.deadline_at is not None and turn.deadline_at <= now
             if expired or not Wait.objects.filter(waiter_id=turn_id).unmet().exists():
                 release(turn)
                 # A released waiter that never started gets the joined results as its input

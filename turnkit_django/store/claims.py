@@ -22,7 +22,6 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from ..exceptions import LostClaim
 from ..messages import MessageKind, Part, ToolCallPart
@@ -106,10 +105,10 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
         if turn.submitted_at is not None and Turn.objects.blocking_lane_of(turn).exists():
             return None
         fields: dict[str, Any] = {"fence": turn.fence + 1, "claimed_by": worker,
-                                  "started_at": turn.started_at or timezone.now()}
+                                  "started_at": turn.started_at or ledger.now}
         if turn.is_root and turn.deadline_at is None and ledger.limits is not None \
                 and ledger.limits.lifetime is not None:
-            fields["deadline_at"] = timezone.now() + ledger.limits.lifetime
+            fields["deadline_at"] = ledger.now + ledger.limits.lifetime
             ledger.deadline_at = fields["deadline_at"]
         delta = LedgerDelta()
         if prepare is not None:
@@ -125,7 +124,7 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
         if not hasattr(value, "resolve_expression"):  # F() increments stay unread
             setattr(turn, name, value)
     turn.status = TurnStatus.RUNNING
-    turn.heartbeat_at = turn.updated_at = timezone.now()
+    turn.heartbeat_at = turn.updated_at = ledger.now
     return Claim(turn_id, turn.root_turn_id, turn.conversation_id, turn.fence, worker), turn
 
 
@@ -193,14 +192,14 @@ class Fenced:
                 delta: LedgerDelta | None = None, **extra: Any) -> None:
         """Complete the turn with its output; the claim ends."""
         fields = {"state": state.as_json(), "output_text": text, "output_data": data,
-                  "completed_at": timezone.now(), **_claim_ended(), **extra}
+                  "completed_at": Now(), **_claim_ended(), **extra}
         if charge is not None:
             fields.update(charge.fields())
         self._write(fields, delta, transition="publish")
 
     def fail(self, state: TurnState, *, error: dict[str, Any], **extra: Any) -> None:
         """Fail the turn with ``error``; the claim ends. Repair its transcript first."""
-        self._write({"state": state.as_json(), "error": error, "completed_at": timezone.now(),
+        self._write({"state": state.as_json(), "error": error, "completed_at": Now(),
                      **_claim_ended(), **extra}, None, transition="fail")
 
     def suspend(self) -> None:
@@ -243,7 +242,7 @@ class Fenced:
     def restart_execution(self, execution_id: str) -> bool:
         """Start a pending execution again (a replay-safe call reset by recovery, a wait)."""
         return self.move_execution(execution_id, [ToolStatus.PENDING, ToolStatus.RUNNING],
-                                   ToolStatus.RUNNING, started_at=timezone.now(),
+                                   ToolStatus.RUNNING, started_at=Now(),
                                    attempts=F("attempts") + 1)
 
 
