@@ -73,8 +73,10 @@ class TurnQuerySet(models.QuerySet):
             status__in=[TurnStatus.PENDING, TurnStatus.WAITING, TurnStatus.RUNNING])
 
     def lease_expired(self, before: datetime) -> TurnQuerySet:
-        """Running turns whose heartbeat is older than ``before`` (their worker may be dead)."""
-        return self.running().filter(heartbeat_at__lt=before)
+        """Running turns whose last heartbeat is older than ``before`` (their worker may be
+        dead), oldest first."""
+        return self.running().filter(Q(lease__heartbeat_at__lt=before)
+                                     | Q(lease__isnull=True)).order_by("lease__heartbeat_at")
 
     def queued_in_lane(self) -> TurnQuerySet:
         """Submitted pending turns, in the order their lane runs them."""

@@ -21,7 +21,7 @@ def main() -> None:
 
     with override_settings(TURNKIT={**settings.TURNKIT,
                                     "DISPATCHER": "tests.e2e.submit_skewed.lost"}):
-        print(submit({"reply": "found without its doorbell"}))  # noqa: T201
+        print(submit({"reply": "found without its doorbell"}))
 
 
 if __name__ == "__main__":

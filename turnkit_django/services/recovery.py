@@ -22,7 +22,7 @@ from ..models import Turn, Wait
 from ..runtime.deliveries import deliver_pending, finished
 from ..runtime.submission import dispatch
 from ..states import TurnStatus
-from ..store import database_now, lock_tree
+from ..store import database_now, lease_of, lock_tree
 from ..store.transcript import ClosedCall, interrupt_running
 from ..store.turns import count_recovery, end, release, revoke, touch
 from ..store.waits import join
@@ -80,8 +80,8 @@ def _recover(turn_id: str, report: ReconcileReport) -> None:
             return
         lock_tree(row["root_turn_id"])
         turn = Turn.objects.get(pk=turn_id)
-        if turn.status != TurnStatus.RUNNING or (turn.heartbeat_at and
-                                                  turn.heartbeat_at >= cutoff):
+        beat = lease_of(turn_id)
+        if turn.status != TurnStatus.RUNNING or (beat is not None and beat >= cutoff):
             return
         failpoints.hit("recover_turn")
         if turn.submitted_at is None:
@@ -142,8 +142,7 @@ def reconcile() -> ReconcileReport:
     batch = int(turnkit_settings.MAINTENANCE_BATCH_SIZE)
     cutoff = database_now() - timedelta(seconds=float(turnkit_settings.LEASE))
     report = ReconcileReport()
-    stale_ids = list(Turn.objects.lease_expired(cutoff).order_by("heartbeat_at")
-                     .values_list("pk", flat=True)[:batch])
+    stale_ids = list(Turn.objects.lease_expired(cutoff).values_list("pk", flat=True)[:batch])
     for turn_id in stale_ids:
         try:
             _recover(turn_id, report)

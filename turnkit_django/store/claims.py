@@ -16,16 +16,17 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F
 from django.db.models.functions import Now
 
 from ..exceptions import LostClaim
 from ..messages import MessageKind, Part, ToolCallPart
-from ..models import Message, ToolExecution, Turn
+from ..models import Lease, Message, ToolExecution, Turn
 from ..states import ToolStatus, TurnStatus
 from .locks import Ledger, LedgerDelta, lock_tree
 from .state import TurnState
@@ -119,21 +120,33 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
             fields.update(delta.fields())
         elif delta:
             Turn.objects.filter(pk=root_id).update(**delta.fields())
-        apply_transition(turn.pk, "claim", heartbeat_at=Now(), updated_at=Now(), **fields)
+        apply_transition(turn.pk, "claim", updated_at=Now(), **fields)
+        Lease.objects.bulk_create(
+            [Lease(turn_id=turn.pk, fence=fields["fence"], worker=worker,
+                   heartbeat_at=ledger.now)],
+            update_conflicts=True, unique_fields=["turn"],
+            update_fields=["fence", "worker", "heartbeat_at"])
     for name, value in fields.items():
         if not hasattr(value, "resolve_expression"):  # F() increments stay unread
             setattr(turn, name, value)
     turn.status = TurnStatus.RUNNING
-    turn.heartbeat_at = turn.updated_at = ledger.now
+    turn.updated_at = ledger.now
     return Claim(turn_id, turn.root_turn_id, turn.conversation_id, turn.fence, worker), turn
 
 
 def heartbeat(claim: Claim) -> None:
-    """Record that the claim's worker is alive; a compare-and-set on the fence."""
-    updated = Turn.objects.filter(pk=claim.turn_id, fence=claim.fence).running().update(
-        heartbeat_at=Now())
+    """Record that the claim's worker is alive, on its lease (never on the turn's row, so it
+    never waits for a lock); raise LostClaim once the turn's fence has moved on."""
+    holds = Turn.objects.filter(pk=claim.turn_id, fence=claim.fence).running()
+    updated = Lease.objects.filter(turn_id=claim.turn_id, fence=claim.fence).filter(
+        Exists(holds)).update(heartbeat_at=Now())
     if not updated:
         raise LostClaim(claim.turn_id, claim.fence)
+
+
+def lease_of(turn_id: str) -> datetime | None:
+    """The last heartbeat of the claim on ``turn_id`` (None: never claimed)."""
+    return Lease.objects.filter(turn_id=turn_id).values_list("heartbeat_at", flat=True).first()
 
 
 #: The fields that end a claim: the fence moves on (no worker holds the new one) and the owner
@@ -246,5 +259,5 @@ class Fenced:
                                    attempts=F("attempts") + 1)
 
 
-__all__ = ["Charge", "Claim", "Fenced", "Prepare", "claim", "claim_turn", "heartbeat",
+__all__ = ["Charge", "Claim", "Fenced", "Prepare", "claim", "claim_turn", "heartbeat", "lease_of",
            "worker_identity"]
