@@ -81,6 +81,7 @@ def new_turn(
     metadata: dict[str, Any] | None = None,
     subject: Model | None = None,
     tree: Turn | None = None,
+    turn_id: str | None = None,
 ) -> Turn:
     """Create a pending turn (and its conversation and input message when needed).
 
@@ -111,6 +112,7 @@ def new_turn(
             parent=parent,
             parent_execution=parent_execution,
             tree=tree,
+            id=turn_id,
         )
         return create_turn(spec, conversation, parts, message_metadata=message_metadata)
 

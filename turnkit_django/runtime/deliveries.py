@@ -62,6 +62,16 @@ def send_message(
     With ``deliver_now`` (the default) the message is delivered at once; otherwise maintenance
     (:func:`deliver_pending`) delivers it.
     """
+    principal = authorize_send(source, destination, text, principal=principal,
+                               source_turn=source_turn)
+    return record_send(source, destination, text, key=key, principal=principal,
+                       source_turn=source_turn, deliver_now=deliver_now)
+
+
+def authorize_send(source: Conversation, destination: Conversation, text: str, *,
+                   principal: Any, source_turn: Turn | None = None) -> Any:
+    """Check a message and ask the policy for ``send_message`` (outside any transaction);
+    return the principal as stored."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError("a message needs non-empty text")
     principal = json_value(principal, "principal")
@@ -72,6 +82,13 @@ def send_message(
               destination_conversation_id=destination.pk,
               source_turn_id=source_turn.pk if source_turn is not None else None,
               source_principal=source.principal, destination_principal=destination.principal)
+    return principal
+
+
+def record_send(source: Conversation, destination: Conversation, text: str, *, key: str,
+                principal: Any, source_turn: Turn | None = None,
+                deliver_now: bool = True) -> Delivery:
+    """Store an authorized message once per ``key`` (and deliver it at once if asked)."""
     delivery = deliveries.create(
         key=key, destination_id=destination.pk, source_id=source.pk,
         source_turn_id=source_turn.pk if source_turn is not None else None,
@@ -83,19 +100,29 @@ def send_message(
     return delivery
 
 
-def completion_callback(turn: Turn) -> Delivery | None:
-    """Create the completion callback of a finished submitted turn; call it in the terminal write.
-
-    The ``callback`` action is authorized again now (a permission can be revoked while the turn
-    runs); a denial is recorded as ``options["callback_denied"]`` and the turn stays terminal.
-    """
+def callback_decision(turn: Turn) -> bool | None:
+    """Ask the policy whether a finishing turn may send its completion callback; None when it
+    has none. Call it before the terminal write's transaction (never under a lock): the policy
+    is asked again at completion because a permission can be revoked while the turn runs."""
     destination = (turn.options or {}).get("callback_conversation")
     if turn.submitted_at is None or not destination:
         return None
     owner = Conversation.objects.filter(pk=destination).values_list("principal", flat=True)
-    if not is_allowed("callback", principal=turn.principal, turn_id=turn.pk,
+    return is_allowed("callback", principal=turn.principal, turn_id=turn.pk,
                       destination_conversation_id=destination,
-                      destination_principal=owner.first()):
+                      destination_principal=owner.first())
+
+
+def completion_callback(turn: Turn, allowed: bool | None) -> Delivery | None:
+    """Create the completion callback of a finished submitted turn; call it in the terminal
+    write, with the decision :func:`callback_decision` took before it.
+
+    A denial is recorded as ``options["callback_denied"]`` and the turn stays terminal.
+    """
+    destination = (turn.options or {}).get("callback_conversation")
+    if turn.submitted_at is None or not destination:
+        return None
+    if not allowed:  # denied, or no decision was taken: never ask the policy under a lock
         set_options(turn, callback_denied=True)
         return None
     result = turn.envelope()
@@ -107,18 +134,19 @@ def completion_callback(turn: Turn) -> Delivery | None:
     )
 
 
-def finished(turn_id: str) -> Delivery | None:
+def finished(turn_id: str, *, callback_allowed: bool | None) -> Delivery | None:
     """Call in the transaction of a submitted turn's terminal write (holding its tree lock).
 
-    Creates the completion callback (re-authorized now; see :func:`completion_callback`) and
-    wakes the turn's conversation (buffered deliveries get their continuation), so both commit
-    or roll back with the terminal status. The callback is delivered after the commit; if this
-    process dies first, maintenance delivers it. Inline turns have neither.
+    Creates the completion callback (as ``callback_allowed`` decided, see
+    :func:`callback_decision`) and wakes the turn's conversation (buffered deliveries get their
+    continuation), so both commit or roll back with the terminal status. The callback is
+    delivered after the commit; if this process dies first, maintenance delivers it. Inline
+    turns have neither.
     """
     turn = Turn.objects.get(pk=turn_id)
     if turn.submitted_at is None:
         return None
-    delivery = completion_callback(turn)
+    delivery = completion_callback(turn, callback_allowed)
     wake(turn.conversation_id)
     if delivery is not None and delivery.delivered_at is None:
         transaction.on_commit(partial(_deliver_later, delivery.pk))
@@ -277,11 +305,14 @@ def wake_after(turn_id: str) -> Turn | None:
 
 
 __all__ = [
+    "authorize_send",
+    "callback_decision",
     "completion_callback",
     "deliver",
     "deliver_pending",
     "finished",
     "is_busy",
+    "record_send",
     "send_message",
     "wake",
     "wake_after",

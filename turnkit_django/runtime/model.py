@@ -22,6 +22,7 @@ from ..store import Candidate
 from . import budget, internal
 from .compaction import auto_compact, project
 from .context import TurnContext
+from .deliveries import callback_decision
 from .output import publish_locked
 from .prompts import compose
 from .results import Opened, delegates, open_call
@@ -87,8 +88,10 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
     )
     first = calls[0] if calls and not delegates(ctx, calls[0]) else None
     opened: Opened | None = None
+    callback: bool | None = None
     if publish:
         failpoints.hit("before_publish")
+        callback = callback_decision(ctx.row)  # asked before the lock is taken
     with ctx.fenced.atomic() as ledger:
         fee, delta, cost = internal.charge(ctx, ledger, response, ctx.row.model)
         message = ctx.fenced.append(
@@ -107,8 +110,8 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
             except BudgetExceeded:
                 pass  # out of time or money: the tools phase fails the turn
         if publish:
-            publish_locked(ctx, state, response.text, response.output_data, charge=fee,
-                           delta=delta)
+            publish_locked(ctx, state, response.text, response.output_data,
+                           callback_allowed=callback, charge=fee, delta=delta)
         else:
             ctx.fenced.record(state, charge=fee, delta=delta)
     ctx.state = state

@@ -88,6 +88,8 @@ class NewTurn:
     #: A root-level task of an existing tree (no parent): it shares that root's budget and
     #: deadline, and a cascade cancel of the root reaches it.
     tree: Turn | None = None
+    #: The new turn's id, when the caller needed it before the turn existed (to ask a policy).
+    id: str | None = None
 
 
 def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part] = (), *,
@@ -101,7 +103,7 @@ def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part]
         else:
             sequence = Conversation.objects.filter(pk=conversation.pk).values_list(
                 "last_sequence", flat=True).get()
-        turn_id = new_id("turn")
+        turn_id = spec.id or new_id("turn")
         parent = spec.parent
         above = parent if parent is not None else spec.tree
         context = spec.context if spec.context is not None else conversation.context or {}
