@@ -11,6 +11,7 @@ from decimal import Decimal
 
 from ..clients import ModelRequest, ModelResponse, Usage
 from ..clients.cost import compute_cost
+from ..conf import turnkit_settings
 from ..store import Charge, Ledger, LedgerDelta
 from . import budget
 from .context import TurnContext
@@ -22,7 +23,8 @@ def call(ctx: TurnContext, request: ModelRequest, purpose: str) -> ModelResponse
         budget.check_open(ledger)
     ctx.emit("model.requested", model=request.model, purpose=purpose, tool_names=[],
              message_count=len(request.messages))
-    return ctx.client.complete(request)
+    with ctx.waiting_for("model", request.model, turnkit_settings.MODEL_TIMEOUT):
+        return ctx.client.complete(request)
 
 
 def charge(ctx: TurnContext, ledger: Ledger, response: ModelResponse,

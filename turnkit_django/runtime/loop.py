@@ -124,7 +124,7 @@ def execute(
     chosen = client or inherited_client(row, resolved) or resolved.resolved_client()
     ctx = context(claim, row, resolved, client=chosen, on_event=on_event)
     ctx.emit("turn.started", status=TurnStatus.RUNNING, model=row.model)
-    with Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL)):
+    with Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL), ctx.overdue):
         run(ctx)
     return True
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from .. import failpoints
 from ..clients import ModelRequest, ModelResponse
+from ..conf import turnkit_settings
 from ..exceptions import BudgetExceeded
 from ..messages import MessageKind, distinct_call_ids
 from ..states import Phase, TurnStatus
@@ -55,7 +56,8 @@ def model_step(ctx: TurnContext) -> None:
     ctx.emit("model.requested", model=request.model, tool_names=request.tool_names,
              message_count=len(request.messages))
     failpoints.hit("before_model_call")
-    response = ctx.client.complete(request)
+    with ctx.waiting_for("model", request.model, turnkit_settings.MODEL_TIMEOUT):
+        response = ctx.client.complete(request)
     error = record_response(ctx, response)
     failpoints.hit("after_model_commit")
     if error is not None:

@@ -20,6 +20,7 @@ import copy
 
 from .. import failpoints
 from ..agents import LOAD_SKILL, SubAgentTool
+from ..conf import turnkit_settings
 from ..errors import ErrorRecord, outcome_unknown
 from ..exceptions import LostClaim
 from ..messages import ToolCallPart
@@ -147,9 +148,11 @@ def invoke(ctx: TurnContext, tool: Tool | None, call: ToolCallPart,
         principal=copy.deepcopy(ctx.principal),
         context=copy.deepcopy((ctx.row.options or {}).get("context") or {}),
     )
+    limit = tool.timeout if tool.timeout is not None else turnkit_settings.TOOL_TIMEOUT
     try:
-        failpoints.hit("inside_tool")
-        result = to_json(tool.call(tool_ctx, args))
+        with ctx.waiting_for("tool", call.name, limit):
+            failpoints.hit("inside_tool")
+            result = to_json(tool.call(tool_ctx, args))
     except LostClaim:
         raise
     except Exception as exc:

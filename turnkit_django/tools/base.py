@@ -53,6 +53,8 @@ class Tool:
     Args: type[BaseModel] = _StrictArgs
     terminal: Terminal = False
     recovery: Recovery = "unknown"
+    #: Seconds a call may take before its turn stops waiting for it (None: TOOL_TIMEOUT).
+    timeout: float | None = None
     #: Set on built-in tools the runtime executes itself (sub-agents, coordination tools).
     builtin: ClassVar[str | None] = None
 
@@ -99,6 +101,13 @@ class Tool:
             raise ConfigurationError(
                 f"tool {self.tool_name!r}: recovery must be 'unknown' or 'replay_safe'"
             )
+        timeout = self.timeout
+        if timeout is not None and (not isinstance(timeout, int | float)
+                                    or isinstance(timeout, bool) or timeout <= 0):
+            raise ConfigurationError(
+                f"tool {self.tool_name!r}: timeout must be a positive number of seconds or "
+                f"None, got {timeout!r}"
+            )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.tool_name!r}>"
@@ -115,12 +124,14 @@ class FunctionTool(Tool):
         description: str | None = None,
         terminal: Terminal = False,
         recovery: Recovery = "unknown",
+        timeout: float | None = None,
     ) -> None:
         self.func = func
         self.name = name or func.__name__
         self.description = description or inspect.cleandoc(func.__doc__ or "") or self.name
         self.terminal = terminal
         self.recovery = recovery
+        self.timeout = timeout
         self.Args, self._takes_ctx = _args_from_signature(func, self.name)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
@@ -174,6 +185,7 @@ def tool(
     description: str | None = None,
     terminal: Terminal = False,
     recovery: Recovery = "unknown",
+    timeout: float | None = None,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -185,12 +197,13 @@ def tool(
     description: str | None = None,
     terminal: Terminal = False,
     recovery: Recovery = "unknown",
+    timeout: float | None = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a tool. Its docstring is the description given to the model."""
 
     def build(f: Callable[..., Any]) -> FunctionTool:
         built = FunctionTool(f, name=name, description=description, terminal=terminal,
-                             recovery=recovery)
+                             recovery=recovery, timeout=timeout)
         built.check()
         return built
 
