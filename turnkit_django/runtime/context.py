@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from .. import shutdown
 from ..agents import AgentDefinition
 from ..clients import Client
 from ..events import EventCallback, emit
@@ -21,6 +22,10 @@ from .handles import turn_handle
 
 class Suspended(Exception):
     """The turn released its claim to wait (background fan-out, wait_for)."""
+
+
+class HandBack(Exception):
+    """The worker is shutting down: stop at this step boundary and give the turn back."""
 
 
 #: Runs a child turn inline, to its end (the loop's ``execute``): ``(child, agent, client,
@@ -120,9 +125,14 @@ class TurnContext:
             return f"the turn's deadline passed during the {call.kind} call {call.name!r}"
         return None
 
+    def check_stop(self) -> None:
+        """At a step boundary: raise HandBack when this process is shutting down."""
+        if self.background and shutdown.stopping():
+            raise HandBack(self.row.pk)
+
     def handle(self) -> Any:
         """The public turn handle given to tools, policies and context contributors."""
         return turn_handle(self.row, self.agent)
 
 
-__all__ = ["ChildRunner", "InFlight", "Suspended", "TurnContext"]
+__all__ = ["ChildRunner", "HandBack", "InFlight", "Suspended", "TurnContext"]

@@ -18,22 +18,24 @@ import logging
 
 from django.db import transaction
 
+from .. import shutdown
 from ..agents import AgentDefinition, get_agent
 from ..clients import Client, ModelRequest, ModelResponse
 from ..conf import turnkit_settings
 from ..errors import ErrorRecord
 from ..events import EventCallback
 from ..exceptions import AtomicBlockError, BudgetExceeded, LostClaim, ModelError, TurnkitError
-from ..models import Turn
+from ..models import ToolExecution, Turn
 from ..states import Phase, TurnStatus
 from ..store import Claim, Ledger, LedgerDelta, TurnState, claim_turn, visible_chat, worker_identity
 from . import budget
 from .calls import turn_tools
-from .context import Suspended, TurnContext
+from .context import HandBack, Suspended, TurnContext
 from .delegation import inherited_client
 from .heartbeat import Heartbeat
 from .model import build_request, model_step
 from .output import fail, output_step
+from .submission import dispatch
 from .tools import tools_step
 
 logger = logging.getLogger("turnkit_django.runtime")
@@ -45,12 +47,15 @@ def run(ctx: TurnContext) -> None:
     """Run the claimed turn until it finishes, suspends, or loses its claim."""
     try:
         while ctx.state.phase in STEPS:
+            ctx.check_stop()
             phase = ctx.state.phase
             STEPS[phase](ctx)
             if phase == Phase.OUTPUT and ctx.state.phase != Phase.MODEL:
                 return  # published or failed (not sent back for a revision)
     except (LostClaim, Suspended):
         return
+    except HandBack:
+        hand_back(ctx)
     except (BudgetExceeded, ModelError, TurnkitError) as exc:
         fail(ctx, ErrorRecord.of(exc))
     except Exception as exc:
@@ -59,6 +64,19 @@ def run(ctx: TurnContext) -> None:
             raise
         logger.exception("inline turn %r failed", ctx.row.pk)
         fail(ctx, ErrorRecord.of(exc))
+
+
+def hand_back(ctx: TurnContext) -> None:
+    """Give the turn back for another worker to resume now (its worker shuts down)."""
+    not_started = ToolExecution.objects.filter(pk__in=ctx.started, turn_id=ctx.row.pk).running(
+    ).values_list("pk", flat=True)
+    try:
+        with ctx.fenced.atomic():
+            ctx.fenced.hand_back(list(not_started))
+            dispatch(ctx.row.pk)
+    except LostClaim:
+        return
+    ctx.emit("turn.handed_back", phase=str(ctx.state.phase))
 
 
 def on_claim(turn: Turn, ledger: Ledger) -> tuple[TurnState | None, LedgerDelta]:
@@ -124,7 +142,8 @@ def execute(
     chosen = client or inherited_client(row, resolved) or resolved.resolved_client()
     ctx = context(claim, row, resolved, client=chosen, on_event=on_event)
     ctx.emit("turn.started", status=TurnStatus.RUNNING, model=row.model)
-    with Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL), ctx.overdue):
+    with shutdown.executing(), Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL),
+                                         ctx.overdue):
         run(ctx)
     return True
 

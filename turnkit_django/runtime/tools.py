@@ -107,6 +107,7 @@ def _start(ctx: TurnContext, call: ToolCallPart,
 def run_call(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution | None,
              rest: list[ToolCallPart], existing: dict[str, ToolExecution]) -> Terminal | None:
     """Run one tool call to its single result; return the terminal record if it ends the turn."""
+    ctx.check_stop()  # a step boundary: a worker shutting down gives the turn back here
     if execution is None or execution.pk not in ctx.started:
         execution = _start(ctx, call, execution)
         if execution is None:

@@ -219,6 +219,14 @@ class Fenced:
         """The turn waits for other turns: ``waiting``, claim released (maintenance resumes it)."""
         self._write(_claim_ended(), None, transition="suspend")
 
+    def hand_back(self, not_started: Iterable[str]) -> None:
+        """Give the turn back (``pending``, claim released) for another worker to resume; the
+        executions in ``not_started`` (intents this worker wrote, calls it never started) go
+        back to ``pending`` so the next worker starts them instead of reporting them unknown."""
+        for execution_id in not_started:
+            self.move_execution(execution_id, [ToolStatus.RUNNING], ToolStatus.PENDING)
+        self._write(_claim_ended(), None, transition="hand_back")
+
     def _write(self, fields: dict[str, Any], delta: LedgerDelta | None, *,
                transition: str | None = None) -> None:
         root = delta.fields() if delta else {}
