@@ -206,6 +206,7 @@ def compact_turn(ctx: TurnContext, options: dict[str, Any], estimated_tokens: in
                                       cost=None if cost is None else str(cost)),
         )
         ctx.fenced.record(charge=fee, delta=delta)
+    ctx.row.usage = fee.usage
     internal.completed(ctx, response, model, cost, "compaction")
     ctx.remember(message)
     failpoints.hit("after_compaction_commit")

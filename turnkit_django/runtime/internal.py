@@ -29,13 +29,13 @@ def call(ctx: TurnContext, request: ModelRequest, purpose: str) -> ModelResponse
 
 def charge(ctx: TurnContext, ledger: Ledger, response: ModelResponse,
            model: str) -> tuple[Charge, LedgerDelta, Decimal | None]:
-    """What ``response`` costs the turn and its tree; call inside ``ctx.fenced.atomic()``.
+    """What ``response`` costs the turn and its tree; call inside a fenced step.
 
-    The in-memory row's usage is updated at once (a failed write ends the execution anyway).
+    The caller sets ``ctx.row.usage`` to the charge's usage once the step committed (a step
+    may be decided twice, see :meth:`~turnkit_django.store.Fenced.step`).
     """
     cost = compute_cost(response.model or model, response.usage, response.reported_cost)
     usage = (Usage.from_dict(ctx.row.usage) + response.usage).as_dict()
-    ctx.row.usage = usage
     return Charge(usage, cost), budget.spent(ledger, cost), cost
 
 

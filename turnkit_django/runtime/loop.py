@@ -27,7 +27,16 @@ from ..events import EventCallback
 from ..exceptions import AtomicBlockError, BudgetExceeded, LostClaim, ModelError, TurnkitError
 from ..models import ToolExecution, Turn
 from ..states import Phase, TurnStatus
-from ..store import Claim, Ledger, LedgerDelta, TurnState, claim_turn, visible_chat, worker_identity
+from ..store import (
+    Claim,
+    Fenced,
+    Ledger,
+    LedgerDelta,
+    TurnState,
+    claim_turn,
+    visible_chat,
+    worker_identity,
+)
 from . import budget
 from .calls import turn_tools
 from .context import HandBack, Suspended, TurnContext
@@ -94,10 +103,11 @@ def on_claim(turn: Turn, ledger: Ledger) -> tuple[TurnState | None, LedgerDelta]
 
 
 def context(claim: Claim, row: Turn, agent: AgentDefinition, *, client: Client,
-            on_event: EventCallback | None = None) -> TurnContext:
-    """The context of a claimed turn, with the transcript it sees and the tools it may call."""
+            on_event: EventCallback | None = None, ledger: Ledger | None = None) -> TurnContext:
+    """The context of a claimed turn, with the transcript it sees and the tools it may call
+    (``ledger``: the tree's ledger as the claim left it)."""
     return TurnContext(
-        claim=claim, row=row, agent=agent, client=client,
+        claim=claim, row=row, fenced=Fenced(claim, ledger), agent=agent, client=client,
         state=TurnState.from_json(row.state),
         # Tools of loaded skills are derived from persisted executions, so a resumed turn agrees.
         tools=turn_tools(agent, row.pk),
@@ -135,12 +145,12 @@ def execute(
     claimed = claim_turn(turn_id, worker_identity(kind), root_id=root_id, prepare=on_claim)
     if claimed is None:
         return False
-    claim, row = claimed
+    claim, row, ledger = claimed
     resolved = agent if agent is not None and agent.name == row.agent_name else get_agent(
         row.agent_name)
     # A worker rebuilding a sub-agent's turn finds the client of its parent's agent.
     chosen = client or inherited_client(row, resolved) or resolved.resolved_client()
-    ctx = context(claim, row, resolved, client=chosen, on_event=on_event)
+    ctx = context(claim, row, resolved, client=chosen, on_event=on_event, ledger=ledger)
     ctx.emit("turn.started", status=TurnStatus.RUNNING, model=row.model)
     with shutdown.executing(), Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL),
                                          ctx.overdue):

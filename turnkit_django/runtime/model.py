@@ -12,14 +12,16 @@ nothing to run.
 from __future__ import annotations
 
 from dataclasses import replace
+from decimal import Decimal
 
 from .. import failpoints
 from ..clients import ModelRequest, ModelResponse
 from ..conf import turnkit_settings
 from ..exceptions import BudgetExceeded
 from ..messages import MessageKind, distinct_call_ids
+from ..models import Message
 from ..states import Phase, TurnStatus
-from ..store import Candidate
+from ..store import Candidate, Charge, Ledger, TurnState
 from . import budget, internal
 from .compaction import auto_compact, project
 from .context import TurnContext
@@ -89,12 +91,12 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
         phase=Phase.TOOLS if calls else Phase.DONE if publish else Phase.OUTPUT,
     )
     first = calls[0] if calls and not delegates(ctx, calls[0]) else None
-    opened: Opened | None = None
     callback: bool | None = None
     if publish:
         failpoints.hit("before_publish")
         callback = callback_decision(ctx.row)  # asked before the lock is taken
-    with ctx.fenced.atomic() as ledger:
+
+    def step(ledger: Ledger) -> tuple[Message, TurnState, Opened | None, Charge, Decimal | None]:
         fee, delta, cost = internal.charge(ctx, ledger, response, ctx.row.model)
         message = ctx.fenced.append(
             "assistant", response.parts,
@@ -105,18 +107,24 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
                       "stop_reason": response.stop_reason,
                       "provider": response.provider},
         )
-        state = state.replace(response_message_id=message.pk)
+        recorded = state.replace(response_message_id=message.pk)
+        opened = None
         if first is not None:
             try:
                 opened = open_call(ctx, ledger, first, delta)
             except BudgetExceeded:
                 pass  # out of time or money: the tools phase fails the turn
         if publish:
-            publish_locked(ctx, state, response.text, response.output_data,
+            publish_locked(ctx, recorded, response.text, response.output_data,
                            callback_allowed=callback, charge=fee, delta=delta)
         else:
-            ctx.fenced.record(state, charge=fee, delta=delta)
-    ctx.state = state
+            ctx.fenced.record(recorded, charge=fee, delta=delta)
+        return message, recorded, opened, fee, cost
+
+    # A background turn's publication also writes its completion (other store functions).
+    message, ctx.state, opened, fee, cost = ctx.fenced.step(
+        step, buffered=not (publish and ctx.background))
+    ctx.row.usage = fee.usage
     ctx.remember(message)
     ctx.batch = {} if calls else None  # its calls have no other executions
     error = None
@@ -124,6 +132,8 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
         ctx.batch = {opened.execution.tool_call_id: opened.execution}
         if opened.denial is not None:
             ctx.remember(opened.denial)
+        else:
+            ctx.started.add(opened.execution.pk)
         error = opened.error
     ctx.emit("model.completed", model=response.model or ctx.row.model,
              tool_call_count=len(calls), usage=response.usage.as_dict(),

@@ -98,6 +98,7 @@ def _judged(ctx: TurnContext, policy: Policy, output: Any, key: str) -> list[Vio
         fee, delta, cost = internal.charge(ctx, ledger, response, model)
         ctx.fenced.record(state, charge=fee, delta=delta)
     ctx.state = state
+    ctx.row.usage = fee.usage
     internal.completed(ctx, response, model, cost, "output_policy")
     return found
 

@@ -99,6 +99,8 @@ def _start(ctx: TurnContext, call: ToolCallPart,
             ctx.fenced.restart_execution(execution.pk)
     if opened is not None and opened.denial is not None:
         ctx.remember(opened.denial)
+    elif opened is not None:
+        ctx.started.add(opened.execution.pk)
     if opened is not None and opened.error is not None:
         raise opened.error
     return execution

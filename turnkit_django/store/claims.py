@@ -13,25 +13,30 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, F
 from django.db.models.functions import Now
 
 from ..exceptions import LostClaim
 from ..messages import MessageKind, Part, ToolCallPart
-from ..models import Lease, Message, ToolExecution, Turn
+from ..models import Conversation, Lease, Message, ToolExecution, Turn
 from ..states import ToolStatus, TurnStatus
+from . import steps
 from .locks import Ledger, LedgerDelta, lock_tree
 from .state import TurnState
-from .transcript import NewMessage, insert_messages
+from .steps import StepWrites
+from .transcript import NewMessage, build_messages, insert_rows
 from .turns import apply_transition
+
+T = TypeVar("T")
 
 _incarnation = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
 
@@ -84,10 +89,11 @@ def claim(turn_id: str, worker: str) -> Claim | None:
 
 
 def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
-               prepare: Prepare | None = None) -> tuple[Claim, Turn] | None:
+               prepare: Prepare | None = None) -> tuple[Claim, Turn, Ledger] | None:
     """Claim a pending turn: compare-and-set pending → running, incrementing the fence.
 
-    Returns the claim and the row (with its conversation) as it now stands, or None when the
+    Returns the claim, the row (with its conversation) as it now stands and the tree's ledger
+    as the claim left it, or None when the
     turn is not claimable (not pending, or its conversation's lane is busy: a background turn is
     claimable only in FIFO order within its conversation). ``root_id`` (when the caller knows
     it) saves the lookup of the turn's root; ``prepare`` adds to the claim's own write.
@@ -131,7 +137,9 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
             setattr(turn, name, value)
     turn.status = TurnStatus.RUNNING
     turn.updated_at = ledger.now
-    return Claim(turn_id, turn.root_turn_id, turn.conversation_id, turn.fence, worker), turn
+    if turn.is_root:  # the ledger as the claim's own write left it
+        ledger.fence, ledger.status = turn.fence, turn.status
+    return Claim(turn_id, turn.root_turn_id, turn.conversation_id, turn.fence, worker), turn, ledger
 
 
 def heartbeat(claim: Claim) -> None:
@@ -156,10 +164,40 @@ def _claim_ended() -> dict[str, Any]:
 
 
 class Fenced:
-    """Fenced writes for one claim. Use every method inside :meth:`atomic`."""
+    """Fenced writes for one claim: in a :meth:`step`, or inside :meth:`atomic`.
 
-    def __init__(self, claim: Claim) -> None:
+    The claim's worker keeps one per claim: it remembers the tree's ledger as the worker last
+    saw it (at the claim and after each of its own writes), which is what lets :meth:`step`
+    skip the lock when nobody else wrote to the tree meanwhile.
+    """
+
+    def __init__(self, claim: Claim, ledger: Ledger | None = None) -> None:
         self.claim = claim
+        self._known: Ledger | None = None
+        self._known_at = 0.0  # time.monotonic() when the database clock read known.now
+        self._writes: StepWrites | None = None
+        if ledger is not None:
+            self._remember(ledger, time.monotonic())
+
+    def _remember(self, ledger: Ledger, at: float | None = None) -> None:
+        known = replace(ledger, tool_counts=dict(ledger.tool_counts),
+                        spend=steps.quantized(ledger.spend))
+        if at is None and self._known is not None:  # the clock reading stays the lock's
+            known.now, at = self._known.now, self._known_at
+        self._known, self._known_at = known, at if at is not None else time.monotonic()
+
+    def _projected(self) -> Ledger | None:
+        """The ledger last seen, with the database clock projected to now (never ahead)."""
+        known = self._known
+        if known is None:
+            return None
+        elapsed = timedelta(seconds=time.monotonic() - self._known_at)
+        return replace(known, tool_counts=dict(known.tool_counts), now=known.now + elapsed)
+
+    def database_now(self) -> datetime | None:
+        """The database clock projected from the last lock or claim (None: never read)."""
+        ledger = self._projected()
+        return None if ledger is None else ledger.now
 
     @contextmanager
     def atomic(self) -> Iterator[Ledger]:
@@ -167,6 +205,7 @@ class Fenced:
         claim = self.claim
         with transaction.atomic():
             ledger = lock_tree(claim.root_id)
+            locked_at = time.monotonic()
             if claim.is_root:
                 fence, status = ledger.fence, ledger.status
             else:
@@ -175,8 +214,45 @@ class Fenced:
             if fence != claim.fence or status != TurnStatus.RUNNING:
                 raise LostClaim(claim.turn_id, claim.fence)
             yield ledger
+        self._remember(ledger, locked_at)
 
-    # The methods below assume an open ``atomic()`` block.
+    def step(self, body: Callable[[Ledger], T], *, buffered: bool = True) -> T:
+        """Decide and commit one step: ``body(ledger)`` makes the step's writes and returns.
+
+        On PostgreSQL, with ``buffered``, the body first runs against the ledger this worker
+        last saw, its writes buffered and then sent as one statement guarded by the fence and
+        that ledger (:mod:`.steps`). When the guard does not hold (someone else wrote to the
+        tree, the fence moved, the deadline passed) or the body raises, nothing was written and
+        the body runs again inside :meth:`atomic`, writing as it goes. A body must therefore
+        keep its effects to its writes and its return value. ``buffered=False`` is for a body
+        that uses other store functions (they write at once, under the lock).
+        """
+        ledger = self._projected() if buffered and connection.vendor == "postgresql" else None
+        if ledger is not None:
+            self._writes = writes = StepWrites()
+            try:
+                result = body(ledger)
+            except Exception:  # decided on a view that may be stale: decide again
+                result = _UNDECIDED
+            finally:
+                self._writes = None
+            if result is not _UNDECIDED and self._send(writes):
+                self._remember(ledger)
+                return result
+        with self.atomic() as locked:
+            return body(locked)
+
+    def _send(self, writes: StepWrites) -> bool:
+        claim, known = self.claim, self._known
+        if known is None:
+            return False
+        try:
+            return steps.send(claim.turn_id, claim.root_id, claim.conversation_id, claim.fence,
+                              known, writes)
+        except steps.Unsupported:
+            return False
+
+    # The methods below write at once inside ``atomic()``, or are buffered inside ``step()``.
 
     def append(self, role: str, parts: Sequence[Part], *, kind: str = MessageKind.TEXT,
                tool_execution_id: str | None = None, metadata: dict[str, Any] | None = None,
@@ -190,7 +266,11 @@ class Fenced:
             m.fence = self.claim.fence
             m.turn_id = m.turn_id or self.claim.turn_id
             items.append(m)
-        return insert_messages(self.claim.conversation_id, items)
+        rows = build_messages(self.claim.conversation_id, items)
+        if self._writes is not None:
+            self._writes.messages.extend(rows)
+            return rows
+        return insert_rows(self.claim.conversation_id, rows, touch=False)
 
     def record(self, state: TurnState | None = None, *, charge: Charge | None = None,
              delta: LedgerDelta | None = None) -> None:
@@ -229,19 +309,39 @@ class Fenced:
 
     def _write(self, fields: dict[str, Any], delta: LedgerDelta | None, *,
                transition: str | None = None) -> None:
+        """The turn's own row (``updated_at`` moves with a status change only, so state
+        writes stay HOT updates); ``delta`` goes to the root's ledger."""
+        writes = self._writes
+        if writes is not None:
+            if (transition and writes.transition) or writes.turn.keys() & fields.keys():
+                raise steps.Unsupported("two writes of one field in a step")
+            writes.turn.update(fields)
+            writes.transition = transition or writes.transition
+            writes.touch = writes.touch or transition in _TERMINAL
+            if delta:
+                writes.delta.add(delta)
+            return
         root = delta.fields() if delta else {}
         if root and self.claim.is_root:
             fields, root = {**fields, **root}, {}
         if transition is None:
-            Turn.objects.filter(pk=self.claim.turn_id).update(updated_at=Now(), **fields)
+            if fields:
+                Turn.objects.filter(pk=self.claim.turn_id).update(**fields)
         else:
             apply_transition(self.claim.turn_id, transition, updated_at=Now(), **fields)
+            if transition in _TERMINAL:
+                Conversation.objects.filter(pk=self.claim.conversation_id).update(
+                    updated_at=Now())
         if root:
             Turn.objects.filter(pk=self.claim.root_id).update(**root)
 
     def charge_root(self, delta: LedgerDelta) -> None:
         """Add ``delta`` to the root's ledger (a reservation outside a state write)."""
-        if delta:
+        if not delta:
+            return
+        if self._writes is not None:
+            self._writes.delta.add(delta)
+        else:
             Turn.objects.filter(pk=self.claim.root_id).update(**delta.fields())
 
     # -- tool executions ----------------------------------------------------------------
@@ -251,20 +351,35 @@ class Fenced:
         execution = ToolExecution(turn_id=self.claim.turn_id, fence=self.claim.fence,
                                   tool_call_id=call.id, tool_name=call.name,
                                   arguments=call.arguments, status=status, **fields)
-        execution.save(force_insert=True)
+        if self._writes is not None:
+            self._writes.created.append(execution)
+        else:
+            execution.save(force_insert=True)
         return execution
 
     def move_execution(self, execution_id: str, expected: Iterable[str], status: str,
                        **fields: Any) -> bool:
-        """Compare-and-set a tool execution's status; False if it was not in ``expected``."""
+        """Compare-and-set a tool execution's status; False if it was not in ``expected``
+        (inside a step, a move that does not hold makes the step decide again under the
+        lock, so it answers True)."""
+        changes = {"status": status, "fence": self.claim.fence, "updated_at": Now(), **fields}
+        if self._writes is not None:
+            self._writes.moves.append(steps.Move(execution_id, tuple(expected), changes))
+            return True
         return bool(ToolExecution.objects.filter(pk=execution_id, status__in=list(expected))
-                    .update(status=status, fence=self.claim.fence, updated_at=Now(), **fields))
+                    .update(**changes))
 
     def restart_execution(self, execution_id: str) -> bool:
         """Start a pending execution again (a replay-safe call reset by recovery, a wait)."""
         return self.move_execution(execution_id, [ToolStatus.PENDING, ToolStatus.RUNNING],
                                    ToolStatus.RUNNING, started_at=Now(),
                                    attempts=F("attempts") + 1)
+
+
+_UNDECIDED: Any = object()
+
+#: Transitions that end a turn: the conversation's ``updated_at`` (idle since) moves with them.
+_TERMINAL = frozenset({"publish", "fail"})
 
 
 __all__ = ["Charge", "Claim", "Fenced", "Prepare", "claim", "claim_turn", "heartbeat", "lease_of",

@@ -1,0 +1,246 @@
+"""One fenced step as one statement: the fast path of :meth:`Fenced.step` on PostgreSQL.
+
+A step's writes (the turn's state and status, the root's ledger, messages with their sequences,
+tool executions created or moved) are buffered in :class:`StepWrites` while the runtime decides
+the step against the ledger the worker last saw, then sent as one data-modifying statement:
+
+* the turn's ``UPDATE`` comes first and carries the guard: the claim's fence, ``running``, and
+  (on the root's row) the ledger exactly as the step assumed it. PostgreSQL re-checks that
+  ``WHERE`` on the newest row version after waiting for any lock on it, so a cancel, a
+  reconcile or a sibling's reservation committed meanwhile makes it match nothing;
+* every other write reads the turn's ``RETURNING`` row, so nothing is written when it matched
+  nothing; the conversation's ``UPDATE ... RETURNING last_sequence`` numbers the messages;
+* the statement ends with ``turnkit_step_guard()`` (migration 0007), which raises when a guard or
+  a compare-and-set did not hold: the whole statement rolls back and the caller decides the step
+  again under the tree lock.
+
+Lock order stays tree, then conversation. Sent in autocommit, the statement is the step's only
+round trip and its only commit.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.db import DatabaseError, connection, transaction
+from django.db.models import F, Field, Model, Value
+from django.db.models.expressions import CombinedExpression
+from django.db.models.functions import Now
+
+from ..models import Conversation, Message, ToolExecution, Turn
+from ..states import TRANSITIONS, TurnStatus
+from .locks import Ledger, LedgerDelta
+
+#: The SQLSTATE ``turnkit_step_guard()`` raises with (see migration 0007).
+GUARD_FAILED = "TK409"
+
+
+class Unsupported(Exception):
+    """A buffered write the single statement cannot express (the step takes the lock instead)."""
+
+
+@dataclass(frozen=True)
+class Move:
+    """A compare-and-set of a tool execution's status (see :meth:`Fenced.move_execution`)."""
+
+    execution_id: str
+    expected: tuple[str, ...]
+    fields: dict[str, Any]
+
+
+@dataclass
+class StepWrites:
+    """The writes of one step, in the order they were made."""
+
+    turn: dict[str, Any] = field(default_factory=dict)
+    transition: str | None = None
+    delta: LedgerDelta = field(default_factory=LedgerDelta)
+    messages: list[Message] = field(default_factory=list)
+    created: list[ToolExecution] = field(default_factory=list)
+    moves: list[Move] = field(default_factory=list)
+    #: Whether the conversation's ``updated_at`` moves (a turn's terminal write).
+    touch: bool = False
+
+
+# --------------------------------------------------------------------------- SQL pieces
+
+
+def _quote(name: str | None) -> str:
+    if not name:
+        raise Unsupported("a field without a column")
+    return connection.ops.quote_name(name)
+
+
+@functools.cache
+def _columns(model: type[Model]) -> tuple[tuple[Field[Any, Any], str, str], ...]:
+    """(field, quoted column, SQL type) of every concrete field of ``model``."""
+    return tuple((f, _quote(f.column), f.db_type(connection) or "text")
+                 for f in model._meta.concrete_fields)
+
+
+@functools.cache
+def _field(model: type[Model], name: str) -> Field[Any, Any]:
+    found = model._meta.get_field(name)
+    if not isinstance(found, Field):
+        raise Unsupported(f"{model.__name__}.{name} is not a column")
+    return found
+
+
+def _table(model: type[Model]) -> str:
+    return _quote(model._meta.db_table)
+
+
+def _assign(model: type[Model], fields: dict[str, Any], params: list[Any]) -> str:
+    """``SET`` assignments of ``fields``: values, ``Now()``, and ``F(name) + value``."""
+    out = []
+    for name, value in fields.items():
+        model_field = _field(model, name)
+        column = _quote(model_field.column)
+        if isinstance(value, Now):
+            out.append(f"{column} = statement_timestamp()")
+        elif isinstance(value, CombinedExpression):
+            lhs, rhs = value.lhs, value.rhs
+            if not (value.connector == "+" and isinstance(lhs, F)
+                    and getattr(lhs, "name", None) == name):
+                raise Unsupported(f"{name} = {value!r}")
+            amount = rhs.value if isinstance(rhs, Value) else rhs
+            out.append(f"{column} = {column} + %s")
+            params.append(model_field.get_db_prep_save(amount, connection))
+        elif hasattr(value, "resolve_expression"):
+            raise Unsupported(f"{name} = {value!r}")
+        else:
+            out.append(f"{column} = %s")
+            params.append(model_field.get_db_prep_save(value, connection))
+    return ", ".join(out)
+
+
+def _insert(name: str, obj: Model, params: list[Any], *, source: str,
+            sequence: str | None = None) -> str:
+    """A CTE inserting ``obj`` for each row of ``source`` (one row, or none)."""
+    model = type(obj)
+    names, values = [], []
+    for model_field, column, sql_type in _columns(model):
+        names.append(column)
+        if sequence is not None and model_field.name == "sequence":
+            values.append(sequence)
+            continue
+        values.append(f"%s::{sql_type}")
+        params.append(model_field.get_db_prep_save(model_field.pre_save(obj, True), connection))
+    return (f"{name} AS (INSERT INTO {_table(model)} ({', '.join(names)}) "
+            f"SELECT {', '.join(values)} FROM {source})")
+
+
+def _ledger_guard(known: Ledger, params: list[Any]) -> str:
+    """The root row still holds the ledger the step was decided against."""
+    counts = _field(Turn, "tree_tool_counts").get_db_prep_save(known.tool_counts, connection)
+    limits = _field(Turn, "options").get_db_prep_save(known.limits_json, connection)
+    params += [known.iterations, known.tool_executions, known.spend, counts, known.deadline_at,
+               limits]
+    return ("tree_iterations = %s AND tree_tool_executions = %s AND tree_spend = %s "
+            "AND tree_tool_counts = %s AND deadline_at IS NOT DISTINCT FROM %s "
+            "AND (deadline_at IS NULL OR deadline_at > statement_timestamp()) "
+            "AND (options -> 'limits') IS NOT DISTINCT FROM %s::jsonb")
+
+
+def statement(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Ledger,
+              writes: StepWrites) -> tuple[str, list[Any]]:
+    """The step as one statement; its one row is the conversation's new ``last_sequence``."""
+    params: list[Any] = []
+    ctes: list[str] = []
+    turn_table = _table(Turn)
+    own = dict(writes.turn)
+    if writes.transition is not None:
+        transition = TRANSITIONS[writes.transition]
+        if TurnStatus.RUNNING not in transition.sources:
+            raise Unsupported(f"transition {writes.transition!r} does not leave running")
+        own["status"] = transition.target
+        own["updated_at"] = Now()
+    ledger = writes.delta.fields()
+    guard_source = ""
+    if turn_id == root_id:
+        own.update(ledger)
+    else:
+        if ledger:
+            assignments = _assign(Turn, ledger, params)
+            ctes.append(f"r AS (UPDATE {turn_table} SET {assignments} WHERE id = %s AND ")
+        else:
+            ctes.append(f"r AS (SELECT 1 FROM {turn_table} WHERE id = %s AND ")
+        params.append(root_id)
+        ctes[-1] += _ledger_guard(known, params) + (
+            " RETURNING 1)" if ledger else " FOR NO KEY UPDATE)")
+        guard_source = " AND EXISTS (SELECT FROM r)"
+    if not own:
+        own["fence"] = fence  # a no-op assignment: the guard still locks and checks the row
+    assignments = _assign(Turn, own, params)
+    params += [turn_id, fence, TurnStatus.RUNNING]
+    where = "id = %s AND fence = %s AND status = %s"
+    if turn_id == root_id:
+        where += " AND " + _ledger_guard(known, params)
+    ctes.append(f"t AS (UPDATE {turn_table} SET {assignments} WHERE {where}{guard_source} "
+                "RETURNING 1)")
+    checks = ["(SELECT count(*) FROM t) = 1"]
+    count = len(writes.messages)
+    if count or writes.touch:
+        touch = ", updated_at = statement_timestamp()" if writes.touch else ""
+        ctes.append(f"s AS (UPDATE {_table(Conversation)} SET last_sequence = last_sequence "
+                    f"+ %s{touch} WHERE id = %s AND EXISTS (SELECT FROM t) "
+                    "RETURNING last_sequence)")
+        params += [count, conversation_id]
+        checks.append("(SELECT count(*) FROM s) = 1")
+    for index, execution in enumerate(writes.created):
+        ctes.append(_insert(f"x{index}", execution, params, source="t"))
+    for index, message in enumerate(writes.messages):
+        ctes.append(_insert(f"m{index}", message, params, source="s",
+                            sequence=f"s.last_sequence - {count - 1 - index}"))
+    for index, move in enumerate(writes.moves):
+        assignments = _assign(ToolExecution, move.fields, params)
+        placeholders = ", ".join(["%s"] * len(move.expected))
+        ctes.append(f"u{index} AS (UPDATE {_table(ToolExecution)} SET {assignments} "
+                    f"WHERE id = %s AND status IN ({placeholders}) AND EXISTS (SELECT FROM t) "
+                    "RETURNING 1)")
+        params += [move.execution_id, *move.expected]
+        checks.append(f"(SELECT count(*) FROM u{index}) = 1")
+    last = "(SELECT last_sequence FROM s)" if count or writes.touch else "NULL::bigint"
+    sql = (f"WITH {', '.join(ctes)} SELECT turnkit_step_guard({' AND '.join(checks)}), {last}")
+    return sql, params
+
+
+def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Ledger,
+         writes: StepWrites) -> bool:
+    """Send the step; False (nothing written) when its fence or ledger moved.
+
+    Fills in the sequences of the step's messages and marks its rows saved.
+    """
+    sql, params = statement(turn_id, root_id, conversation_id, fence, known, writes)
+    try:
+        if connection.in_atomic_block:  # a test case's block: keep it usable after a refusal
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                row = cursor.fetchone()
+        else:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                row = cursor.fetchone()
+    except DatabaseError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == GUARD_FAILED:
+            return False
+        raise
+    last = row[1] if row else None
+    first = 0 if last is None else int(last) - len(writes.messages) + 1
+    for index, message in enumerate(writes.messages):
+        message.sequence = first + index
+    for obj in (*writes.messages, *writes.created):
+        obj._state.adding = False
+        obj._state.db = connection.alias
+    return True
+
+
+def quantized(amount: Decimal) -> Decimal:
+    """``amount`` as a cost column stores it (8 decimal places, half away from zero)."""
+    return amount.quantize(Decimal("1e-8"), rounding="ROUND_HALF_UP")
+
+
+__all__ = ["GUARD_FAILED", "Move", "StepWrites", "Unsupported", "quantized", "send", "statement"]
