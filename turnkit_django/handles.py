@@ -25,7 +25,7 @@ from .events import EventCallback
 from .exceptions import InvalidTransition
 from .messages import TextPart
 from .models import Conversation, Delivery, Message, ToolExecution, Turn
-from .runtime import execute, preview, refuse_atomic_block
+from .runtime import execute, execute_new, preview, refuse_atomic_block
 from .runtime.handles import provide
 from .states import TERMINAL_TURN_STATUSES, TurnStatus
 from .store import append_input
@@ -104,7 +104,7 @@ class Agent(AgentDefinition):
         """Run a bounded task inline, in this process, and return the finished Run."""
         _only("run", options, RunOptions)
         refuse_atomic_block("agent.run()")
-        return Run.create(self, task, **options).execute()
+        return Run.start(self, task, **options)
 
     def prepare(self, task: str, **options: Unpack[RunOptions]) -> Run:
         """Create a pending run without executing or submitting it."""
@@ -254,6 +254,18 @@ class Run(TurnHandle):
         run._on_event = on_event
         return run
 
+    @classmethod
+    def start(cls, agent: AgentDefinition, task: str, *, input: Any = None,
+              on_event: EventCallback | None = None, prompt_mode: str | None = None,
+              **options: Any) -> Run:
+        """Create the run claimed by this process and execute it inline (``agent.run``)."""
+        _only("Run.start", {**options, "input": input, "on_event": on_event,
+                            "prompt_mode": prompt_mode}, RunOptions)
+        parts = _task_parts(task, agent.validate_input(input))
+        mode = prompt_mode or agent.prompt_mode or "task"
+        row = execute_new(agent, parts, on_event=on_event, prompt_mode=mode, **options)
+        return cls(row, agent).refresh()
+
     @property
     def root_turn_id(self) -> str:
         return self.row.root_turn_id
@@ -329,6 +341,9 @@ class ConversationHandle:
         _only("ask", options, TurnOptions)
         if not submit:
             refuse_atomic_block("conversation.ask()")
+            row = execute_new(self.agent, [TextPart(text)], conversation=self.row,
+                              on_event=on_event, **options)
+            return TurnHandle(row, self.agent).refresh()
         with transaction.atomic():
             self.say(text)
             turn = self.prepare_turn(**options)
