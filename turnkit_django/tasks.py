@@ -153,6 +153,10 @@ class BeatOptions(Mapping[str, Any]):
     def __len__(self) -> int:
         return 2
 
+    def copy(self) -> dict[str, Any]:
+        """A plain dict of the current values (beat copies the options of each entry it sends)."""
+        return self._values()
+
     def __reduce__(self) -> tuple[Any, ...]:
         return self.__class__, ()
 

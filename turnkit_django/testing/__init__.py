@@ -220,7 +220,8 @@ class InMemoryDispatcher:
         """Run the dispatched turns here, as a worker would, until no doorbell is left.
 
         Turns dispatched while running (the next turn of a conversation, a released waiter, a
-        parent whose children finished) are run too. Returns the ids rung, in order; a turn that
+        parent whose children finished) are run too, also inside a test's transaction (their
+        on-commit callbacks are executed). Returns the ids rung, in order; a turn that
         is not claimable (already finished, or not its lane's turn) is skipped, as in a worker.
         Raises ``RuntimeError`` after ``limit`` doorbells, which means the turns keep ringing.
         """
@@ -234,7 +235,10 @@ class InMemoryDispatcher:
             if len(rung) >= limit:
                 raise RuntimeError(f"more than {limit} doorbells; the turns keep re-dispatching")
             rung.append(turn_id)
-            run(turn_id)
+            # Inside a test's transaction nothing commits: run the turn's on-commit work (its
+            # events, the doorbells it rings) at once, as it would run in a worker.
+            with TestCase.captureOnCommitCallbacks(execute=True):
+                run(turn_id)
 
     @contextlib.contextmanager
     def installed(self, **turnkit: Any) -> Iterator[InMemoryDispatcher]:
