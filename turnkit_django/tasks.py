@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from datetime import timedelta
 from types import FrameType
@@ -134,34 +134,48 @@ class ReconcileInterval(schedule):
         return "<freq: TURNKIT['RECONCILE_INTERVAL']>"
 
 
-class BeatOptions(Mapping[str, Any]):
+class BeatOptions(MutableMapping[str, Any]):
     """A beat entry's ``apply_async`` options, read from ``TURNKIT`` each time it is sent.
 
     The queue is ``QUEUE``; a message not taken within one interval expires (the next one is
     already on its way), so a stopped worker pool does not come back to a backlog of passes.
+    Values set on it (``options["queue"] = "turnkit-maintenance"``) replace the setting's.
     """
 
+    def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
+        self._overrides = dict(overrides or {})
+
     def _values(self) -> dict[str, Any]:
-        return {"queue": turnkit_settings.QUEUE, "expires": turnkit_settings.RECONCILE_INTERVAL}
+        values = {} if {"queue", "expires"} <= set(self._overrides) else {
+            "queue": turnkit_settings.QUEUE, "expires": turnkit_settings.RECONCILE_INTERVAL}
+        return {**values, **self._overrides}
 
     def __getitem__(self, key: str) -> Any:
         return self._values()[key]
 
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._overrides[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self._overrides:
+            raise KeyError(key)
+        del self._overrides[key]
+
     def __iter__(self) -> Iterator[str]:
-        return iter(("queue", "expires"))
+        return iter(dict.fromkeys(["queue", "expires", *self._overrides]))
 
     def __len__(self) -> int:
-        return 2
+        return len(dict.fromkeys(["queue", "expires", *self._overrides]))
 
     def copy(self) -> dict[str, Any]:
         """A plain dict of the current values (beat copies the options of each entry it sends)."""
         return self._values()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return self.__class__, ()
+        return self.__class__, (self._overrides,)
 
     def __repr__(self) -> str:
-        return "<TURNKIT QUEUE and RECONCILE_INTERVAL>"
+        return f"<TURNKIT QUEUE and RECONCILE_INTERVAL, then {self._overrides!r}>"
 
 
 def beat_schedule() -> dict[str, dict[str, Any]]:

@@ -44,6 +44,18 @@ def test_the_entries_follow_the_settings_when_used():
         assert dict(entry["options"]) == {"queue": "agents", "expires": 4.0}
 
 
+def test_an_entry_sent_to_another_queue_keeps_the_other_options_lazy():
+    entries = tasks.beat_schedule()
+    options = entries["turnkit-reconcile"]["options"]
+    options["queue"] = "turnkit-maintenance"  # docs/howto/celery.md: a queue for maintenance
+    with override_settings(TURNKIT={"RECONCILE_INTERVAL": 3, "LEASE": 30}):
+        assert options.copy() == {"queue": "turnkit-maintenance", "expires": 3.0}
+    del options["queue"]
+    assert dict(options) == {"queue": "turnkit", "expires": 15.0}
+    with pytest.raises(KeyError):
+        del options["expires"]
+
+
 def test_beat_sends_the_entries_to_the_queue_and_keeps_them_in_its_shelve():
     app = Celery("beat_probe", set_as_current=False)
     app.conf.update(broker_url="memory://", beat_schedule=tasks.beat_schedule())
