@@ -12,9 +12,9 @@ from django.test import override_settings
 from django.utils import timezone
 
 from turnkit_django import Agent, register
+from turnkit_django.agents.registry import unregister
 from turnkit_django.checks import TAG, end_of_life, model_messages, sdk_deprecations
 from turnkit_django.conf import DEFAULTS
-from turnkit_django.agents.registry import unregister
 
 TABLE = {"old-model": "November 30th, 2026", "older-model": "June 1st, 2025",
          "odd-model": "sometime soon"}

@@ -24,9 +24,9 @@ from django.db import connection
 from django.test import override_settings
 
 from turnkit_django import Agent, ConfigurationError, register
+from turnkit_django.agents.registry import get_agent, unregister
 from turnkit_django.checks import TAG, check_sqlite_mode
 from turnkit_django.conf import DEFAULTS, TurnkitSettings, suggest, turnkit_settings
-from turnkit_django.agents.registry import get_agent, unregister
 from turnkit_django.testing import ScriptedClient
 
 REPO = Path(__file__).resolve().parents[2]
