@@ -31,8 +31,9 @@ VENV_STAMP := build/venv-$(shell sha256sum pyproject.toml | cut -c1-16).stamp
 # scripts/find-python.sh: PATH, then pyenv's versions; override with PYTHON312=...).
 VENV61 := .venv-django61
 DJANGO61 := Django>=6.1,<6.2
-EXTRAS61 := test,anthropic,celery,redis,postgres
-VENV61_STAMP := build/django61-$(shell sha256sum pyproject.toml | cut -c1-16).stamp
+EXTRAS61 := test,dev,anthropic,celery,redis,postgres
+VENV61_STAMP := build/django61-$(shell { cat pyproject.toml; echo '$(EXTRAS61) $(DJANGO61)'; } \
+	| sha256sum | cut -c1-16).stamp
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
