@@ -26,7 +26,7 @@ from django.test import override_settings
 from turnkit_django import Agent, ConfigurationError, register
 from turnkit_django.agents.registry import get_agent, unregister
 from turnkit_django.checks import TAG, check_sqlite_mode
-from turnkit_django.conf import DEFAULTS, TurnkitSettings, suggest, turnkit_settings
+from turnkit_django.conf import CLEANERS, DEFAULTS, TurnkitSettings, suggest, turnkit_settings
 from turnkit_django.testing import ScriptedClient
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,9 +72,9 @@ def conforms(value: object, hint: object) -> bool:
 
 def test_every_key_has_a_declared_type_that_its_value_satisfies():
     hints = typing.get_type_hints(TurnkitSettings)
-    assert set(hints) == set(DEFAULTS)
-    given = {"MAX_SPEND": 5, "LEASE": 61, "AUTHORIZATION_POLICY": "tests.orchestration.deny",
-             "COMPACTION": {"threshold": 0.5}}
+    assert set(hints) == set(DEFAULTS) == set(CLEANERS)
+    given = {"MAX_SPEND": 5, "LEASE": 61, "TOOL_TIMEOUT": 9,
+             "AUTHORIZATION_POLICY": "tests.orchestration.deny", "COMPACTION": {"threshold": 0.5}}
     for turnkit in ({}, given):
         with override_settings(TURNKIT=turnkit):
             for key, hint in hints.items():
@@ -126,7 +126,7 @@ def test_every_key_accepts_a_valid_value():
         "RECONCILE_INTERVAL": 2, "MAX_RECOVERY_ATTEMPTS": 0, "MAINTENANCE_BATCH_SIZE": 1,
         "AUTHORIZATION_POLICY": "tests.orchestration.deny", "COST_RATES": {"m": {"input": 1}},
         "QUEUE": "q", "DISPATCHER": "tests.dispatch.record", "COMPACTION": False,
-        "PROMPT_DATA_MAX_CHARS": 10,
+        "PROMPT_DATA_MAX_CHARS": 10, "TOOL_TIMEOUT": 30, "MODEL_TIMEOUT": 120.5,
     }
     assert set(valid) == set(DEFAULTS)
     assert errors(valid) == []
@@ -191,6 +191,9 @@ BAD_VALUES = [
     ("DISPATCHER", 7, "turnkit.E013"),
     ("COMPACTION", "yes", "turnkit.E020"),
     ("PROMPT_DATA_MAX_CHARS", 0, "turnkit.E003"),
+    ("TOOL_TIMEOUT", 0, "turnkit.E003"),
+    ("TOOL_TIMEOUT", "30", "turnkit.E003"),
+    ("MODEL_TIMEOUT", -5, "turnkit.E003"),
 ]
 
 
