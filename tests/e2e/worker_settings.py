@@ -25,6 +25,9 @@ E2E_TURNKIT = {
 }
 TURNKIT = E2E_TURNKIT
 
+# For Celery modules configured from Django settings (tests/e2e/autodiscover_celery.py).
+CELERY_BROKER_URL = os.environ.get("TURNKIT_TEST_REDIS_URL", "memory://")
+
 DATABASES = copy.deepcopy(DATABASES)
 _default = DATABASES["default"]
 if os.environ.get("TURNKIT_E2E_DATABASE_NAME"):

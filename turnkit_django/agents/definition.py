@@ -72,7 +72,7 @@ def check_name(name: Any) -> str:
     """Return ``name`` if it can name an agent (and the tool a parent calls it by)."""
     if not isinstance(name, str) or not name.strip():
         raise ConfigurationError("an agent needs a non-empty name")
-    if not AGENT_NAME.match(name):
+    if not AGENT_NAME.fullmatch(name):
         raise ConfigurationError(
             f"agent name {name!r} is not allowed: use 1-64 letters, digits, '_' or '-', "
             "starting with a letter (sub-agents become tools, and providers only accept such "

@@ -149,7 +149,7 @@ def compute_cost(model: str, usage: Usage, reported: str | None = None) -> Decim
 
 def _rate_problems(where: str, entry: Any, *, band_allowed: bool) -> list[str]:
     if not isinstance(entry, Mapping):
-        return [f"{where} must be a dict"]
+        return [f"{where} = {entry!r} must be a dict"]
     problems: list[str] = []
     allowed = set(RATE_KEYS) | ({BAND_KEY} if band_allowed else {"threshold"})
     unknown = set(entry) - allowed
@@ -160,10 +160,13 @@ def _rate_problems(where: str, entry: Any, *, band_allowed: bool) -> list[str]:
             problems += _rate_problems(f"{where}[{key!r}]", value, band_allowed=False)
             continue
         try:
-            if Decimal(str(value)) < 0:
-                problems.append(f"{where}[{key!r}] is negative")
+            rate = Decimal(str(value))
+            if not rate.is_finite():
+                raise ArithmeticError(value)
+            if rate < 0:
+                problems.append(f"{where}[{key!r}] = {value!r} is negative")
         except ArithmeticError:
-            problems.append(f"{where}[{key!r}] is not a number")
+            problems.append(f"{where}[{key!r}] = {value!r} is not a number")
     if not band_allowed and "threshold" not in entry:
         problems.append(f"{where} needs a 'threshold' (prompt tokens)")
     return problems
