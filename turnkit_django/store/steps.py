@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+import psycopg
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Field, Model, Value
@@ -73,6 +74,16 @@ class StepWrites:
 def _db() -> BaseDatabaseWrapper:
     """The connection itself (not the proxy, whose every attribute is a context-local lookup)."""
     return connections[DEFAULT_DB_ALIAS]
+
+
+def _cursor(db: BaseDatabaseWrapper) -> Any:
+    """A cursor binding parameters on the server (the statement's values are sent apart from
+    its text, not quoted into it), wrapped as Django wraps its own: query logging and
+    ``execute_wrapper()`` instrumentation see it. Prepared only if the project enables
+    psycopg's ``prepare_threshold`` (Django leaves it off for connection poolers)."""
+    db.ensure_connection()
+    with db.wrap_database_errors:
+        return db._prepare_cursor(psycopg.Cursor(db.connection))
 
 
 @functools.cache
@@ -235,11 +246,11 @@ def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Le
     db = _db()
     try:
         if db.in_atomic_block:  # a test case's block: keep it usable after a refusal
-            with transaction.atomic(), db.cursor() as cursor:
+            with transaction.atomic(), _cursor(db) as cursor:
                 cursor.execute(sql, params)
                 row = cursor.fetchone()
         else:
-            with db.cursor() as cursor:
+            with _cursor(db) as cursor:
                 cursor.execute(sql, params)
                 row = cursor.fetchone()
     except DatabaseError as exc:
@@ -289,7 +300,7 @@ def insert_claimed(conversation: Conversation, message: Message | None, turn: Tu
                     "statement_timestamp() + %s::interval", [lifetime])}
     ctes.append(_insert("t", turn, params, db, source="s", computed=computed))
     ctes.append(_insert("l", lease, params, db, source="s", computed={"heartbeat_at": now}))
-    with db.cursor() as cursor:
+    with _cursor(db) as cursor:
         cursor.execute(f"WITH {', '.join(ctes)} SELECT statement_timestamp(), "
                        "(SELECT last_sequence FROM s)", params)
         at, sequence = cursor.fetchone()
