@@ -39,9 +39,12 @@ DEFAULTS: dict[str, Any] = {
     "DISPATCHER": None,  # callable(turn_id) that replaces the Celery dispatch (tests, other queues)
     "COMPACTION": True,  # True, False, or a dict of compaction options
     "PROMPT_DATA_MAX_CHARS": 20_000,
+    # Issue 16: callable(usage, model) -> Decimal | number | None pricing a model call before
+    # COST_RATES (None: use the rates); import path or callable.
+    "COST_CALCULATOR": None,
 }
 
-IMPORT_STRINGS = frozenset({"CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER"})
+IMPORT_STRINGS = frozenset({"CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER", "COST_CALCULATOR"})
 
 
 class TurnkitSettings:

@@ -36,6 +36,9 @@ EVENT_TYPES = (
     "message.created",
     "delivery.delivered",
     "sub_agent.delegated",
+    "evaluation.requested",
+    "evaluation.completed",
+    "evaluation.failed",
 )
 
 #: Sent for every event.

@@ -27,6 +27,8 @@ from .messages import TextPart
 from .models import Conversation, Delivery, Message, ToolExecution, Turn
 from .runtime import execute, preview
 from .runtime.handles import provide
+from .runtime.running import RunningTurn
+from .services.costs import CostBreakdown
 from .states import TERMINAL_TURN_STATUSES, TurnStatus
 from .store import append_input
 
@@ -121,12 +123,14 @@ class Agent(AgentDefinition):
         return ConversationHandle.create(self, **options)
 
 
-class TurnHandle:
+class TurnHandle(RunningTurn):
     """A turn of a conversation: one unit of agent work with its own status and output."""
 
-    def __init__(self, row: Turn, agent: AgentDefinition | None = None) -> None:
+    def __init__(self, row: Turn, agent: AgentDefinition | None = None,
+                 running: Any = None) -> None:
         self.row = row
         self._agent = agent
+        self._running = running  # the claimed turn's context, in tools and output policies
         self._on_event: EventCallback | None = None
 
     # -- identity and status -----------------------------------------------------------
@@ -176,6 +180,10 @@ class TurnHandle:
     def audit(self) -> Audit | None:
         """The output policies' verdict, when the agent has output policies."""
         return None if self.row.audit is None else Audit.from_json(self.row.audit)
+
+    def cost_breakdown(self) -> CostBreakdown:
+        """Usage and cost per model (a run's: per model and per turn of its tree)."""
+        return services.cost_breakdown(turn_id=self.row.pk)
 
     def refresh(self) -> Self:
         self.row.refresh_from_db()
@@ -284,6 +292,9 @@ class Run(TurnHandle):
             return None
         return agg["total"] or Decimal(0)
 
+    def cost_breakdown(self) -> CostBreakdown:
+        return services.cost_breakdown(self.row.root_turn_id)
+
     def __repr__(self) -> str:
         return f"<Run {self.row.pk} {self.row.status}>"
 
@@ -332,13 +343,16 @@ class ConversationHandle:
                 return turn.submit()
         return turn.execute(on_event=on_event)
 
-    def messages(self, after: int = 0, *, principal: Any = _UNSET) -> QuerySet[Message]:
-        """Messages with a sequence greater than ``after``, in order (a cursor read).
+    def messages(self, after: int = 0, *, principal: Any = _UNSET,
+                 include_private: bool = False) -> QuerySet[Message]:
+        """Messages with a sequence greater than ``after``, in order (a cursor read), without
+        thinking, provider-only parts and dynamic context unless ``include_private``.
 
         With ``principal=`` the ``read_messages`` action is authorized first.
         """
         _authorize_read(self.row, principal)
-        return Message.objects.after(self.row.pk, after)
+        rows = Message.objects.after(self.row.pk, after)
+        return rows if include_private else rows.provider_safe()
 
     def turns(self) -> QuerySet[Turn]:
         return Turn.objects.filter(conversation_id=self.row.pk).order_by("created_at")

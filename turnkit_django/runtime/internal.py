@@ -12,6 +12,7 @@ from decimal import Decimal
 from django.utils import timezone
 
 from ..clients import ModelRequest, ModelResponse, Usage
+from ..clients.accounting import add_call
 from ..clients.cost import compute_cost
 from ..store import Charge, Ledger, LedgerDelta
 from . import budget
@@ -31,12 +32,20 @@ def charge(ctx: TurnContext, ledger: Ledger, response: ModelResponse,
            model: str) -> tuple[Charge, LedgerDelta, Decimal | None]:
     """What ``response`` costs the turn and its tree; call inside ``ctx.fenced.atomic()``.
 
-    The in-memory row's usage is updated at once (a failed write ends the execution anyway).
+    The in-memory row's usage (totals and the per-model breakdown) is updated at once (a failed
+    write ends the execution anyway).
     """
-    cost = compute_cost(response.model or model, response.usage, response.reported_cost)
-    usage = (Usage.from_dict(ctx.row.usage) + response.usage).as_dict()
-    ctx.row.usage = usage
-    return Charge(usage, cost), budget.spent(ledger, cost), cost
+    used = response.model or model
+    return charge_usage(ctx, ledger, response.usage, used,
+                        compute_cost(used, response.usage, response.reported_cost))
+
+
+def charge_usage(ctx: TurnContext, ledger: Ledger, usage: Usage, model: str,
+                 cost: Decimal | None) -> tuple[Charge, LedgerDelta, Decimal | None]:
+    """:func:`charge` for a call that is not a model response (None: its cost is unknown)."""
+    record = add_call(ctx.row.usage, usage, model, cost)
+    ctx.row.usage = record
+    return Charge(record, cost), budget.spent(ledger, cost), cost
 
 
 def completed(ctx: TurnContext, response: ModelResponse, model: str, cost: Decimal | None,
@@ -47,4 +56,4 @@ def completed(ctx: TurnContext, response: ModelResponse, model: str, cost: Decim
              cost=None if cost is None else str(cost))
 
 
-__all__ = ["call", "charge", "completed"]
+__all__ = ["call", "charge", "charge_usage", "completed"]

@@ -16,12 +16,13 @@ from dataclasses import replace
 from django.utils import timezone
 
 from .. import failpoints
+from ..agents.prompting import Prompt
 from ..clients import ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded
 from ..messages import MessageKind, distinct_call_ids
 from ..states import Phase, TurnStatus
 from ..store import Candidate
-from . import budget, internal
+from . import budget, completion, dynamic_context, internal
 from .compaction import auto_compact, project
 from .context import TurnContext
 from .output import publish_locked
@@ -29,16 +30,17 @@ from .prompts import compose
 from .results import Opened, delegates, open_call
 
 
-def build_request(ctx: TurnContext) -> ModelRequest:
-    """The turn's next model request, from its visible messages."""
-    instructions = compose(ctx.agent, ctx.row, ctx.conversation)
+def build_request(ctx: TurnContext, prompt: Prompt | None = None) -> ModelRequest:
+    """The turn's next model request, from its visible messages (and ``prompt``, composed)."""
+    instructions = prompt or compose(ctx.agent, ctx.row, ctx.conversation)
+    messages, dynamic = dynamic_context.apply(ctx, instructions, project(ctx.visible))
     options = ctx.row.options or {}
     return ModelRequest(
         model=ctx.row.model,
-        messages=tuple(project(ctx.visible)),
+        messages=tuple(messages),
         tools=tuple(t.spec() for t in ctx.tools.values()),
         stable_instructions=instructions.stable,
-        dynamic_instructions=instructions.dynamic,
+        dynamic_instructions=dynamic,
         output_schema=options.get("output_schema"),
         thinking=options.get("thinking") or None,
         metadata={"turn_id": ctx.row.pk, "conversation_id": ctx.row.conversation_id,
@@ -48,9 +50,9 @@ def build_request(ctx: TurnContext) -> ModelRequest:
 
 def model_step(ctx: TurnContext) -> None:
     _reserved(ctx)
-    request = build_request(ctx)
+    request = build_request(ctx, dynamic_context.record(ctx))
     if auto_compact(ctx, request):  # a summary was paid for: check time and money again
-        request = build_request(ctx)
+        request = build_request(ctx, dynamic_context.record(ctx))
         with ctx.fenced.atomic() as ledger:
             budget.check_open(ledger, timezone.now())
     ctx.emit("model.requested", model=request.model, tool_names=request.tool_names,
@@ -85,6 +87,7 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
         reservation=None,  # used by this response
         iterations=ctx.state.iterations + 1,
         candidate=Candidate(response.text, response.output_data),
+        output_metadata=None,  # it described the previous candidate
         phase=Phase.TOOLS if calls else Phase.DONE if publish else Phase.OUTPUT,
     )
     first = calls[0] if calls and not delegates(ctx, calls[0]) else None
@@ -102,10 +105,12 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
                       "stop_reason": response.stop_reason,
                       "provider": response.provider},
         )
-        state = state.replace(response_message_id=message.pk)
+        state = state.replace(response_message_id=message.pk,
+                              budget_completion_call_id=completion.choose(ctx, ledger, calls))
         if first is not None:
             try:
-                opened = open_call(ctx, ledger, first, delta)
+                opened = open_call(ctx, ledger, first, delta,
+                                   final_save=first.id == state.budget_completion_call_id)
             except BudgetExceeded:
                 pass  # out of time or money: the tools phase fails the turn
         if publish:

@@ -73,7 +73,9 @@ def review(ctx: TurnContext, text: str, data: Any) -> Outcome:
     history = tuple(Audit.from_json(a) for a in ctx.state.audits)
     audit = Audit(tuple(violations), tuple(p.name for p in agent.output_policies),
                   agent.output_policy_mode, revisions, history)
-    if not audit.clean and revisions < agent.output_retries:
+    # After a budget completion no model request is left for a revision: the audit decides.
+    if not audit.clean and revisions < agent.output_retries \
+            and ctx.state.budget_completion_call_id is None:
         _revise(ctx, audit)
         return Outcome(revised=True)
     record = audit.as_json()

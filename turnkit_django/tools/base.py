@@ -53,6 +53,9 @@ class Tool:
     Args: type[BaseModel] = _StrictArgs
     terminal: Terminal = False
     recovery: Recovery = "unknown"
+    #: The one call that may still run from the response that exhausted the spend limit (a
+    #: final save); only on a terminal, replay-safe tool.
+    budget_completion: bool = False
     #: Set on built-in tools the runtime executes itself (sub-agents, coordination tools).
     builtin: ClassVar[str | None] = None
 
@@ -99,6 +102,12 @@ class Tool:
             raise ConfigurationError(
                 f"tool {self.tool_name!r}: recovery must be 'unknown' or 'replay_safe'"
             )
+        if self.budget_completion and not (self.terminal and self.replay_safe):
+            raise ConfigurationError(
+                f"tool {self.tool_name!r}: budget_completion=True needs terminal=True and "
+                "recovery='replay_safe' (it is the final save after the spend limit, so it must "
+                "end the turn and be safe to run again after a crash)"
+            )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.tool_name!r}>"
@@ -115,12 +124,14 @@ class FunctionTool(Tool):
         description: str | None = None,
         terminal: Terminal = False,
         recovery: Recovery = "unknown",
+        budget_completion: bool = False,
     ) -> None:
         self.func = func
         self.name = name or func.__name__
         self.description = description or inspect.cleandoc(func.__doc__ or "") or self.name
         self.terminal = terminal
         self.recovery = recovery
+        self.budget_completion = budget_completion
         self.Args, self._takes_ctx = _args_from_signature(func, self.name)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
@@ -174,6 +185,7 @@ def tool(
     description: str | None = None,
     terminal: Terminal = False,
     recovery: Recovery = "unknown",
+    budget_completion: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -185,12 +197,13 @@ def tool(
     description: str | None = None,
     terminal: Terminal = False,
     recovery: Recovery = "unknown",
+    budget_completion: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a tool. Its docstring is the description given to the model."""
 
     def build(f: Callable[..., Any]) -> FunctionTool:
         built = FunctionTool(f, name=name, description=description, terminal=terminal,
-                             recovery=recovery)
+                             recovery=recovery, budget_completion=budget_completion)
         built.check()
         return built
 
