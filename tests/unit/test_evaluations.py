@@ -295,7 +295,7 @@ def test_output_metadata_describes_the_current_candidate_only():
 def test_only_the_running_turn_can_evaluate_or_set_output_metadata():
     run = Agent("idle", client=ScriptedClient([reply("hi")])).run("go")
     turn = load_turn(run.id)
-    with pytest.raises(TurnkitError, match="needs turn .* running execution"):
+    with pytest.raises(TurnkitError, match=r"needs turn .* running execution"):
         turn.internal_evaluation(evaluator=ScriptedEvaluator(), model=JUDGE, purpose="x",
                                  questions=QUESTIONS)
     with pytest.raises(TurnkitError, match="running execution"):

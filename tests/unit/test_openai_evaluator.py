@@ -136,7 +136,7 @@ def test_blocked_model_requests_and_a_missing_key_are_unavailable():
 
 @pytest.mark.django_db
 def test_a_turn_evaluates_through_the_openai_evaluator_and_validates_strictly():
-    judge, wire = evaluator((200, completion()),
+    judge, _wire = evaluator((200, completion()),
                             (200, completion('{"safe": {"probability": 2}, "tone": {'
                                              '"distribution": {"formal": 1, "casual": 0}}, '
                                              '"quality": {"distribution": {"poor": 1, '

@@ -92,7 +92,7 @@ def test_a_policy_that_raises_fails_the_call():
     def broken(call: ToolCall) -> Any:
         raise LookupError("no rule for this tool")
 
-    run, client = run_with(broken, call("read_file", path="a.py"))
+    _run, client = run_with(broken, call("read_file", path="a.py"))
     (content,) = results(client)
     assert read == [] and content["error"] == "tool_policy_error"
     assert "LookupError: no rule for this tool" in content["message"]
@@ -107,7 +107,7 @@ def test_the_policy_gets_the_call_and_its_context_with_no_transaction_open():
                      call.context, call.turn.id, call.tool is read_file,
                      connection.in_atomic_block))
 
-    run, client = run_with(record, call("read_file", path="a.py", id="call_1"))
+    run, _client = run_with(record, call("read_file", path="a.py", id="call_1"))
 
     assert seen == [("read_file", {"path": "a.py"}, {"path": "a.py", "lines": 0}, {"user": 7},
                      {"repo": "core"}, run.id, True, False)]
@@ -120,7 +120,7 @@ def test_it_is_asked_after_authorization_and_validation():
         return resources.get("arguments", {}).get("path") != "secret.py"
 
     with override_turnkit(AUTHORIZATION_POLICY=policy):
-        run, client = run_with(lambda c: asked.append(c.arguments["path"]),
+        _run, client = run_with(lambda c: asked.append(c.arguments["path"]),
                                call("read_file", path="secret.py"),
                                call("read_file", path="a.py", lines="many"),
                                call("read_file", path="b.py"))
