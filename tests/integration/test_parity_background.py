@@ -7,15 +7,14 @@ crashes are failpoints or a ``SimulatedCrash`` raised where a worker would die, 
 
 from __future__ import annotations
 
-from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.utils import timezone
 from pydantic import BaseModel
 
 from tests.dispatch import override_turnkit
+from tests.orchestration import fan_out_and_join, recover
 from turnkit_django import (
     Agent,
     SubAgentTool,
@@ -23,7 +22,6 @@ from turnkit_django import (
     YesNo,
     failpoints,
     load_turn,
-    reconcile,
     services,
     tool,
 )
@@ -37,8 +35,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background")]
 
 
 def resume_after_crash(turn_id: str) -> None:
-    Turn.objects.filter(pk=turn_id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
-    assert turn_id in reconcile().recovered
+    recover(turn_id)
     assert services.run_turn(turn_id, kind="test")
 
 
@@ -75,14 +72,7 @@ def test_typed_delegations_fan_out_and_a_blocked_one_is_answered_in_call_order(
     agent = registered(Agent("lead_pg", tools=[tool_], tool_policy=policy,
                              client=FunctionClient(lead)))
     run = agent.submit("research")
-    with django_capture_on_commit_callbacks(execute=True):
-        services.run_turn(run.id)
-    children = list(Turn.objects.filter(parent_turn_id=run.id).order_by("created_at"))
-    for child in reversed(children):
-        with django_capture_on_commit_callbacks(execute=True):
-            services.run_turn(child.pk)
-    with django_capture_on_commit_callbacks(execute=True):
-        services.run_turn(run.id)
+    children = fan_out_and_join(run.id, django_capture_on_commit_callbacks)
 
     run.refresh()
     assert run.status == "completed", run.error

@@ -1,8 +1,7 @@
 """Agents of the TurnKit-parity scenarios on real workers (issue 16), registered in every process.
 
-They answer from a script in their input, like ``e2e_scripted`` (:mod:`tests.testapp.agents`);
-a step is ``{"calls": [{"call": tool, "args": {...}}, ...], "usage": {...}}`` or
-``{"reply": text}``.
+They answer from a script in their input, like the orchestration agents
+(:mod:`tests.testapp.tree_agents`).
 
 * ``e2e_pages_lead`` reads pages through a typed sub-agent tool, ``read_page(page)``: the task
   the application builds carries the page's text, which the lead's model never sees. Its tool
@@ -20,10 +19,10 @@ from pydantic import BaseModel
 
 from turnkit_django import Agent, SubAgentTool, ToolCall, ToolContext, YesNo, register, tool
 from turnkit_django.clients import EvaluationRequest, EvaluatorReply, ModelRequest, Usage
-from turnkit_django.testing import Entry, FunctionClient, call, reply
+from turnkit_django.testing import Entry, FunctionClient, reply
 
-from .agents import script_step
 from .ledger import gate, record
+from .tree_agents import respond
 
 PRICED = "e2e-priced"
 JUDGE = "e2e-judge"
@@ -31,19 +30,6 @@ JUDGE = "e2e-judge"
 
 def page_text(page: int) -> str:
     return f"PAGE-{page} " + "lorem ipsum " * 50
-
-
-def respond(request: ModelRequest) -> Entry:
-    script, step = script_step(request)
-    turn_id = request.metadata.get("turn_id")
-    steps = script.get("steps") or []
-    entry: dict[str, Any] = steps[step] if step < len(steps) else {"reply": "done"}
-    record("model", turn=turn_id, step=step)
-    if "calls" in entry:
-        usage = entry.get("usage")
-        return [call(c["call"], id=f"call_{turn_id}_{step}_{i}", usage=usage if i == 0 else None,
-                     **c.get("args", {})) for i, c in enumerate(entry["calls"])]
-    return reply(str(entry.get("reply", "done")))
 
 
 def summarise(request: ModelRequest) -> Entry:

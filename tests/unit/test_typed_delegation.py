@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
-from turnkit_django import Agent, ConfigurationError, SubAgentTool, register, services
+from tests.orchestration import fan_out_and_join
+from turnkit_django import Agent, ConfigurationError, SubAgentTool, register
 from turnkit_django.agents.registry import get_agent, unregister
 from turnkit_django.clients.base import ModelRequest
 from turnkit_django.messages import ToolResultPart, load_parts
@@ -172,16 +173,8 @@ def test_a_background_turn_fans_typed_delegations_out_and_joins_them_in_call_ord
     agent = registered(Agent("lead_bg", tools=[tool], client=FunctionClient(respond)))
     run = agent.submit("Review both")
 
-    with django_capture_on_commit_callbacks(execute=True):
-        services.run_turn(run.id)
-    children = list(Turn.objects.filter(parent_turn_id=run.id).order_by("created_at"))
+    children = fan_out_and_join(run.id, django_capture_on_commit_callbacks)
     assert [c.agent_name for c in children] == ["reviewer", "reviewer"]
-    assert Turn.objects.get(pk=run.id).status == "waiting"
-    for child in reversed(children):  # finish in the other order
-        with django_capture_on_commit_callbacks(execute=True):
-            services.run_turn(child.pk)
-    with django_capture_on_commit_callbacks(execute=True):
-        services.run_turn(run.id)
 
     run.refresh()
     assert run.status == "completed", run.error

@@ -73,33 +73,43 @@ class YesNo:
         return {"kind": self.kind, "key": self.key, "question": self.question}
 
 
+class _Labelled:
+    """A question answered with a distribution over labels (held in ``field``)."""
+
+    key: str
+    question: str
+    kind: ClassVar[str]
+    field: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        _key(self.key, "a question key")
+        _text(self.question, f"question {self.key!r}")
+        _labels(getattr(self, self.field), f"the {self.field} of {self.key!r}")
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(getattr(self, self.field))
+
+    def as_json(self) -> dict[str, Any]:
+        values = getattr(self, self.field)
+        described = dict(values) if isinstance(values, Mapping) else {v: "" for v in values}
+        return {"kind": self.kind, "key": self.key, "question": self.question,
+                self.field: described}
+
+
 @dataclass(frozen=True)
-class Choice:
+class Choice(_Labelled):
     """Which option fits best? ``options`` are labels, or labels with descriptions."""
 
     key: str
     question: str
     options: Sequence[str] | Mapping[str, str]
     kind: ClassVar[str] = "choice"
-
-    def __post_init__(self) -> None:
-        _key(self.key, "a question key")
-        _text(self.question, f"question {self.key!r}")
-        _labels(self.options, f"the options of {self.key!r}")
-
-    @property
-    def labels(self) -> tuple[str, ...]:
-        return tuple(self.options)
-
-    def as_json(self) -> dict[str, Any]:
-        options = self.options
-        described = dict(options) if isinstance(options, Mapping) else {o: "" for o in options}
-        return {"kind": self.kind, "key": self.key, "question": self.question,
-                "options": described}
+    field: ClassVar[str] = "options"
 
 
 @dataclass(frozen=True)
-class Score:
+class Score(_Labelled):
     """Where on the rubric does it sit? ``rubric`` lists the levels from lowest to highest
     (labels, or labels with their legend)."""
 
@@ -107,21 +117,7 @@ class Score:
     question: str
     rubric: Sequence[str] | Mapping[str, str]
     kind: ClassVar[str] = "score"
-
-    def __post_init__(self) -> None:
-        _key(self.key, "a question key")
-        _text(self.question, f"question {self.key!r}")
-        _labels(self.rubric, f"the rubric of {self.key!r}")
-
-    @property
-    def labels(self) -> tuple[str, ...]:
-        return tuple(self.rubric)
-
-    def as_json(self) -> dict[str, Any]:
-        rubric = self.rubric
-        legend = dict(rubric) if isinstance(rubric, Mapping) else {level: "" for level in rubric}
-        return {"kind": self.kind, "key": self.key, "question": self.question,
-                "rubric": legend}
+    field: ClassVar[str] = "rubric"
 
 
 Question = YesNo | Choice | Score
