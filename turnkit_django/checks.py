@@ -79,7 +79,7 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
         messages.append(Error(problem, hint="Rates are USD per million tokens: "
                               "{'input': '3', 'output': '15', 'cache_read': '0.3', "
                               "'cache_write': '3.75'}.", id="turnkit.E006"))
-    for name in ("CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER"):
+    for name in ("CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER", "COST_CALCULATOR"):
         try:
             getattr(turnkit_settings, name)
         except Exception as exc:

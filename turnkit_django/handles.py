@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any, Self, TypedDict, Unpack
 
 from django.db import transaction
-from django.db.models import Model, QuerySet, Sum
+from django.db.models import Model, QuerySet
 
 from . import services
 from .agents import AgentDefinition, Audit, get_agent
@@ -121,6 +121,10 @@ class Agent(AgentDefinition):
         """Start a conversation with this agent."""
         _only("conversation", options, ConversationOptions)
         return ConversationHandle.create(self, **options)
+
+    def cost_breakdown(self) -> CostBreakdown:
+        """Usage and cost of every turn this agent ran, per model and per turn."""
+        return services.cost_breakdown(agent_name=self.name)
 
 
 class TurnHandle(RunningTurn):
@@ -280,17 +284,11 @@ class Run(TurnHandle):
 
     @property
     def usage(self) -> Usage:
-        total = Usage()
-        for usage in self.turns().values_list("usage", flat=True):
-            total = total + Usage.from_dict(usage)
-        return total
+        return self.cost_breakdown().usage
 
     @property
     def cost(self) -> Decimal | None:
-        agg = self.turns().aggregate(total=Sum("cost"))
-        if self.turns().filter(cost_unknown=True).exists():
-            return None
-        return agg["total"] or Decimal(0)
+        return self.cost_breakdown().cost
 
     def cost_breakdown(self) -> CostBreakdown:
         return services.cost_breakdown(self.row.root_turn_id)
@@ -356,6 +354,10 @@ class ConversationHandle:
 
     def turns(self) -> QuerySet[Turn]:
         return Turn.objects.filter(conversation_id=self.row.pk).order_by("created_at")
+
+    def cost_breakdown(self) -> CostBreakdown:
+        """Usage and cost of the conversation's turns (not their sub-agents'), per model."""
+        return services.cost_breakdown(conversation_id=self.row.pk)
 
     def send_message(self, other: ConversationHandle | Conversation, text: str, *, key: str,
                      principal: Any = None, source_turn: Any = None) -> Delivery:

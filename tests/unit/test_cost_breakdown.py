@@ -114,3 +114,19 @@ def test_a_calculator_that_fails_makes_the_cost_unknown_and_says_why(answer, cap
 
     assert run.status == "completed" and run.cost is None
     assert "COST_CALCULATOR" in caplog.text
+
+
+def test_a_conversation_and_an_agent_add_up_their_own_turns():
+    client = ScriptedClient([reply("a", usage=tokens(inputs=1)),
+                             reply("b", usage=tokens(inputs=2))])
+    agent = Agent("counter", model="lead-model", client=client)
+    with override_turnkit(COST_RATES=RATES):
+        conv = agent.conversation()
+        conv.ask("one")
+        conv.ask("two")
+        other = tree()  # another agent's run does not count
+
+    assert conv.cost_breakdown().cost == Decimal(3)
+    assert [t.agent for t in conv.cost_breakdown().by_turn] == ["counter", "counter"]
+    assert agent.cost_breakdown().by_model["lead-model"].calls == 2
+    assert Agent("helper").cost_breakdown().cost == Decimal(2) == other.cost - 5

@@ -60,6 +60,8 @@ def test_unknown_keys_are_rejected_with_a_suggestion():
         ({"COST_RATES": {"m": {"input": "x"}}}, "turnkit.E006"),
         ({"COST_RATES": {"m": {"prompt": "1"}}}, "turnkit.E006"),
         ({"CLIENT": "no.such.module.Client"}, "turnkit.E007"),
+        ({"COST_CALCULATOR": "no.such.module.price"}, "turnkit.E007"),
+        ({"COST_RATES": {"m": {"thinking": "many"}}}, "turnkit.E006"),
         ({"MAX_TOOL_EXECUTIONS_BY_NAME": {"search": -1}}, "turnkit.E008"),
     ],
 )

@@ -89,13 +89,22 @@ def breakdown(turns: Iterable[dict[str, Any]]) -> CostBreakdown:
     return CostBreakdown(usage, None if unknown else known, known, models, parts)
 
 
-def cost_breakdown(root_turn_id: str | None = None, *,
-                   turn_id: str | None = None) -> CostBreakdown:
-    """The breakdown of a tree (by its root's id) or of one turn; one query."""
-    if (root_turn_id is None) == (turn_id is None):
-        raise TypeError("cost_breakdown() takes a root_turn_id or a turn_id")
-    rows = (Turn.objects.tree(root_turn_id) if root_turn_id is not None
-            else Turn.objects.filter(pk=turn_id))
+def cost_breakdown(root_turn_id: str | None = None, *, turn_id: str | None = None,
+                   conversation_id: str | None = None,
+                   agent_name: str | None = None) -> CostBreakdown:
+    """The breakdown of a tree (by its root's id), one turn, a conversation's turns, or every
+    turn of an agent; one query."""
+    given = {"root_turn_id": root_turn_id, "turn_id": turn_id,
+             "conversation_id": conversation_id, "agent_name": agent_name}
+    chosen = {k: v for k, v in given.items() if v is not None}
+    if len(chosen) != 1:
+        raise TypeError(f"cost_breakdown() takes exactly one of {', '.join(given)}")
+    if root_turn_id is not None:
+        rows = Turn.objects.tree(root_turn_id)
+    else:
+        key, value = chosen.popitem()
+        rows = Turn.objects.filter(**{"pk" if key == "turn_id" else key: value}).order_by(
+            "created_at", "id")
     return breakdown(rows.values(*_FIELDS))
 
 
