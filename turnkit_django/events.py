@@ -39,6 +39,8 @@ EVENT_TYPES = (
     "evaluation.requested",
     "evaluation.completed",
     "evaluation.failed",
+    "output_policy.revision",
+    "output_policy.completed",
 )
 
 #: Sent for every event.

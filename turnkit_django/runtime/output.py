@@ -77,7 +77,11 @@ def review(ctx: TurnContext, text: str, data: Any) -> Outcome:
     if not audit.clean and revisions < agent.output_retries \
             and ctx.state.budget_completion_call_id is None:
         _revise(ctx, audit)
+        ctx.emit("output_policy.revision", violation_count=len(audit.violations),
+                 attempt=revisions + 1)
         return Outcome(revised=True)
+    ctx.emit("output_policy.completed", clean=audit.clean,
+             violation_count=len(audit.violations))
     record = audit.as_json()
     if audit.clean or agent.output_policy_mode == "report":
         return Outcome(audit=record)
