@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from tests.helpers import crash_and_resume
 from turnkit_django import Agent, Prompt, tool
 from turnkit_django.clients import AnthropicClient, ModelRequest
 from turnkit_django.messages import DYNAMIC_CONTEXT
@@ -190,3 +191,18 @@ def test_a_snapshot_compaction_summarised_away_is_sent_again():
         if request.metadata.get("purpose") is None:  # every agent request shows one
             assert [m.kind for m in request.messages].count(DYNAMIC_CONTEXT) >= 1
             assert request.dynamic_instructions == ""
+
+
+@pytest.mark.usefixtures("background")
+def test_a_resumed_turn_keeps_its_snapshot_and_sends_the_same_prefix(registered):
+    client = CachingScript([reply("answered")])
+    agent = registered(support(client))
+    run = agent.submit("Upgrade me")
+
+    crash_and_resume(run.id, "before_model_call")  # the snapshot committed, then the worker died
+
+    run.refresh()
+    assert run.status == "completed", run.error
+    assert len(snapshots(run.conversation_id)) == 1  # not written again on resume
+    (request,) = client.requests  # the crash came before the first call reached the model
+    assert [m.kind for m in request.messages] == ["text", DYNAMIC_CONTEXT]
