@@ -63,6 +63,7 @@ if want browser; then
 fi
 if want e2e; then
     services_start_redis || { echo "run-tests: could not start Redis" >&2; exit 1; }
+    services_ensure_faketime || { echo "run-tests: could not install libfaketime" >&2; exit 1; }
 fi
 db_url=${TURNKIT_TEST_DATABASE_URL:-}
 redis_url=${TURNKIT_TEST_REDIS_URL:-}

@@ -339,6 +339,18 @@ services_ensure_chromium() {
     _svc_log "$("$bin" --version 2>/dev/null | head -n 1) at $bin"
 }
 
+# --------------------------------------------------------------------------------- libfaketime
+
+# The e2e tier runs some workers with a skewed wall clock (tests/e2e/harness.py skewed_clock)
+# through Debian's libfaketime.
+services_ensure_faketime() {
+    local lib=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
+    if [ ! -e "$lib" ]; then
+        _svc_apt_install libfaketime || return 1
+    fi
+    [ -e "$lib" ] || { _svc_log "libfaketime not found at $lib"; return 1; }
+}
+
 # ---------------------------------------------------------------------------------------- stop
 
 services_stop_dir() {  # STATE_DIR: stop that server and remove its files

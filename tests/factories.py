@@ -18,7 +18,7 @@ from factory.django import DjangoModelFactory
 
 from turnkit_django.ids import new_id
 from turnkit_django.messages import TextPart, ToolCallPart, ToolResultPart, dump_parts
-from turnkit_django.models import Conversation, Message, ToolExecution, Turn
+from turnkit_django.models import Conversation, Lease, Message, ToolExecution, Turn
 from turnkit_django.states import Phase, ToolStatus, TurnStatus
 from turnkit_django.store import allocate_sequences
 
@@ -59,7 +59,6 @@ class TurnFactory(DjangoModelFactory):
         running = factory.Trait(
             status=TurnStatus.RUNNING, fence=1, claimed_by="factory-worker",
             started_at=factory.LazyFunction(timezone.now),
-            heartbeat_at=factory.LazyFunction(timezone.now),
             state={"phase": Phase.MODEL},
         )
         completed = factory.Trait(
@@ -100,7 +99,11 @@ class TurnFactory(DjangoModelFactory):
             kwargs["root_turn_id"] = parent.root_turn_id if parent else kwargs["id"]
         if parent is not None:
             kwargs.setdefault("depth", parent.depth + 1)
-        return super()._create(model_class, *args, **kwargs)
+        turn = super()._create(model_class, *args, **kwargs)
+        if turn.status == TurnStatus.RUNNING:  # a running turn is claimed: it has a lease
+            Lease.objects.create(turn=turn, fence=turn.fence, worker=turn.claimed_by,
+                                 heartbeat_at=timezone.now())
+        return turn
 
 
 class MessageFactory(DjangoModelFactory):

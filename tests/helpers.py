@@ -74,11 +74,21 @@ def verify_after_test(request: pytest.FixtureRequest) -> Iterator[None]:
         assert_invariants()
 
 
-def crash(turn_id: str, point: str) -> None:
-    """Run a submitted turn until it dies at failpoint ``point``; leave its lease expired."""
+def expire_lease(turn_id: str, *, ago: Any = None) -> None:
+    """Make the claim on ``turn_id`` look dead: its last heartbeat an hour (or ``ago``) old."""
     from datetime import timedelta
 
     from django.utils import timezone
+
+    from turnkit_django.models import Lease
+
+    Lease.objects.filter(turn_id=turn_id).update(
+        heartbeat_at=timezone.now() - (ago or timedelta(hours=1)))
+
+
+def crash(turn_id: str, point: str) -> None:
+    """Run a submitted turn until it dies at failpoint ``point``; leave its lease expired."""
+
 
     from turnkit_django import services
     from turnkit_django.models import Turn
@@ -86,14 +96,13 @@ def crash(turn_id: str, point: str) -> None:
     failpoints.arm(point)
     with pytest.raises(failpoints.SimulatedCrash):
         services.run_turn(turn_id, kind="test")
-    Turn.objects.filter(pk=turn_id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    assert Turn.objects.get(pk=turn_id).status == "running"
+    expire_lease(turn_id)
 
 
 def crash_and_resume(turn_id: str, point: str) -> None:
     """Run a submitted turn until it dies at failpoint ``point``, reconcile it, run it again."""
-    from datetime import timedelta
 
-    from django.utils import timezone
 
     from turnkit_django import reconcile, services
     from turnkit_django.models import Turn
@@ -102,6 +111,6 @@ def crash_and_resume(turn_id: str, point: str) -> None:
     with pytest.raises(failpoints.SimulatedCrash):
         services.run_turn(turn_id, kind="test")
     assert Turn.objects.get(pk=turn_id).status == "running"
-    Turn.objects.filter(pk=turn_id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    expire_lease(turn_id)
     assert turn_id in reconcile().recovered
     assert services.run_turn(turn_id, kind="test")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.dispatch import override_turnkit
+from tests.helpers import expire_lease
 from turnkit_django import Agent, failpoints, services
 from turnkit_django.clients.base import ModelRequest
 from turnkit_django.messages import load_parts
@@ -139,13 +140,11 @@ def crash_at(point: str, nth: int = 1) -> None:
 
 def recover(turn_id: str) -> None:
     """The turn's worker died: age its heartbeat and let reconcile hand the turn back."""
-    from datetime import timedelta
 
-    from django.utils import timezone
 
     from turnkit_django import reconcile
 
-    Turn.objects.filter(pk=turn_id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    expire_lease(turn_id)
     assert turn_id in reconcile().recovered
 
 

@@ -1,4 +1,11 @@
 from django.contrib import admin
 from django.urls import path
 
-urlpatterns = [path("admin/", admin.site.urls)]
+from tests.testapp import views
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("agents/inline/", views.run_inline),
+    path("agents/inline-non-atomic/", views.run_inline_outside_the_request_transaction),
+    path("agents/submit/", views.submit),
+]

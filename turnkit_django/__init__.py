@@ -9,6 +9,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import (
+    AtomicBlockError,
     AuthorizationError,
     BudgetExceeded,
     CompactionError,
@@ -76,6 +77,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Agent",
+    "AtomicBlockError",
     "Audit",
     "AuthorizationError",
     "BudgetExceeded",

@@ -28,6 +28,7 @@ from .exceptions import AuthorizationError, TurnkitError
 from .models import Turn
 from .services import CancelReport, cancel
 from .states import ACTIVE_TURN_STATUSES
+from .store import lease_of
 from .templatetags.turnkit_admin import when
 from .timeline import (
     Totals,
@@ -194,7 +195,7 @@ def turn_console(request: HttpRequest, turn: Turn) -> dict[str, Any]:
             (_("created"), current.created_at),
             (_("submitted"), current.submitted_at),
             (_("started"), started),
-            (_("last heartbeat"), current.heartbeat_at),
+            (_("last heartbeat"), lease_of(current.pk)),
             (_("completed"), current.completed_at),
         ],
         "tk_queued": seconds_between(current.submitted_at, started),

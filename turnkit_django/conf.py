@@ -39,6 +39,10 @@ DEFAULTS: dict[str, Any] = {
     "DISPATCHER": None,  # callable(turn_id) that replaces the Celery dispatch (tests, other queues)
     "COMPACTION": True,  # True, False, or a dict of compaction options
     "PROMPT_DATA_MAX_CHARS": 20_000,
+    # Seconds a tool call (without a timeout of its own) or a model call may take before its
+    # turn stops renewing its lease, so reconcile hands the turn to another worker.
+    "TOOL_TIMEOUT": None,
+    "MODEL_TIMEOUT": None,
     # Issue 16: callable(usage, model) -> Decimal | number | None pricing a model call before
     # COST_RATES (None: use the rates); import path or callable.
     "COST_CALCULATOR": None,

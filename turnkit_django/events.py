@@ -24,6 +24,7 @@ EVENT_TYPES = (
     "turn.failed",
     "turn.cancelled",
     "turn.recovered",
+    "turn.handed_back",
     "turn.stale",
     "turn.waiting",
     "model.requested",

@@ -14,6 +14,7 @@
     ├── WaitError               a wait edge was refused (cycle, self-wait, bad target)
     ├── CompactionError         a manual compaction could not summarise (e.g. empty summary)
     ├── DeliveryConflict        a delivery key is already used for a different message
+    ├── AtomicBlockError        inline execution was asked for inside transaction.atomic()
     ├── EvaluationError         a structured evaluation got no valid answer (``status`` says why)
     └── InvalidTransition       the operation is not allowed in the turn's current status
 """
@@ -107,6 +108,25 @@ class CompactionError(TurnkitError):
     """A manual compaction could not produce a summary; nothing was changed."""
 
 
+class AtomicBlockError(TurnkitError):
+    """A turn was to be executed inline inside an atomic block, where it would not be durable.
+
+    Each committed step of a turn is what makes it recoverable; inside ``transaction.atomic()``
+    (``ATOMIC_REQUESTS`` wraps every view in one) the steps would be savepoints that roll back
+    with the outer block, and the turn would hold its locks across model and tool calls.
+    """
+
+    def __init__(self, operation: str) -> None:
+        self.operation = operation
+        super().__init__(
+            f"{operation} executes the turn now and commits every step, so it cannot run inside "
+            "transaction.atomic() (a view under ATOMIC_REQUESTS is inside one): its steps would "
+            "roll back with the outer block. Call it outside the block (decorate the view with "
+            "@transaction.non_atomic_requests), or use submit(), which runs the turn in the "
+            "background once the outer transaction commits."
+        )
+
+
 class EvaluationError(TurnkitError):
     """A structured evaluation got no valid answer.
 
@@ -145,6 +165,7 @@ class InvalidTransition(TurnkitError):
 
 
 __all__ = [
+    "AtomicBlockError",
     "AuthorizationError",
     "BudgetExceeded",
     "CompactionError",

@@ -25,7 +25,7 @@ from .events import EventCallback
 from .exceptions import InvalidTransition
 from .messages import TextPart
 from .models import Conversation, Delivery, Message, ToolExecution, Turn
-from .runtime import execute, preview
+from .runtime import execute, preview, refuse_atomic_block
 from .runtime.handles import provide
 from .runtime.running import RunningTurn
 from .services.costs import CostBreakdown
@@ -105,6 +105,7 @@ class Agent(AgentDefinition):
     def run(self, task: str, **options: Unpack[RunOptions]) -> Run:
         """Run a bounded task inline, in this process, and return the finished Run."""
         _only("run", options, RunOptions)
+        refuse_atomic_block("agent.run()")
         return Run.create(self, task, **options).execute()
 
     def prepare(self, task: str, **options: Unpack[RunOptions]) -> Run:
@@ -210,6 +211,7 @@ class TurnHandle(RunningTurn):
 
     def execute(self, *, on_event: EventCallback | None = None) -> Self:
         """Execute the pending turn inline, in this process, and return it finished."""
+        refuse_atomic_block("turn.execute()")
         self.refresh()
         if self.row.status != TurnStatus.PENDING:
             raise InvalidTransition(self.row.pk, self.row.status, "execute")
@@ -334,6 +336,8 @@ class ConversationHandle:
             **options: Unpack[TurnOptions]) -> TurnHandle:
         """Say ``text`` and answer it: inline by default, in the background with submit=True."""
         _only("ask", options, TurnOptions)
+        if not submit:
+            refuse_atomic_block("conversation.ask()")
         with transaction.atomic():
             self.say(text)
             turn = self.prepare_turn(**options)

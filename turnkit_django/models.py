@@ -115,7 +115,6 @@ class Turn(models.Model):
     fence_log = models.JSONField(default=list, blank=True)
     recovery_attempts = models.PositiveIntegerField(default=0)
     started_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     # Root-wide budget ledger; meaningful on root turns only, updated under the tree lock.
     tree_iterations = models.PositiveIntegerField(default=0)
@@ -136,7 +135,9 @@ class Turn(models.Model):
                        ("view_transcript", _("Can view transcripts, run context and principals"))]
         indexes = [
             models.Index(fields=["conversation", "created_at"], name="turnkit_turn_conv"),
-            models.Index(fields=["status", "heartbeat_at"], name="turnkit_turn_heartbeat"),
+            # Reconcile looks at running turns only (their leases are joined by primary key).
+            models.Index(fields=["id"], name="turnkit_turn_running",
+                         condition=Q(status=TurnStatus.RUNNING)),
             models.Index(
                 fields=["updated_at"],
                 name="turnkit_turn_actionable",
@@ -178,6 +179,27 @@ class Turn(models.Model):
         if metadata is not None:
             envelope["output_metadata"] = metadata
         return envelope
+
+
+class Lease(models.Model):
+    """The claim on a running turn as its worker keeps it alive: fence, worker, last heartbeat.
+
+    A row apart from the turn's, so a heartbeat never waits for a lock on the turn row (the tree
+    lock, or any session's ``select_for_update``). Stamped with the database's clock.
+    """
+
+    turn = models.OneToOneField(Turn, primary_key=True, on_delete=models.CASCADE,
+                                related_name="lease")
+    fence = models.PositiveBigIntegerField()
+    worker = models.CharField(max_length=200)
+    heartbeat_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = _("lease")
+        verbose_name_plural = _("leases")
+
+    def __str__(self) -> str:
+        return f"lease of {self.turn_id} (fence {self.fence})"
 
 
 class Message(models.Model):

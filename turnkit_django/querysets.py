@@ -76,8 +76,10 @@ class TurnQuerySet(models.QuerySet):
             status__in=[TurnStatus.PENDING, TurnStatus.WAITING, TurnStatus.RUNNING])
 
     def lease_expired(self, before: datetime) -> TurnQuerySet:
-        """Running turns whose heartbeat is older than ``before`` (their worker may be dead)."""
-        return self.running().filter(heartbeat_at__lt=before)
+        """Running turns whose last heartbeat is older than ``before`` (their worker may be
+        dead), oldest first."""
+        return self.running().filter(Q(lease__heartbeat_at__lt=before)
+                                     | Q(lease__isnull=True)).order_by("lease__heartbeat_at")
 
     def queued_in_lane(self) -> TurnQuerySet:
         """Submitted pending turns, in the order their lane runs them."""
@@ -103,9 +105,12 @@ class TurnQuerySet(models.QuerySet):
         return self.actionable().pending().filter(~Exists(busy), ~Exists(older))
 
     def under_cascade(self) -> TurnQuerySet:
-        """Active turns whose parent was cancelled with its descendants (for the sweep)."""
-        return self.active().filter(parent_turn__status=TurnStatus.CANCELLED,
-                                    parent_turn__options__cancel_cascade=True)
+        """Active turns whose parent (or, for a root-level task of a tree, whose root) was
+        cancelled with its descendants (for the sweep)."""
+        return self.active().filter(
+            Q(parent_turn__status=TurnStatus.CANCELLED, parent_turn__options__cancel_cascade=True)
+            | Q(parent_turn__isnull=True, root_turn__status=TurnStatus.CANCELLED,
+                root_turn__options__cancel_cascade=True))
 
 
 class _ProviderSafe(ModelIterable):
@@ -123,6 +128,11 @@ class MessageQuerySet(models.QuerySet):
         """The messages ``turn`` sees: its conversation up to its frozen input, plus its own."""
         return self.filter(conversation_id=turn.conversation_id).filter(
             Q(sequence__lte=turn.context_sequence) | Q(turn_id=turn.pk)).order_by("sequence")
+
+    def deliveries_after(self, conversation_id: str, sequence: int) -> MessageQuerySet:
+        """Delivered messages past ``sequence`` (buffered for the next turn), newest first."""
+        return self.filter(conversation_id=conversation_id, sequence__gt=sequence, role="user",
+                           metadata__has_key="delivery_id").order_by("-sequence")
 
     def after(self, conversation_id: str, sequence: int) -> MessageQuerySet:
         """A cursor read: the conversation's messages with a greater sequence, in order."""

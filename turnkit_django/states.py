@@ -80,6 +80,7 @@ TRANSITIONS: dict[str, Transition] = {t.name: t for t in (
     _t("publish", {_R}, TurnStatus.COMPLETED),   # the output phase published
     _t("fail", {_R}, TurnStatus.FAILED),         # a budget, model or policy error
     _t("requeue", {_R}, _P),                     # reconcile: the worker is presumed dead
+    _t("hand_back", {_R}, _P),                   # its worker shuts down at a step boundary
     _t("dead_letter", {_R}, TurnStatus.FAILED),  # reconcile: too many recoveries
     _t("refuse", {_P, _W}, TurnStatus.FAILED),   # nobody can run it (e.g. unknown agent)
     _t("abandon", {_P, _R}, TurnStatus.STALE),   # an inline turn left behind

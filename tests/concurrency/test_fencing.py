@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from django.utils import timezone
 import turnkit_django
 from tests.concurrency.threads import Worker, wait_until
 from tests.dispatch import override_turnkit, recorded
+from tests.helpers import expire_lease
 from turnkit_django import Agent, LostClaim, services, store, tool
 from turnkit_django.errors import unknown_result
 from turnkit_django.messages import ToolCallPart, ToolResultPart
@@ -72,9 +72,6 @@ class Gate:
         self.entered.set()
         assert self.released.wait(TIMEOUT), "the test never opened the gate"
 
-
-def expire_lease(turn_id: str) -> None:
-    Turn.objects.filter(pk=turn_id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
 
 
 def blocked_agent(registered, where: str) -> tuple[Agent, FunctionClient, Gate, list[str]]:

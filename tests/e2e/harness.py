@@ -134,6 +134,19 @@ def tail(path: Path, lines: int = 40) -> str:
         return "(no log)"
 
 
+FAKETIME_LIBRARY = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+def skewed_clock(offset: str) -> dict[str, str]:
+    """Environment that runs a process with its wall clock off by ``offset`` (``"+400s"``):
+    libfaketime, installed by the test command; the monotonic clock stays real."""
+    if not FAKETIME_LIBRARY.exists():
+        raise AssertionError(f"{FAKETIME_LIBRARY} is missing: the test command installs "
+                             "libfaketime (scripts/services.sh)")
+    return {"LD_PRELOAD": str(FAKETIME_LIBRARY), "FAKETIME": offset,
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_NO_CACHE": "1"}
+
+
 # A worker gets SIGKILL if the test process dies without its teardown (killed by CI, say).
 _DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
 
@@ -165,8 +178,10 @@ class Cluster:
         })
         return env
 
-    def start(self, count: int = 2, *, pool: str = "prefork", timeout: float = 45) -> list[Worker]:
-        """Start ``count`` workers and wait until each is consuming."""
+    def start(self, count: int = 2, *, pool: str = "prefork", timeout: float = 45,
+              env: dict[str, str] | None = None) -> list[Worker]:
+        """Start ``count`` workers and wait until each is consuming (``env``: extra variables,
+        such as :func:`skewed_clock`)."""
         started = []
         for _ in range(count):
             self._count += 1
@@ -179,7 +194,8 @@ class Cluster:
                 "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
             ]
             with log.open("ab") as out:
-                proc = subprocess.Popen(command, cwd=REPO, env=self.env(name), stdout=out,
+                proc = subprocess.Popen(command, cwd=REPO, env={**self.env(name), **(env or {})},
+                                        stdout=out,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         start_new_session=True)
             worker = Worker(name, proc, log)

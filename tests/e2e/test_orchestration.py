@@ -62,7 +62,9 @@ def test_fan_out_to_three_children_on_two_workers_joins_in_call_order(cluster: C
                           {"reply": "joined"})
 
     first_blocked = cluster.wait_ledger("gate.blocked", gate="fan-first")[0]
-    kids = children(root_id)
+    # The first child may start (and block) while its parent is still launching the others.
+    kids = wait_for(lambda: len(found := children(root_id)) == 3 and found, timeout=30,
+                    what="the parent to launch its three children")
     assert [k.agent_name for k in kids] == ["e2e_child"] * 3
     # The first child holds one worker; the other worker runs the second and the third.
     rows = wait_terminal([kids[1].pk, kids[2].pk], timeout=45)

@@ -7,14 +7,12 @@ in this thread through ``services.run_turn``, as the Celery task does.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
 from tests.dispatch import background, override_turnkit
-from tests.helpers import _disarm_failpoints, registered, verify_after_test
+from tests.helpers import _disarm_failpoints, expire_lease, registered, verify_after_test
 from tests.orchestration import (
     answering,
     crash_at,
@@ -278,7 +276,7 @@ def test_failed_and_dead_lettered_turns_send_their_callbacks(registered):
     lost = registered(answering("lost_agent")).prepare("work").submit(callback=parent)
     assert store.claim(lost.id, "a worker that dies") is not None
     with override_turnkit(MAX_RECOVERY_ATTEMPTS=0):
-        Turn.objects.filter(pk=lost.id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+        expire_lease(lost.id)
         assert lost.id in reconcile().dead_lettered
     delivery = Delivery.objects.get(key=f"completion:{lost.id}")
     assert delivery.payload["envelope"]["status"] == "failed"

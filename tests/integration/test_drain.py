@@ -31,6 +31,6 @@ def test_only_the_head_of_each_lane_is_rung_again(registered, django_capture_on_
     # Touched turns rotate behind the others; the lane stays blocked until its head finishes.
     clear()
     assert drain() == []
-    Turn.objects.filter(pk=first.id).update(status="running", heartbeat_at=timezone.now())
+    Turn.objects.filter(pk=first.id).update(status="running")
     quiet(second.id, third.id)
     assert drain() == []  # the head is running: nothing behind it can be claimed

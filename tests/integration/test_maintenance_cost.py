@@ -23,7 +23,7 @@ from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from turnkit_django import Agent, services
 from turnkit_django.conf import turnkit_settings
 from turnkit_django.ids import new_id
-from turnkit_django.models import Conversation, Turn
+from turnkit_django.models import Conversation, Lease, Turn
 from turnkit_django.states import TurnStatus
 from turnkit_django.testing import FunctionClient, reply
 
@@ -53,7 +53,7 @@ def add_history(count: int = HISTORY) -> None:
     shares[TurnStatus.STALE] = count - sum(shares.values())
     for status, share in shares.items():
         ids += create_terminal_turns(share, per_conversation=4, status=status, at=at)
-    Turn.objects.filter(pk__in=ids).update(submitted_at=at, heartbeat_at=at, fence=2)
+    Turn.objects.filter(pk__in=ids).update(submitted_at=at, fence=2)
     assert Turn.objects.terminal().background().count() == count
 
 
@@ -155,7 +155,7 @@ def test_blocked_waiters_rotate_so_every_one_is_inspected(agent: Agent) -> None:
 def stale_running(count: int) -> list[str]:
     """Background turns whose worker died: running, heartbeat older than the lease."""
     now = timezone.now()
-    conversations, turns = [], []
+    conversations, turns, leases = [], [], []
     for index in range(count):
         conversation = Conversation(id=new_id("conv"), agent_name="maintained", model="scripted")
         turn_id = new_id("turn")
@@ -164,10 +164,13 @@ def stale_running(count: int) -> list[str]:
             id=turn_id, conversation_id=conversation.pk, root_turn_id=turn_id,
             agent_name="maintained", model="scripted", status=TurnStatus.RUNNING, fence=1,
             claimed_by="celery@gone", submitted_at=now - LONG_AGO, started_at=now - LONG_AGO,
-            heartbeat_at=now - LONG_AGO - timedelta(seconds=index), state={"phase": "model"},
+            state={"phase": "model"},
         ))
+        leases.append(Lease(turn_id=turn_id, fence=1, worker="celery@gone",
+                            heartbeat_at=now - LONG_AGO - timedelta(seconds=index)))
     Conversation.objects.bulk_create(conversations)
     Turn.objects.bulk_create(turns)
+    Lease.objects.bulk_create(leases)
     return [t.pk for t in turns]
 
 

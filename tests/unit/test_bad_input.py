@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from tests.dispatch import override_turnkit
+from tests.helpers import expire_lease
 from turnkit_django import Agent, events, reconcile, tool
 from turnkit_django.events import Event
 from turnkit_django.messages import ToolCallPart
@@ -103,7 +104,7 @@ def test_an_inline_turn_made_stale_emits_the_events_of_its_repair(
         fenced.append("assistant", [ToolCallPart("call_1", "probe", {}),
                                     ToolCallPart("call_2", "probe", {})], kind="tool_call")
         fenced.open_execution(ToolCallPart("call_1", "probe", {}), "running")
-    Turn.objects.filter(pk=run.id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    expire_lease(run.id)
     seen: list[Event] = []
 
     def receive(sender: object, event: Event, **kwargs: object) -> None:

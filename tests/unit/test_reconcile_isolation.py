@@ -7,13 +7,14 @@ one once its attempts are used up. ``turnkit_reconcile --loop`` survives a faili
 
 from __future__ import annotations
 
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 
 from tests.dispatch import override_turnkit
-from tests.helpers import crash
+from tests.helpers import crash, expire_lease
 from turnkit_django import Agent, failpoints, reconcile
 from turnkit_django.models import Turn
 from turnkit_django.testing import FunctionClient, reply
@@ -42,8 +43,7 @@ def abandoned(registered, count: int) -> list[str]:
 
 def test_a_turn_whose_recovery_fails_is_counted_and_the_pass_goes_on(registered):
     bad, good = abandoned(registered, 2)
-    Turn.objects.filter(pk=bad).update(heartbeat_at=Turn.objects.get(pk=good).heartbeat_at
-                                       .replace(year=2000))  # tried first: the oldest lease
+    expire_lease(bad, ago=timedelta(days=1))  # tried first: the oldest lease
 
     failpoints.arm("recover_turn", poison)
     report = reconcile()

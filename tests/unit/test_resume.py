@@ -11,13 +11,12 @@ Tool side effects are counted in a ledger outside our own tables, by idempotency
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 import turnkit_django
 from tests.dispatch import override_turnkit
+from tests.helpers import expire_lease
 from turnkit_django import Agent, failpoints, services, tool
 from turnkit_django.clients.base import ModelRequest
 from turnkit_django.errors import unknown_result
@@ -84,10 +83,6 @@ def billing_agent(registered, ledger: Ledger, *, recovery: str = "unknown",
 def submitted(agent: Agent, task: str = "charge 5") -> turnkit_django.Run:
     return agent.prepare(task).submit()
 
-
-def expire_lease(turn_id: str) -> None:
-    """Age the heartbeat past LEASE, as if the worker had stopped beating long ago."""
-    Turn.objects.filter(pk=turn_id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
 
 
 def crash(turn_id: str, point: str | None = None) -> services.ReconcileReport:

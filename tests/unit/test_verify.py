@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
@@ -20,7 +18,7 @@ from tests.factories import (
     text,
     tool_turn,
 )
-from tests.helpers import _disarm_failpoints, invariants
+from tests.helpers import _disarm_failpoints, expire_lease, invariants
 from turnkit_django import Agent, failpoints, reconcile, tool
 from turnkit_django.models import Conversation, Delivery, Message, ToolExecution, Turn
 from turnkit_django.testing import ScriptedClient, call, reply
@@ -111,7 +109,7 @@ def test_crash_inside_tool_then_stale_repair_passes():
     # Running in the tools phase with its batch open and its execution running: still valid.
     assert run.refresh().status == "running"
     assert_invariants()
-    Turn.objects.filter(pk=run.id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    expire_lease(run.id)
     assert reconcile().stale == [run.id]
     run.refresh()
     assert run.status == "stale"

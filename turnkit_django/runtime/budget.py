@@ -7,7 +7,6 @@ parallel children across workers can never overrun a limit.
 
 from __future__ import annotations
 
-from datetime import datetime
 from decimal import Decimal
 
 from ..exceptions import BudgetExceeded
@@ -19,16 +18,17 @@ def limits_of(ledger: Ledger) -> Limits:
     return ledger.limits if ledger.limits is not None else resolve_limits()
 
 
-def check_open(ledger: Ledger, at: datetime, *, spend: bool = True) -> None:
-    """Raise if the tree ran out of time or (unless ``spend`` is False) money."""
-    if ledger.deadline_at is not None and at >= ledger.deadline_at:
+def check_open(ledger: Ledger, *, spend: bool = True) -> None:
+    """Raise if the tree ran out of time (on the database clock) or (unless ``spend`` is
+    False) money."""
+    if ledger.deadline_at is not None and ledger.now >= ledger.deadline_at:
         raise BudgetExceeded(TIMEOUT, limit="timeout")
     limit = limits_of(ledger).max_spend
     if spend and limit is not None and ledger.spend >= limit:
         raise BudgetExceeded(SPEND, limit="max_spend")
 
 
-def reserve_next(ledger: Ledger, at: datetime) -> tuple[LedgerDelta, Reservation]:
+def reserve_next(ledger: Ledger) -> tuple[LedgerDelta, Reservation]:
     """Check time and money and reserve the next model call.
 
     Returns the delta and the reservation: granted, or the denial the model step raises. It is
@@ -37,7 +37,7 @@ def reserve_next(ledger: Ledger, at: datetime) -> tuple[LedgerDelta, Reservation
     transaction records.
     """
     try:
-        check_open(ledger, at)
+        check_open(ledger)
         if ledger.iterations >= limits_of(ledger).max_iterations:
             raise BudgetExceeded(ITERATIONS, limit="max_iterations")
     except BudgetExceeded as exc:
@@ -46,12 +46,12 @@ def reserve_next(ledger: Ledger, at: datetime) -> tuple[LedgerDelta, Reservation
     return LedgerDelta(iterations=1), GRANTED
 
 
-def recheck(reservation: Reservation, ledger: Ledger, at: datetime) -> Reservation:
+def recheck(reservation: Reservation, ledger: Ledger) -> Reservation:
     """A granted reservation, checked again for time and money (a claim after a pause)."""
     if not reservation.granted:
         return reservation
     try:
-        check_open(ledger, at)
+        check_open(ledger)
     except BudgetExceeded as exc:
         return Reservation.denied(exc)
     return reservation

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
+from .. import shutdown
 from ..agents import AgentDefinition
 from ..clients import Client
 from ..events import EventCallback, emit
@@ -20,9 +24,23 @@ class Suspended(Exception):
     """The turn released its claim to wait (background fan-out, wait_for)."""
 
 
+class HandBack(Exception):
+    """The worker is shutting down: stop at this step boundary and give the turn back."""
+
+
 #: Runs a child turn inline, to its end (the loop's ``execute``): ``(child, agent, client,
 #: on_event)``. The loop sets it, so delegation does not import the loop it runs inside.
 ChildRunner = Callable[[Turn, AgentDefinition, Client, "EventCallback | None"], Any]
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A model or tool call this worker is waiting for, and how long it may take."""
+
+    kind: str  # "model" or "tool"
+    name: str
+    limit: float | None
+    started: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -47,6 +65,10 @@ class TurnContext:
     batch: dict[str, ToolExecution] | None = None
     started: set[str] = field(default_factory=set)
     child_runner: ChildRunner | None = None
+    #: The call in flight now (read by the heartbeat thread), and the monotonic time at which
+    #: the database clock read ``row.updated_at`` (the claim), to project it without a query.
+    in_flight: InFlight | None = None
+    claimed_at: float = field(default_factory=time.monotonic)
 
     @property
     def fenced(self) -> Fenced:
@@ -79,10 +101,39 @@ class TurnContext:
             raise RuntimeError("this turn context cannot run child turns")
         self.child_runner(child, agent, client, self.on_event)
 
+    @contextmanager
+    def waiting_for(self, kind: str, name: str, limit: float | None) -> Iterator[None]:
+        """Mark a model or tool call as in flight while it runs (see :meth:`overdue`)."""
+        self.in_flight = InFlight(kind, name, limit)
+        try:
+            yield
+        finally:
+            self.in_flight = None
+
+    def overdue(self) -> str | None:
+        """Why the call in flight should no longer keep the turn alive, if it should not: past
+        its own timeout, or past the tree's deadline (on the database clock)."""
+        call = self.in_flight
+        if call is None:
+            return None
+        waited = time.monotonic() - call.started
+        if call.limit is not None and waited > call.limit:
+            return f"the {call.kind} call {call.name!r} did not return within {call.limit:g}s"
+        deadline = self.row.deadline_at
+        now = self.row.updated_at + timedelta(seconds=time.monotonic() - self.claimed_at)
+        if deadline is not None and now >= deadline:
+            return f"the turn's deadline passed during the {call.kind} call {call.name!r}"
+        return None
+
+    def check_stop(self) -> None:
+        """At a step boundary: raise HandBack when this process is shutting down."""
+        if self.background and shutdown.stopping():
+            raise HandBack(self.row.pk)
+
     def handle(self) -> Any:
         """The public turn handle given to tools and output policies: it acts as the running
         turn (evaluations, output metadata) through this context."""
         return turn_handle(self.row, self.agent, self)
 
 
-__all__ = ["ChildRunner", "Suspended", "TurnContext"]
+__all__ = ["ChildRunner", "HandBack", "InFlight", "Suspended", "TurnContext"]

@@ -16,6 +16,7 @@ from typing import Any
 from ..authorization import is_allowed
 from ..errors import ErrorRecord, budget_exceeded, not_authorized
 from ..exceptions import AuthorizationError, BudgetExceeded, LostClaim, WaitError
+from ..ids import new_id
 from ..messages import ToolCallPart
 from ..models import Conversation, ToolExecution, Turn
 from ..states import ToolStatus
@@ -24,9 +25,9 @@ from ..tools.coordination import CoordinationTool, LaunchAgent, SendMessage, Wai
 from .calls import CallOutcome
 from .context import Suspended, TurnContext
 from .delegation import child_of, create_child, launch_refusal
-from .deliveries import deliver, send_message
+from .deliveries import authorize_send, deliver, record_send
 from .fanout import suspend
-from .submission import submit
+from .submission import authorize_callback, submit
 
 logger = logging.getLogger("turnkit_django.tools")
 
@@ -51,10 +52,14 @@ def launch(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution,
         return CallOutcome.failed(refusal)
     child = child_of(execution)
     if child is None:
+        child_id = new_id("turn")
         try:
-            with ctx.fenced.atomic():  # submit() asks for the callback; a denial rolls back
-                child = submit(create_child(ctx, agent, execution, args.task),
-                               callback=ctx.conversation if args.callback else None)
+            if args.callback:  # asked before the transaction, for the child to be
+                authorize_callback(child_id, ctx.principal, ctx.conversation)
+            with ctx.fenced.atomic():
+                child = submit(create_child(ctx, agent, execution, args.task, turn_id=child_id),
+                               callback=ctx.conversation if args.callback else None,
+                               callback_authorized=True)
         except AuthorizationError:
             return CallOutcome.failed(not_authorized(
                 "You are not allowed to ask for a callback into this conversation."))
@@ -101,14 +106,15 @@ def send(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution,
         return _failed("unknown_conversation", f"There is no conversation "
                                                f"{args.conversation_id!r}.")
     try:
-        with ctx.fenced.atomic():
-            delivery = send_message(ctx.conversation, destination, args.text,
-                                    key=f"turnkit:send:{execution.pk}",
-                                    principal=ctx.principal, source_turn=ctx.row,
-                                    deliver_now=False)
+        principal = authorize_send(ctx.conversation, destination, args.text,
+                                   principal=ctx.principal, source_turn=ctx.row)
     except AuthorizationError:
         return CallOutcome.failed(not_authorized(
             f"You are not allowed to send a message to conversation {destination.pk!r}."))
+    with ctx.fenced.atomic():
+        delivery = record_send(ctx.conversation, destination, args.text,
+                               key=f"turnkit:send:{execution.pk}", principal=principal,
+                               source_turn=ctx.row, deliver_now=False)
     if delivery.delivered_at is None:
         try:
             delivery = deliver(delivery.pk)

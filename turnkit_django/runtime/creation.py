@@ -80,11 +80,15 @@ def new_turn(
     options: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
     subject: Model | None = None,
+    tree: Turn | None = None,
+    turn_id: str | None = None,
 ) -> Turn:
     """Create a pending turn (and its conversation and input message when needed).
 
     ``options`` are extra write-once options recorded with the turn's own; ``metadata`` and
-    ``subject`` describe a new conversation and are refused with an existing one.
+    ``subject`` describe a new conversation and are refused with an existing one. With
+    ``tree`` (a turn), the new turn is a root-level task of that turn's tree: it shares the
+    root's budget and deadline (it has no limits of its own).
     """
     if conversation is not None and (metadata is not None or subject is not None):
         raise TypeError("metadata and subject describe a new conversation; set them when the "
@@ -92,7 +96,7 @@ def new_turn(
     principal = json_value(principal, "principal")
     turn_config = turn_options(agent, output_schema=output_schema, thinking=thinking,
                                prompt_mode=prompt_mode, compaction=compaction,
-                               root=parent is None, **(options or {}))
+                               root=parent is None and tree is None, **(options or {}))
     with transaction.atomic():
         if conversation is None:
             conversation = new_conversation(agent, principal=principal, context=context,
@@ -107,6 +111,8 @@ def new_turn(
             context=None if context is None else snapshot(context, "context"),
             parent=parent,
             parent_execution=parent_execution,
+            tree=tree,
+            id=turn_id,
         )
         return create_turn(spec, conversation, parts, message_metadata=message_metadata)
 

@@ -54,11 +54,12 @@ def child_of(execution: ToolExecution) -> Turn | None:
 
 
 def create_child(parent: TurnContext, agent: AgentDefinition, execution: ToolExecution,
-                 task: str) -> Turn:
+                 task: str, *, turn_id: str | None = None) -> Turn:
     """Create (once per tool execution) the child conversation, turn and task message.
 
     A fenced write of the parent; the child is found again by ``parent_tool_execution``, so a
-    replayed call never creates a second child.
+    replayed call never creates a second child. ``turn_id`` is the id the child gets (one the
+    caller asked a policy about before opening its transaction).
     """
     existing = child_of(execution)
     if existing is not None:
@@ -66,7 +67,7 @@ def create_child(parent: TurnContext, agent: AgentDefinition, execution: ToolExe
     with parent.fenced.atomic() as ledger:
         budget.check_depth(ledger, parent.row.depth + 1)
         return new_turn(agent, [TextPart(task)], parent=parent.row, parent_execution=execution,
-                        principal=parent.principal)
+                        principal=parent.principal, turn_id=turn_id)
 
 
 def child_outcome(child: Turn) -> CallOutcome:

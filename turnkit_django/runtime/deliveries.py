@@ -32,10 +32,12 @@ from django.db.models import Q
 
 from ..agents import get_agent
 from ..authorization import authorize, is_allowed
+from ..conf import turnkit_settings
 from ..events import emit
 from ..exceptions import ConfigurationError
 from ..models import Conversation, Delivery, Message, Turn
 from ..serialization import json_value
+from ..states import TurnStatus
 from ..store import deliveries, lock_conversation
 from ..store.deliveries import COMPLETION_PREFIX
 from ..store.turns import set_options
@@ -60,6 +62,16 @@ def send_message(
     With ``deliver_now`` (the default) the message is delivered at once; otherwise maintenance
     (:func:`deliver_pending`) delivers it.
     """
+    principal = authorize_send(source, destination, text, principal=principal,
+                               source_turn=source_turn)
+    return record_send(source, destination, text, key=key, principal=principal,
+                       source_turn=source_turn, deliver_now=deliver_now)
+
+
+def authorize_send(source: Conversation, destination: Conversation, text: str, *,
+                   principal: Any, source_turn: Turn | None = None) -> Any:
+    """Check a message and ask the policy for ``send_message`` (outside any transaction);
+    return the principal as stored."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError("a message needs non-empty text")
     principal = json_value(principal, "principal")
@@ -70,6 +82,13 @@ def send_message(
               destination_conversation_id=destination.pk,
               source_turn_id=source_turn.pk if source_turn is not None else None,
               source_principal=source.principal, destination_principal=destination.principal)
+    return principal
+
+
+def record_send(source: Conversation, destination: Conversation, text: str, *, key: str,
+                principal: Any, source_turn: Turn | None = None,
+                deliver_now: bool = True) -> Delivery:
+    """Store an authorized message once per ``key`` (and deliver it at once if asked)."""
     delivery = deliveries.create(
         key=key, destination_id=destination.pk, source_id=source.pk,
         source_turn_id=source_turn.pk if source_turn is not None else None,
@@ -81,19 +100,29 @@ def send_message(
     return delivery
 
 
-def completion_callback(turn: Turn) -> Delivery | None:
-    """Create the completion callback of a finished submitted turn; call it in the terminal write.
-
-    The ``callback`` action is authorized again now (a permission can be revoked while the turn
-    runs); a denial is recorded as ``options["callback_denied"]`` and the turn stays terminal.
-    """
+def callback_decision(turn: Turn) -> bool | None:
+    """Ask the policy whether a finishing turn may send its completion callback; None when it
+    has none. Call it before the terminal write's transaction (never under a lock): the policy
+    is asked again at completion because a permission can be revoked while the turn runs."""
     destination = (turn.options or {}).get("callback_conversation")
     if turn.submitted_at is None or not destination:
         return None
     owner = Conversation.objects.filter(pk=destination).values_list("principal", flat=True)
-    if not is_allowed("callback", principal=turn.principal, turn_id=turn.pk,
+    return is_allowed("callback", principal=turn.principal, turn_id=turn.pk,
                       destination_conversation_id=destination,
-                      destination_principal=owner.first()):
+                      destination_principal=owner.first())
+
+
+def completion_callback(turn: Turn, allowed: bool | None) -> Delivery | None:
+    """Create the completion callback of a finished submitted turn; call it in the terminal
+    write, with the decision :func:`callback_decision` took before it.
+
+    A denial is recorded as ``options["callback_denied"]`` and the turn stays terminal.
+    """
+    destination = (turn.options or {}).get("callback_conversation")
+    if turn.submitted_at is None or not destination:
+        return None
+    if not allowed:  # denied, or no decision was taken: never ask the policy under a lock
         set_options(turn, callback_denied=True)
         return None
     result = turn.envelope()
@@ -105,18 +134,19 @@ def completion_callback(turn: Turn) -> Delivery | None:
     )
 
 
-def finished(turn_id: str) -> Delivery | None:
+def finished(turn_id: str, *, callback_allowed: bool | None) -> Delivery | None:
     """Call in the transaction of a submitted turn's terminal write (holding its tree lock).
 
-    Creates the completion callback (re-authorized now; see :func:`completion_callback`) and
-    wakes the turn's conversation (buffered deliveries get their continuation), so both commit
-    or roll back with the terminal status. The callback is delivered after the commit; if this
-    process dies first, maintenance delivers it. Inline turns have neither.
+    Creates the completion callback (as ``callback_allowed`` decided, see
+    :func:`callback_decision`) and wakes the turn's conversation (buffered deliveries get their
+    continuation), so both commit or roll back with the terminal status. The callback is
+    delivered after the commit; if this process dies first, maintenance delivers it. Inline
+    turns have neither.
     """
     turn = Turn.objects.get(pk=turn_id)
     if turn.submitted_at is None:
         return None
-    delivery = completion_callback(turn)
+    delivery = completion_callback(turn, callback_allowed)
     wake(turn.conversation_id)
     if delivery is not None and delivery.delivered_at is None:
         transaction.on_commit(partial(_deliver_later, delivery.pk))
@@ -217,9 +247,7 @@ def _wake_locked(row: Conversation) -> Turn | None:
     latest = (Turn.objects.filter(conversation_id=row.pk).order_by("-created_at", "-id")
               .values("context_sequence", "submitted_at").first())
     consumed = latest["context_sequence"] if latest else 0
-    trigger = (Message.objects.filter(conversation_id=row.pk, sequence__gt=consumed, role="user",
-                                      metadata__has_key="delivery_id")
-               .order_by("-sequence").values_list("pk", "metadata").first())
+    trigger = _trigger(row.pk, consumed)
     if trigger is None:
         return None
     try:
@@ -228,12 +256,43 @@ def _wake_locked(row: Conversation) -> Turn | None:
         logger.warning("conversation %r has buffered deliveries but its agent %r is not "
                        "registered in this process; not waking it", row.pk, row.agent_name)
         return None
-    turn = new_turn(agent, conversation=row, principal=row.principal,
-                    options={"woken_by": {"message_id": trigger[0],
-                                          "delivery_id": trigger[1]["delivery_id"]}})
+    message_id, delivery_id, tree = trigger
+    turn = new_turn(agent, conversation=row, principal=row.principal, tree=tree,
+                    options={"woken_by": {"message_id": message_id,
+                                          "delivery_id": delivery_id}})
     if latest is None or latest["submitted_at"] is not None:
         turn = submit(turn)
     return turn
+
+
+def _trigger(conversation_id: str, consumed: int) -> tuple[str, str, Turn | None] | None:
+    """The buffered delivery a continuation answers, and the tree it joins (None: a new root).
+
+    A message sent by a turn (the send_message tool, a completion callback) continues the
+    sender's tree, so one root-wide budget bounds every chain of turns messaging turns; a
+    message from a cancelled tree wakes nothing; application input starts a new root.
+    """
+    buffered = list(Message.objects.deliveries_after(conversation_id, consumed)
+                    .values_list("pk", "metadata")[:turnkit_settings.MAINTENANCE_BATCH_SIZE])
+    senders = Turn.objects.select_related("root_turn").in_bulk(
+        {turn_id for _, metadata in buffered if (turn_id := _sender(metadata))})
+    live = [(pk, metadata, senders.get(_sender(metadata) or "")) for pk, metadata in buffered]
+    live = [item for item in live if not _from_cancelled_tree(item[2])]
+    if not live:
+        return None
+    message_id, metadata, newest = live[0]
+    from_application = any(item[2] is None for item in live)
+    tree = None if from_application or newest is None else newest.root_turn
+    return message_id, str(metadata["delivery_id"]), tree
+
+
+def _sender(metadata: dict[str, Any]) -> str | None:
+    source = metadata.get("source") or {}
+    return source.get("turn_id") if isinstance(source, dict) else None
+
+
+def _from_cancelled_tree(sender: Turn | None) -> bool:
+    return sender is not None and sender.root_turn.status == TurnStatus.CANCELLED
 
 
 def wake_after(turn_id: str) -> Turn | None:
@@ -246,11 +305,14 @@ def wake_after(turn_id: str) -> Turn | None:
 
 
 __all__ = [
+    "authorize_send",
+    "callback_decision",
     "completion_callback",
     "deliver",
     "deliver_pending",
     "finished",
     "is_busy",
+    "record_send",
     "send_message",
     "wake",
     "wake_after",

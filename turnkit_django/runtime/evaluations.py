@@ -38,8 +38,6 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.utils import timezone
-
 from ..authorization import is_allowed
 from ..clients import Usage
 from ..clients.cost import compute_cost
@@ -147,11 +145,11 @@ def evaluate(ctx: TurnContext, **arguments: Any) -> Evaluation:
                      cost=None if evaluation.cost is None else str(evaluation.cost),
                      duration_ms=took)
             return evaluation
-        _failed(ctx, rid, number, spec, outcome, took)
+        now = _failed(ctx, rid, number, spec, outcome, took)
         ctx.emit("evaluation.failed", receipt_id=rid, attempt=number, model=spec.model,
                  purpose=spec.purpose, status=outcome.status, http_status=outcome.http_status,
                  error=str(outcome), duration_ms=took)
-        delay = _retry_delay(outcome, number, spec, deadline)
+        delay = _retry_delay(outcome, number, spec, deadline, now)
         if delay is None:
             raise outcome
         getattr(spec.evaluator, "sleep", time.sleep)(delay)
@@ -205,14 +203,14 @@ def _begin(ctx: TurnContext, rid: str, spec: Spec) -> tuple[int, datetime | None
     deadline."""
     refusal: EvaluationError | None = None
     with ctx.fenced.atomic() as ledger:
-        budget.check_open(ledger, timezone.now())
+        budget.check_open(ledger)
+        now = ledger.now.isoformat()  # the database clock
         receipt = dict(ctx.state.evaluations.get(rid) or _new_receipt(rid, spec))
         attempts = [dict(a) for a in receipt["attempts"]]
         charge = delta = None
         for attempt in attempts:
             if attempt["status"] == "uncertain" and "finished_at" not in attempt:
-                attempt.update(status="interrupted", finished_at=timezone.now().isoformat(),
-                               cost=None)
+                attempt.update(status="interrupted", finished_at=now, cost=None)
                 _add(receipt, Usage(), None)
                 charge, delta, _ = internal.charge_usage(ctx, ledger, Usage(), spec.model, None)
         if len(attempts) >= spec.max_attempts:
@@ -223,7 +221,7 @@ def _begin(ctx: TurnContext, rid: str, spec: Spec) -> tuple[int, datetime | None
             receipt.update(status="failed", attempts=attempts)
         else:
             attempts.append({"n": len(attempts) + 1, "status": "uncertain",
-                             "started_at": timezone.now().isoformat()})
+                             "started_at": now})
             receipt.update(status="in_progress", attempts=attempts)
         _write(ctx, rid, receipt, charge, delta)
         deadline = ledger.deadline_at
@@ -233,21 +231,22 @@ def _begin(ctx: TurnContext, rid: str, spec: Spec) -> tuple[int, datetime | None
 
 
 def _finish(ctx: TurnContext, rid: str, number: int, outcome: dict[str, Any], usage: Usage,
-            model: str, cost: Decimal | None, charged: bool, **receipt: Any) -> Decimal | None:
-    """Record attempt ``number``'s outcome (charging it when ``charged``); return its cost."""
+            model: str, cost: Decimal | None, charged: bool, **receipt: Any) -> datetime:
+    """Record attempt ``number``'s outcome (charging it when ``charged``); return the database
+    clock's time."""
     with ctx.fenced.atomic() as ledger:
         charge = delta = None
         if charged:
             charge, delta, cost = internal.charge_usage(ctx, ledger, usage, model, cost)
         current = dict(ctx.state.evaluations[rid])
         attempts = [dict(a) for a in current["attempts"]]
-        attempts[number - 1].update(outcome, finished_at=timezone.now().isoformat(),
+        attempts[number - 1].update(outcome, finished_at=ledger.now.isoformat(),
                                     usage=usage.as_dict(),
                                     cost=None if cost is None else str(cost))
         current.update(receipt, attempts=attempts)
         _add(current, usage, cost)
         _write(ctx, rid, current, charge, delta)
-    return cost
+        return ledger.now
 
 
 def _succeeded(ctx: TurnContext, rid: str, number: int, spec: Spec, reply: EvaluatorReply,
@@ -262,28 +261,28 @@ def _succeeded(ctx: TurnContext, rid: str, number: int, spec: Spec, reply: Evalu
 
 
 def _failed(ctx: TurnContext, rid: str, number: int, spec: Spec, error: EvaluationError,
-            took: int) -> None:
+            took: int) -> datetime:
     """Record a failed attempt: not taken (no charge), or its usage with a cost that is known
-    only when the provider reported usage for it."""
+    only when the provider reported usage for it. Returns the database clock's time."""
     usage = error.usage if isinstance(error.usage, Usage) else Usage()
     model = error.model or spec.model
     charged = error.status != "unavailable"
     cost = compute_cost(model, usage, error.reported_cost) if error.usage is not None else None
-    _finish(ctx, rid, number, {"status": error.status, "model": model,
-                               "http_status": error.http_status, "error": str(error),
-                               "duration_ms": took},
-            usage, model, cost if charged else Decimal(0), charged,
-            status="in_progress" if number < spec.max_attempts else "failed")
+    return _finish(ctx, rid, number, {"status": error.status, "model": model,
+                                      "http_status": error.http_status, "error": str(error),
+                                      "duration_ms": took},
+                   usage, model, cost if charged else Decimal(0), charged,
+                   status="in_progress" if number < spec.max_attempts else "failed")
 
 
-def _retry_delay(error: EvaluationError, number: int, spec: Spec,
-                 deadline: datetime | None) -> float | None:
+def _retry_delay(error: EvaluationError, number: int, spec: Spec, deadline: datetime | None,
+                 now: datetime) -> float | None:
     """Seconds to wait before the next attempt, or None when it must not be made."""
     if not error.retryable or number >= spec.max_attempts:
         return None
     delay = error.retry_after if error.retry_after is not None else _random.uniform(
         0, min(MAX_BACKOFF, BACKOFF * 2 ** (number - 1)))
-    if deadline is not None and timezone.now() + timedelta(seconds=delay) >= deadline:
+    if deadline is not None and now + timedelta(seconds=delay) >= deadline:
         return None
     return delay
 

@@ -35,6 +35,7 @@ from ..agents import SubAgentTool
 from ..authorization import is_allowed
 from ..errors import ErrorRecord, budget_exceeded, not_authorized, outcome_unknown
 from ..exceptions import BudgetExceeded
+from ..ids import new_id
 from ..limits import limit_of
 from ..messages import MessageKind, ToolCallPart, ToolResultPart
 from ..models import ToolExecution, Turn
@@ -110,7 +111,7 @@ def suspend(ctx: TurnContext, target_ids: Sequence[str], *,
     with ctx.fenced.atomic() as ledger:
         if not Turn.objects.filter(pk__in=list(target_ids)).active().exists():
             return False
-        budget.check_open(ledger, timezone.now())
+        budget.check_open(ledger)
         if pending_execution is not None:
             ctx.fenced.move_execution(pending_execution, [ToolStatus.RUNNING],
                                       ToolStatus.PENDING)
@@ -153,9 +154,16 @@ def _launch(ctx: TurnContext, call: ToolCallPart, tool: SubAgentTool) -> ToolExe
 def _open(ctx: TurnContext, call: ToolCallPart, tool: SubAgentTool, task: str | None,
           refusal: ErrorRecord | None) -> ToolExecution:
     """One fenced transaction: reserve a tool slot, record the execution, launch the child."""
-    now = timezone.now()
+    child_id = new_id("turn")
+    # Asked before the transaction: the child will act for the parent's principal.
+    if task is not None and not is_allowed(
+            "wait", principal=ctx.principal, turn_id=ctx.row.pk, target_ids=[child_id],
+            turn_principal=ctx.principal, target_principals=[ctx.principal]):
+        raise _Refused(not_authorized(f"You are not allowed to wait for {call.name!r} for "
+                                      "this principal."))
     with ctx.fenced.atomic() as ledger:
-        budget.check_open(ledger, now)
+        now = ledger.now
+        budget.check_open(ledger)
         slot, denied = budget.reserve_tool(ledger, call.name)
         if denied is not None:
             raise BudgetExceeded(denied, limit=limit_of(denied))
@@ -165,12 +173,7 @@ def _open(ctx: TurnContext, call: ToolCallPart, tool: SubAgentTool, task: str | 
             attempts=0 if refusal else 1, started_at=None if refusal else now)
         if task is None:
             return execution
-        child = submit(create_child(ctx, tool.agent, execution, task))
-        if not is_allowed("wait", principal=ctx.principal, turn_id=ctx.row.pk,
-                          target_ids=[child.pk], turn_principal=ctx.principal,
-                          target_principals=[child.principal]):
-            raise _Refused(not_authorized(f"You are not allowed to wait for {call.name!r} for "
-                                          "this principal."))
+        child = submit(create_child(ctx, tool.agent, execution, task, turn_id=child_id))
         add_edges(ctx.row, [child])
     ctx.emit("sub_agent.delegated", id=call.id, name=call.name, agent=tool.agent.name,
              child_turn_id=child.pk, child_conversation_id=child.conversation_id,

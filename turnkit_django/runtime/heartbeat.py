@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from django.db import close_old_connections, connection
 
@@ -14,11 +15,15 @@ logger = logging.getLogger("turnkit_django.runtime")
 
 
 class Heartbeat:
-    """A thread that keeps the claim's heartbeat fresh; stops on LostClaim or exit."""
+    """A thread that keeps the claim's heartbeat fresh; stops on LostClaim or exit, and when
+    ``overdue()`` says the call in flight should no longer keep the turn alive (then the lease
+    expires and reconcile treats the turn like a dead worker's)."""
 
-    def __init__(self, claim: Claim, interval: float) -> None:
+    def __init__(self, claim: Claim, interval: float,
+                 overdue: Callable[[], str | None] = lambda: None) -> None:
         self.claim = claim
         self.interval = interval
+        self.overdue = overdue
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"turnkit-heartbeat-{claim.turn_id}",
                                         daemon=True)
@@ -34,6 +39,11 @@ class Heartbeat:
     def _run(self) -> None:
         try:
             while not self._stop.wait(self.interval):
+                reason = self.overdue()
+                if reason is not None:
+                    logger.warning("turn %r: %s; its lease is no longer renewed",
+                                   self.claim.turn_id, reason)
+                    return
                 try:
                     heartbeat(self.claim)
                 except LostClaim:

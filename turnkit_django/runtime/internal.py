@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.utils import timezone
-
 from ..clients import ModelRequest, ModelResponse, Usage
 from ..clients.accounting import add_call
 from ..clients.cost import compute_cost
+from ..conf import turnkit_settings
 from ..store import Charge, Ledger, LedgerDelta
 from . import budget
 from .context import TurnContext
@@ -22,10 +21,11 @@ from .context import TurnContext
 def call(ctx: TurnContext, request: ModelRequest, purpose: str) -> ModelResponse:
     """Check the tree's budget, then call the model (no transaction open)."""
     with ctx.fenced.atomic() as ledger:
-        budget.check_open(ledger, timezone.now())
+        budget.check_open(ledger)
     ctx.emit("model.requested", model=request.model, purpose=purpose, tool_names=[],
              message_count=len(request.messages))
-    return ctx.client.complete(request)
+    with ctx.waiting_for("model", request.model, turnkit_settings.MODEL_TIMEOUT):
+        return ctx.client.complete(request)
 
 
 def charge(ctx: TurnContext, ledger: Ledger, response: ModelResponse,

@@ -16,24 +16,26 @@ from __future__ import annotations
 
 import logging
 
-from django.utils import timezone
+from django.db import transaction
 
+from .. import shutdown
 from ..agents import AgentDefinition, get_agent
 from ..clients import Client, ModelRequest, ModelResponse
 from ..conf import turnkit_settings
 from ..errors import ErrorRecord
 from ..events import EventCallback
-from ..exceptions import BudgetExceeded, LostClaim, ModelError, TurnkitError
-from ..models import Turn
+from ..exceptions import AtomicBlockError, BudgetExceeded, LostClaim, ModelError, TurnkitError
+from ..models import ToolExecution, Turn
 from ..states import Phase, TurnStatus
 from ..store import Claim, Ledger, LedgerDelta, TurnState, claim_turn, visible_chat, worker_identity
 from . import budget
 from .calls import turn_tools
-from .context import Suspended, TurnContext
+from .context import HandBack, Suspended, TurnContext
 from .delegation import inherited_client
 from .heartbeat import Heartbeat
 from .model import build_request, model_step
 from .output import fail, output_step
+from .submission import dispatch
 from .tools import tools_step
 
 logger = logging.getLogger("turnkit_django.runtime")
@@ -45,12 +47,15 @@ def run(ctx: TurnContext) -> None:
     """Run the claimed turn until it finishes, suspends, or loses its claim."""
     try:
         while ctx.state.phase in STEPS:
+            ctx.check_stop()
             phase = ctx.state.phase
             STEPS[phase](ctx)
             if phase == Phase.OUTPUT and ctx.state.phase != Phase.MODEL:
                 return  # published or failed (not sent back for a revision)
     except (LostClaim, Suspended):
         return
+    except HandBack:
+        hand_back(ctx)
     except (BudgetExceeded, ModelError, TurnkitError) as exc:
         fail(ctx, ErrorRecord.of(exc))
     except Exception as exc:
@@ -61,6 +66,19 @@ def run(ctx: TurnContext) -> None:
         fail(ctx, ErrorRecord.of(exc))
 
 
+def hand_back(ctx: TurnContext) -> None:
+    """Give the turn back for another worker to resume now (its worker shuts down)."""
+    not_started = ToolExecution.objects.filter(pk__in=ctx.started, turn_id=ctx.row.pk).running(
+    ).values_list("pk", flat=True)
+    try:
+        with ctx.fenced.atomic():
+            ctx.fenced.hand_back(list(not_started))
+            dispatch(ctx.row.pk)
+    except LostClaim:
+        return
+    ctx.emit("turn.handed_back", phase=str(ctx.state.phase))
+
+
 def on_claim(turn: Turn, ledger: Ledger) -> tuple[TurnState | None, LedgerDelta]:
     """Written with the claim: a turn in the model phase gets its iteration reserved (once;
     a reservation it already holds is only checked again against time and money)."""
@@ -68,10 +86,10 @@ def on_claim(turn: Turn, ledger: Ledger) -> tuple[TurnState | None, LedgerDelta]
     if state.phase != Phase.MODEL:
         return None, LedgerDelta()
     if state.reservation is None:
-        delta, reservation = budget.reserve_next(ledger, timezone.now())
+        delta, reservation = budget.reserve_next(ledger)
     else:
-        delta, reservation = LedgerDelta(), budget.recheck(state.reservation, ledger,
-                                                           timezone.now())
+        delta, reservation = LedgerDelta(), budget.recheck(state.reservation,
+                                                           ledger)
     return state.replace(reservation=reservation), delta
 
 
@@ -89,6 +107,17 @@ def context(claim: Claim, row: Turn, agent: AgentDefinition, *, client: Client,
     )
 
 
+def refuse_atomic_block(operation: str) -> None:
+    """Raise AtomicBlockError when called inside ``transaction.atomic()``.
+
+    The block a test case wraps each test in does not count (Django's durable blocks make the
+    same exception), so tests can run turns inline.
+    """
+    blocks = transaction.get_connection().atomic_blocks
+    if blocks and not getattr(blocks[-1], "_from_testcase", False):
+        raise AtomicBlockError(operation)
+
+
 def execute(
     turn_id: str,
     *,
@@ -102,6 +131,7 @@ def execute(
 
     ``root_id``, when the caller knows the turn's root, saves one lookup before the claim.
     """
+    refuse_atomic_block("executing a turn")
     claimed = claim_turn(turn_id, worker_identity(kind), root_id=root_id, prepare=on_claim)
     if claimed is None:
         return False
@@ -112,7 +142,8 @@ def execute(
     chosen = client or inherited_client(row, resolved) or resolved.resolved_client()
     ctx = context(claim, row, resolved, client=chosen, on_event=on_event)
     ctx.emit("turn.started", status=TurnStatus.RUNNING, model=row.model)
-    with Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL)):
+    with shutdown.executing(), Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL),
+                                         ctx.overdue):
         run(ctx)
     return True
 
@@ -141,4 +172,4 @@ def preview(turn_id: str, agent: AgentDefinition) -> ModelRequest:
     return build_request(context(claim, row, agent, client=_NoClient(agent, row)))
 
 
-__all__ = ["context", "execute", "on_claim", "preview", "run"]
+__all__ = ["context", "execute", "on_claim", "preview", "refuse_atomic_block", "run"]

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from django.utils import timezone
-
 from .. import failpoints
 from ..agents.prompting import Prompt
 from ..clients import ModelRequest, ModelResponse
+from ..conf import turnkit_settings
 from ..exceptions import BudgetExceeded
 from ..messages import MessageKind, distinct_call_ids
 from ..states import Phase, TurnStatus
@@ -25,6 +24,7 @@ from ..store import Candidate
 from . import budget, completion, dynamic_context, internal
 from .compaction import auto_compact, project
 from .context import TurnContext
+from .deliveries import callback_decision
 from .output import publish_locked
 from .prompts import compose
 from .results import Opened, delegates, open_call
@@ -54,11 +54,12 @@ def model_step(ctx: TurnContext) -> None:
     if auto_compact(ctx, request):  # a summary was paid for: check time and money again
         request = build_request(ctx, dynamic_context.record(ctx))
         with ctx.fenced.atomic() as ledger:
-            budget.check_open(ledger, timezone.now())
+            budget.check_open(ledger)
     ctx.emit("model.requested", model=request.model, tool_names=request.tool_names,
              message_count=len(request.messages))
     failpoints.hit("before_model_call")
-    response = ctx.client.complete(request)
+    with ctx.waiting_for("model", request.model, turnkit_settings.MODEL_TIMEOUT):
+        response = ctx.client.complete(request)
     error = record_response(ctx, response)
     failpoints.hit("after_model_commit")
     if error is not None:
@@ -70,7 +71,7 @@ def _reserved(ctx: TurnContext) -> None:
     reservation = ctx.state.reservation
     if reservation is None:
         with ctx.fenced.atomic() as ledger:
-            delta, reservation = budget.reserve_next(ledger, timezone.now())
+            delta, reservation = budget.reserve_next(ledger)
             state = ctx.state.replace(reservation=reservation)
             ctx.fenced.record(state, delta=delta)
         ctx.state = state
@@ -92,8 +93,10 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
     )
     first = calls[0] if calls and not delegates(ctx, calls[0]) else None
     opened: Opened | None = None
+    callback: bool | None = None
     if publish:
         failpoints.hit("before_publish")
+        callback = callback_decision(ctx.row)  # asked before the lock is taken
     with ctx.fenced.atomic() as ledger:
         fee, delta, cost = internal.charge(ctx, ledger, response, ctx.row.model)
         message = ctx.fenced.append(
@@ -114,8 +117,8 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
             except BudgetExceeded:
                 pass  # out of time or money: the tools phase fails the turn
         if publish:
-            publish_locked(ctx, state, response.text, response.output_data, charge=fee,
-                           delta=delta)
+            publish_locked(ctx, state, response.text, response.output_data,
+                           callback_allowed=callback, charge=fee, delta=delta)
         else:
             ctx.fenced.record(state, charge=fee, delta=delta)
     ctx.state = state

@@ -15,8 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.utils import timezone
-
 from .. import failpoints
 from ..agents.policies import Audit, Policy, Violation, judge_request, revision_text, verdict
 from ..errors import ErrorRecord
@@ -26,7 +24,7 @@ from ..states import Phase, TurnStatus
 from ..store import Charge, LedgerDelta, TurnState, repair
 from . import budget, internal
 from .context import TurnContext
-from .deliveries import finished
+from .deliveries import callback_decision, finished
 
 
 @dataclass(frozen=True)
@@ -126,7 +124,7 @@ def _revise(ctx: TurnContext, audit: Audit) -> None:
                       "violations": [v.as_json() for v in audit.violations]},
         )
         # The next model call's iteration is reserved here (see the model phase).
-        delta, reservation = budget.reserve_next(ledger, timezone.now())
+        delta, reservation = budget.reserve_next(ledger)
         state = state.replace(reservation=reservation)
         ctx.fenced.record(state, delta=delta)
     ctx.state = state
@@ -137,31 +135,34 @@ def _revise(ctx: TurnContext, audit: Audit) -> None:
 def publish(ctx: TurnContext, text: str, data: Any, **extra: Any) -> None:
     """The terminal write completing the turn with ``text`` and ``data``."""
     state = ctx.state.replace(phase=Phase.DONE)
+    callback = callback_decision(ctx.row)  # the policy is asked before the lock is taken
     with ctx.fenced.atomic():
-        publish_locked(ctx, state, text, data, **extra)
+        publish_locked(ctx, state, text, data, callback_allowed=callback, **extra)
     ctx.state = state
     ctx.emit("turn.completed", status=TurnStatus.COMPLETED, output_text=text)
 
 
 def publish_locked(ctx: TurnContext, state: TurnState, text: str, data: Any, *,
-                   charge: Charge | None = None, delta: LedgerDelta | None = None,
-                   **extra: Any) -> None:
-    """:func:`publish` inside an open fenced transaction; the caller emits the event."""
+                   callback_allowed: bool | None, charge: Charge | None = None,
+                   delta: LedgerDelta | None = None, **extra: Any) -> None:
+    """:func:`publish` inside an open fenced transaction (with the callback decision taken
+    before it); the caller emits the event."""
     ctx.fenced.publish(state, text=text, data=data, charge=charge, delta=delta, **extra)
-    if ctx.background:
-        finished(ctx.row.pk)  # callback and wake commit with the terminal write
+    if ctx.background:  # callback and wake commit with the terminal write
+        finished(ctx.row.pk, callback_allowed=callback_allowed)
 
 
 def fail(ctx: TurnContext, error: ErrorRecord, **extra: Any) -> None:
     """Finish the turn as failed, closing every open tool call first."""
     state = ctx.state.replace(phase=Phase.DONE)
     record = error.for_turn()
+    callback = callback_decision(ctx.row)  # the policy is asked before the lock is taken
     try:
         with ctx.fenced.atomic():
             repair(ctx.row, reason="the turn failed", fence=ctx.claim.fence)
             ctx.fenced.fail(state, error=record, **extra)
             if ctx.background:
-                finished(ctx.row.pk)
+                finished(ctx.row.pk, callback_allowed=callback)
     except LostClaim:
         return
     ctx.state = state

@@ -47,8 +47,8 @@ def open_call(ctx: TurnContext, ledger: Ledger, call: ToolCallPart,
     of time or money (a budget completion's ``final_save`` skips the spend check). The slot's
     ledger change is added to ``delta``.
     """
-    now = timezone.now()
-    budget.check_open(ledger, now, spend=not final_save)
+    now = ledger.now
+    budget.check_open(ledger, spend=not final_save)
     slot, denied = budget.reserve_tool(ledger, call.name)
     if denied is not None:
         denial = budget_exceeded(denied).for_model()
@@ -87,7 +87,7 @@ def leave(ctx: TurnContext, ledger: Ledger, terminal: Terminal | None,
     if terminal is not None:
         return ctx.state.replace(terminal=terminal, phase=Phase.OUTPUT,
                                  candidate=Candidate(terminal.text, terminal.data))
-    reserved, reservation = budget.reserve_next(ledger, timezone.now())
+    reserved, reservation = budget.reserve_next(ledger)
     delta.add(reserved)
     return ctx.state.replace(phase=Phase.MODEL, reservation=reservation)
 

@@ -48,16 +48,23 @@ def dispatch(turn_id: str) -> None:
     transaction.on_commit(send)
 
 
-def submit(turn: Turn, *, callback: Conversation | None = None) -> Turn:
+def authorize_callback(turn_id: str, principal: Any, callback: Conversation) -> None:
+    """Ask the policy for ``callback`` (outside any transaction): may the turn's result be
+    delivered to ``callback`` when it finishes?"""
+    authorize("callback", principal=principal, turn_id=turn_id,
+              destination_conversation_id=callback.pk, destination_principal=callback.principal)
+
+
+def submit(turn: Turn, *, callback: Conversation | None = None,
+           callback_authorized: bool = False) -> Turn:
     """Hand a pending turn to background execution (idempotent); return the row as it is now.
 
     A ``callback`` conversation receives the turn's result when it finishes; the ``callback``
-    action is authorized for the turn's principal first (and again at completion).
+    action is authorized for the turn's principal first (and again at completion), unless the
+    caller did (``callback_authorized``, because it submits inside a transaction).
     """
-    if callback is not None:
-        authorize("callback", principal=turn.principal, turn_id=turn.pk,
-                  destination_conversation_id=callback.pk,
-                  destination_principal=callback.principal)
+    if callback is not None and not callback_authorized:
+        authorize_callback(turn.pk, turn.principal, callback)
     with transaction.atomic():
         row, new = turns.submit(turn, callback_conversation_id=None if callback is None
                                 else callback.pk)
@@ -66,4 +73,4 @@ def submit(turn: Turn, *, callback: Conversation | None = None) -> Turn:
     return row
 
 
-__all__ = ["CELERY_DISPATCHER", "dispatch", "submit"]
+__all__ = ["CELERY_DISPATCHER", "authorize_callback", "dispatch", "submit"]

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import copy
 
-from django.utils import timezone
-
 from .. import failpoints
 from ..agents import LOAD_SKILL, SubAgentTool
+from ..conf import turnkit_settings
 from ..errors import ErrorRecord, outcome_unknown
 from ..exceptions import LostClaim
 from ..messages import ToolCallPart
@@ -100,7 +99,7 @@ def _start(ctx: TurnContext, call: ToolCallPart,
             ctx.fenced.charge_root(delta)
             execution = opened.execution
         else:
-            budget.check_open(ledger, timezone.now(), spend=not completion.exempt(ctx, call))
+            budget.check_open(ledger, spend=not completion.exempt(ctx, call))
             ctx.fenced.restart_execution(execution.pk)
     if opened is not None and opened.denial is not None:
         ctx.remember(opened.denial)
@@ -112,6 +111,7 @@ def _start(ctx: TurnContext, call: ToolCallPart,
 def run_call(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution | None,
              rest: list[ToolCallPart], existing: dict[str, ToolExecution]) -> Terminal | None:
     """Run one tool call to its single result; return the terminal record if it ends the turn."""
+    ctx.check_stop()  # a step boundary: a worker shutting down gives the turn back here
     if execution is None or execution.pk not in ctx.started:
         execution = _start(ctx, call, execution)
         if execution is None:
@@ -153,9 +153,11 @@ def invoke(ctx: TurnContext, tool: Tool | None, call: ToolCallPart,
         principal=copy.deepcopy(ctx.principal),
         context=copy.deepcopy((ctx.row.options or {}).get("context") or {}),
     )
+    limit = tool.timeout if tool.timeout is not None else turnkit_settings.TOOL_TIMEOUT
     try:
-        failpoints.hit("inside_tool")
-        result = to_json(tool.call(tool_ctx, args))
+        with ctx.waiting_for("tool", call.name, limit):
+            failpoints.hit("inside_tool")
+            result = to_json(tool.call(tool_ctx, args))
     except LostClaim:
         raise
     except Exception as exc:

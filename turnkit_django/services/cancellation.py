@@ -31,13 +31,14 @@ from itertools import groupby
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from ..authorization import authorize
 from ..conf import turnkit_settings
 from ..errors import ErrorRecord
 from ..events import emit
 from ..models import Delivery, Turn
-from ..runtime.deliveries import completion_callback, deliver, wake
+from ..runtime.deliveries import callback_decision, completion_callback, deliver, wake
 from ..serialization import json_safe
 from ..states import ACTIVE_TURN_STATUSES, TurnStatus
 from ..store import lock_tree
@@ -79,27 +80,34 @@ def _error(principal: Any, target_id: str, *, cascade: bool, ancestor: bool) -> 
                                               "by": json_safe(principal)})
 
 
-def _descendants(target: Turn) -> tuple[list[Turn], list[Turn]]:
+def _descendants(target: Turn, *, marked: bool) -> tuple[list[Turn], list[Turn]]:
     """Active descendants, parents before children: (unreachable by the sweep, the rest).
 
-    The sweep finds an active turn through its parent's ``cancel_cascade`` mark, so a turn whose
-    parent has finished without being cascade-cancelled must be cancelled by the call itself.
+    Descendants are children through parent links and, for a root, the root-level tasks of its
+    tree (continuations that joined it). The sweep finds an active turn through its parent's
+    (or, for a root-level task, its root's) ``cancel_cascade`` mark, so a turn above which the
+    mark is missing (``marked`` False for the target: it finished without being cancelled)
+    must be cancelled by the call itself.
     """
-    marked = {target.pk}
+    above = {target.pk} if marked else set()
     unreachable: list[Turn] = []
     reachable: list[Turn] = []
     frontier = [target.pk]
+    tree_members = Q(root_turn_id=target.pk, parent_turn__isnull=True) & ~Q(pk=target.pk)
     while frontier:
-        children = list(Turn.objects.filter(parent_turn_id__in=frontier).order_by("created_at",
-                                                                                  "id"))
+        found = Q(parent_turn_id__in=frontier)
+        if frontier == [target.pk] and target.is_root:
+            found |= tree_members
+        children = list(Turn.objects.filter(found).order_by("created_at", "id"))
         frontier = [child.pk for child in children]
         for child in children:
             if child.status in ACTIVE_TURN_STATUSES:
-                (reachable if child.parent_turn_id in marked else unreachable).append(child)
-                marked.add(child.pk)
+                up = child.parent_turn_id or child.root_turn_id
+                (reachable if up in above else unreachable).append(child)
+                above.add(child.pk)
             elif child.status == TurnStatus.CANCELLED and (child.options or {}).get(
                     "cancel_cascade"):
-                marked.add(child.pk)
+                above.add(child.pk)
     return unreachable, reachable
 
 
@@ -110,12 +118,14 @@ def _authorize(rows: Iterable[Turn], principal: Any, target: Turn, cascade: bool
                   cancelled_turn_id=target.pk, cascade=cascade)
 
 
-def cancel_row(row: Turn, error: ErrorRecord, *, mark: bool) -> None:
-    """Cancel one active turn. Caller holds the tree lock."""
+def cancel_row(row: Turn, error: ErrorRecord, *, mark: bool, callback_allowed: bool | None,
+               ) -> None:
+    """Cancel one active turn. Caller holds the tree lock (and asked the policy about the
+    turn's completion callback before taking it)."""
     record = error.for_turn()
     extra = {"options": {**(row.options or {}), "cancel_cascade": True}} if mark else {}
     closed = end(row, "cancel", reason="cancelled", repair_reason=REASON, error=record, **extra)
-    completion_callback(row)
+    completion_callback(row, callback_allowed)
     for call in closed:
         if call.interrupted:
             emit("tool_call.interrupted", turn_id=row.pk, conversation_id=row.conversation_id,
@@ -148,45 +158,98 @@ def _after(rows: list[Turn]) -> None:
         transaction.on_commit(deliver_callbacks)
 
 
+@dataclass
+class _Plan:
+    """What a cancel changes, read with or without the tree lock."""
+
+    target: Turn
+    unreachable: list[Turn]
+    reachable: list[Turn]
+
+    @property
+    def active(self) -> bool:
+        return self.target.status in ACTIVE_TURN_STATUSES
+
+    @property
+    def rows(self) -> list[Turn]:
+        return [self.target, *self.unreachable, *self.reachable]
+
+
+def _plan(turn_id: str, cascade: bool) -> _Plan:
+    target = Turn.objects.get(pk=turn_id)
+    if not cascade:
+        return _Plan(target, [], [])
+    # Marked for the sweep: an active target (cancelled now, with the mark) or one an earlier
+    # cancel left cancelled (escalated below); a finished one is not.
+    marked = target.status in ACTIVE_TURN_STATUSES or target.status == TurnStatus.CANCELLED
+    return _Plan(target, *_descendants(target, marked=marked))
+
+
+#: How often a cancel reads its plan again when turns appeared after it asked the policy.
+ATTEMPTS = 3
+
+
 def cancel(turn: Turn | str, *, cascade: bool = False, principal: Any = None) -> CancelReport:
-    """Cancel a turn (and with ``cascade`` its descendants) for ``principal``."""
+    """Cancel a turn (and with ``cascade`` its descendants) for ``principal``.
+
+    The policy is asked for the target (even for a no-op) and every turn that changes, and about
+    their completion callbacks, BEFORE the tree lock is taken; under the lock the plan is read
+    again, and when a turn appeared meanwhile (a child launched by a racing worker) the call
+    asks about it and tries again. Past the last attempt a newcomer is left to the sweep.
+    """
     turn_id = turn.pk if isinstance(turn, Turn) else turn
     batch = max(int(turnkit_settings.MAINTENANCE_BATCH_SIZE), 1)
     root_id = Turn.objects.filter(pk=turn_id).values_list("root_turn_id", flat=True).first()
     if root_id is None:
         raise Turn.DoesNotExist(f"turn {turn_id!r} does not exist")
     report = CancelReport(turn_id, cascade)
-    with transaction.atomic():
-        lock_tree(root_id)
-        target = Turn.objects.get(pk=turn_id)
-        report.status = target.status
-        active = target.status in ACTIVE_TURN_STATUSES
-        unreachable: list[Turn] = []
-        reachable: list[Turn] = []
-        if cascade and (active or target.status == TurnStatus.CANCELLED):
-            unreachable, reachable = _descendants(target)
-        room = max(batch - len(unreachable) - (1 if active else 0), 0)
-        descendants = unreachable + reachable[:room]
-        report.remaining = len(reachable) - min(room, len(reachable))
-        # Authorize the target (even for a no-op) and every turn that changes, before any change.
-        _authorize([target, *unreachable, *reachable], principal, target, cascade)
-        if not active and not unreachable and not reachable:
+    asked: dict[str, bool | None] = {}  # turn id: its callback decision
+    for attempt in range(1, ATTEMPTS + 1):
+        seen = _plan(turn_id, cascade)
+        fresh = [row for row in seen.rows if row.pk not in asked]
+        _authorize(fresh, principal, seen.target, cascade)
+        asked.update((row.pk, callback_decision(row)) for row in fresh)
+        with transaction.atomic():
+            lock_tree(root_id)
+            plan = _plan(turn_id, cascade)
+            if any(row.pk not in asked for row in plan.rows) and attempt < ATTEMPTS:
+                continue  # ask about the newcomers without the lock, then read again
+            changed = _execute(plan, report, principal, cascade, batch, asked)
+        if changed is None:
             return report
-        changed: list[Turn] = []
-        if active:
-            cancel_row(target, _error(principal, target.pk, cascade=cascade, ancestor=False),
-                       mark=cascade)
-            changed.append(target)
-        elif not (target.options or {}).get("cancel_cascade"):
-            # Escalation of an earlier plain cancel: mark it so the sweep finds the rest.
-            set_options(target, cancel_cascade=True)
-        for row in descendants:
-            cancel_row(row, _error(principal, target.pk, cascade=True, ancestor=True), mark=True)
-            changed.append(row)
-        _after(changed)
-    report.status = TurnStatus.CANCELLED
-    report.cancelled = [row.pk for row in changed]
-    return report
+        report.status = TurnStatus.CANCELLED
+        report.cancelled = [row.pk for row in changed]
+        return report
+    return report  # pragma: no cover - the last attempt always returns
+
+
+def _execute(plan: _Plan, report: CancelReport, principal: Any, cascade: bool, batch: int,
+             asked: dict[str, bool | None]) -> list[Turn] | None:
+    """Apply a plan under the tree lock; None when it changes nothing."""
+    target, active = plan.target, plan.active
+    report.status = target.status
+    unreachable = [row for row in plan.unreachable if row.pk in asked]
+    reachable = [row for row in plan.reachable if row.pk in asked]
+    room = max(batch - len(unreachable) - (1 if active else 0), 0)
+    descendants = unreachable + reachable[:room]
+    report.remaining = len(plan.reachable) - min(room, len(reachable))
+    if not active and not unreachable and not reachable:
+        return None
+    changed: list[Turn] = []
+    if active:
+        cancel_row(target, _error(principal, target.pk, cascade=cascade, ancestor=False),
+                   mark=cascade, callback_allowed=asked.get(target.pk))
+        changed.append(target)
+    elif target.status == TurnStatus.CANCELLED and not (target.options or {}).get(
+            "cancel_cascade"):
+        # Escalation of an earlier plain cancel: mark it so the sweep finds the rest.
+        set_options(target, cancel_cascade=True)
+    for row in descendants:
+        cancel_row(row, _error(principal, target.pk, cascade=True, ancestor=True), mark=True,
+                   callback_allowed=asked.get(row.pk))
+        changed.append(row)
+    _after(changed)
+    return changed
 
 
 def cancel_sweep() -> list[str]:
@@ -212,19 +275,21 @@ def cancel_sweep() -> list[str]:
 
 def _sweep_tree(root_id: str, turn_ids: list[str]) -> list[str]:
     changed: list[Turn] = []
+    # The policy is asked about the callbacks before the tree lock is taken.
+    callbacks = {row.pk: callback_decision(row) for row in Turn.objects.filter(pk__in=turn_ids)}
     with transaction.atomic():
         lock_tree(root_id)
         rows = Turn.objects.filter(pk__in=turn_ids).active().select_related(
-            "parent_turn").order_by("created_at", "id")
+            "parent_turn", "root_turn").order_by("created_at", "id")
         for row in rows:
-            parent = row.parent_turn
-            if parent is None or parent.status != TurnStatus.CANCELLED or not (
+            parent = row.parent_turn or row.root_turn  # a root-level task hangs off its root
+            if parent.pk == row.pk or parent.status != TurnStatus.CANCELLED or not (
                     parent.options or {}).get("cancel_cascade"):
                 continue
             cause = parent.error or {}
             error = _error(cause.get("by"), str(cause.get("cancelled_turn") or parent.pk),
                            cascade=True, ancestor=True)
-            cancel_row(row, error, mark=True)
+            cancel_row(row, error, mark=True, callback_allowed=callbacks.get(row.pk))
             changed.append(row)
         _after(changed)
     return [row.pk for row in changed]

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import transaction
-from django.utils import timezone
 
 from .. import failpoints
 from ..agents import get_agent
@@ -20,10 +19,10 @@ from ..errors import ErrorRecord
 from ..events import emit
 from ..exceptions import ConfigurationError
 from ..models import Turn, Wait
-from ..runtime.deliveries import deliver_pending, finished
+from ..runtime.deliveries import callback_decision, deliver_pending, finished
 from ..runtime.submission import dispatch
 from ..states import TurnStatus
-from ..store import database_now, lock_tree
+from ..store import database_now, lease_of, lock_tree
 from ..store.transcript import ClosedCall, interrupt_running
 from ..store.turns import count_recovery, end, release, revoke, touch
 from ..store.waits import join
@@ -73,16 +72,25 @@ def _abandon(turn: Turn, message: str, report: ReconcileReport) -> None:
     emit("turn.stale", turn_id=turn.pk, conversation_id=turn.conversation_id)
 
 
+def _callback_if_dead_lettered(turn_id: str) -> bool | None:
+    """The callback decision a dead-letter of ``turn_id`` would need, asked before any lock."""
+    turn = Turn.objects.filter(pk=turn_id).first()
+    if turn is None or turn.recovery_attempts + 1 <= int(turnkit_settings.MAX_RECOVERY_ATTEMPTS):
+        return None
+    return callback_decision(turn)
+
+
 def _recover(turn_id: str, report: ReconcileReport) -> None:
     cutoff = database_now() - timedelta(seconds=float(turnkit_settings.LEASE))
+    callback = _callback_if_dead_lettered(turn_id)
     with transaction.atomic():
         row = Turn.objects.filter(pk=turn_id).values("root_turn_id").first()
         if row is None:
             return
         lock_tree(row["root_turn_id"])
         turn = Turn.objects.get(pk=turn_id)
-        if turn.status != TurnStatus.RUNNING or (turn.heartbeat_at and
-                                                  turn.heartbeat_at >= cutoff):
+        beat = lease_of(turn_id)
+        if turn.status != TurnStatus.RUNNING or (beat is not None and beat >= cutoff):
             return
         failpoints.hit("recover_turn")
         if turn.submitted_at is None:
@@ -93,7 +101,7 @@ def _recover(turn_id: str, report: ReconcileReport) -> None:
             turn.agent_name)))
         if attempts > int(turnkit_settings.MAX_RECOVERY_ATTEMPTS):
             _dead_letter(turn, attempts, f"the turn lost its worker {attempts} times",
-                         report)
+                         report, callback_allowed=callback)
             return
         revoke(turn, "requeue", reason="lease expired", recovery_attempts=attempts)
         dispatch(turn.pk)
@@ -102,13 +110,15 @@ def _recover(turn_id: str, report: ReconcileReport) -> None:
              recovery_attempts=attempts)
 
 
-def _dead_letter(turn: Turn, attempts: int, cause: str, report: ReconcileReport) -> None:
-    """Fail a turn that recovery gave up on; the caller holds its tree lock."""
+def _dead_letter(turn: Turn, attempts: int, cause: str, report: ReconcileReport, *,
+                 callback_allowed: bool | None) -> None:
+    """Fail a turn that recovery gave up on; the caller holds its tree lock (and asked the
+    policy about its callback before taking it)."""
     error = ErrorRecord("DeadLetter", f"{cause}; dead-lettered",
                         {"recovery_attempts": attempts}).for_turn()
     end(turn, "dead_letter", reason="dead-letter", repair_reason="the turn was dead-lettered",
         error=error, recovery_attempts=attempts)
-    finished(turn.pk)  # callback and wake commit with the dead-letter
+    finished(turn.pk, callback_allowed=callback_allowed)  # commits with the dead-letter
     report.dead_lettered.append(turn.pk)
     emit("turn.failed", turn_id=turn.pk, conversation_id=turn.conversation_id, error=error)
 
@@ -119,6 +129,7 @@ def _recovery_failed(turn_id: str, exc: Exception, report: ReconcileReport) -> N
                  exc_info=exc)
     report.errors.append(turn_id)
     try:
+        callback = _callback_if_dead_lettered(turn_id)
         with transaction.atomic():
             root_id = Turn.objects.filter(pk=turn_id).values_list("root_turn_id",
                                                                   flat=True).first()
@@ -131,7 +142,8 @@ def _recovery_failed(turn_id: str, exc: Exception, report: ReconcileReport) -> N
             attempts = turn.recovery_attempts + 1
             if attempts > int(turnkit_settings.MAX_RECOVERY_ATTEMPTS):
                 _dead_letter(turn, attempts, f"its recovery failed {attempts} times "
-                             f"({type(exc).__name__}: {exc})", report)
+                             f"({type(exc).__name__}: {exc})", report,
+                             callback_allowed=callback)
             else:
                 count_recovery(turn, attempts)
     except Exception:
@@ -143,8 +155,7 @@ def reconcile() -> ReconcileReport:
     batch = int(turnkit_settings.MAINTENANCE_BATCH_SIZE)
     cutoff = database_now() - timedelta(seconds=float(turnkit_settings.LEASE))
     report = ReconcileReport()
-    stale_ids = list(Turn.objects.lease_expired(cutoff).order_by("heartbeat_at")
-                     .values_list("pk", flat=True)[:batch])
+    stale_ids = list(Turn.objects.lease_expired(cutoff).values_list("pk", flat=True)[:batch])
     for turn_id in stale_ids:
         try:
             _recover(turn_id, report)
@@ -178,11 +189,11 @@ def release_waiting(batch: int) -> list[str]:
                    .values_list("pk", "root_turn_id")[:batch])
     for turn_id, root_id in waiting:
         with transaction.atomic():
-            lock_tree(root_id)
+            now = lock_tree(root_id).now
             turn = Turn.objects.filter(pk=turn_id).waiting().first()
             if turn is None:
                 continue
-            expired = turn.deadline_at is not None and turn.deadline_at <= timezone.now()
+            expired = turn.deadline_at is not None and turn.deadline_at <= now
             if expired or not Wait.objects.filter(waiter_id=turn_id).unmet().exists():
                 release(turn)
                 # A released waiter that never started gets the joined results as its input

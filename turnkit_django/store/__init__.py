@@ -15,7 +15,16 @@ A test walks the package's source and fails on an ORM write outside this package
 
 from __future__ import annotations
 
-from .claims import Charge, Claim, Fenced, claim, claim_turn, heartbeat, worker_identity
+from .claims import (
+    Charge,
+    Claim,
+    Fenced,
+    claim,
+    claim_turn,
+    heartbeat,
+    lease_of,
+    worker_identity,
+)
 from .locks import Ledger, LedgerDelta, database_now, lock_conversation, lock_tree
 from .state import GRANTED, Candidate, Reservation, Terminal, TurnState
 from .transcript import (
@@ -62,6 +71,7 @@ __all__ = [
     "database_now",
     "heartbeat",
     "insert_messages",
+    "lease_of",
     "lock_conversation",
     "lock_tree",
     "repair",

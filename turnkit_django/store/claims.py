@@ -16,17 +16,17 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from ..exceptions import LostClaim
 from ..messages import MessageKind, Part, ToolCallPart
-from ..models import Message, ToolExecution, Turn
+from ..models import Lease, Message, ToolExecution, Turn
 from ..states import ToolStatus, TurnStatus
 from .locks import Ledger, LedgerDelta, lock_tree
 from .state import TurnState
@@ -106,10 +106,10 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
         if turn.submitted_at is not None and Turn.objects.blocking_lane_of(turn).exists():
             return None
         fields: dict[str, Any] = {"fence": turn.fence + 1, "claimed_by": worker,
-                                  "started_at": turn.started_at or timezone.now()}
+                                  "started_at": turn.started_at or ledger.now}
         if turn.is_root and turn.deadline_at is None and ledger.limits is not None \
                 and ledger.limits.lifetime is not None:
-            fields["deadline_at"] = timezone.now() + ledger.limits.lifetime
+            fields["deadline_at"] = ledger.now + ledger.limits.lifetime
             ledger.deadline_at = fields["deadline_at"]
         delta = LedgerDelta()
         if prepare is not None:
@@ -120,21 +120,33 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
             fields.update(delta.fields())
         elif delta:
             Turn.objects.filter(pk=root_id).update(**delta.fields())
-        apply_transition(turn.pk, "claim", heartbeat_at=Now(), updated_at=Now(), **fields)
+        apply_transition(turn.pk, "claim", updated_at=Now(), **fields)
+        Lease.objects.bulk_create(
+            [Lease(turn_id=turn.pk, fence=fields["fence"], worker=worker,
+                   heartbeat_at=ledger.now)],
+            update_conflicts=True, unique_fields=["turn"],
+            update_fields=["fence", "worker", "heartbeat_at"])
     for name, value in fields.items():
         if not hasattr(value, "resolve_expression"):  # F() increments stay unread
             setattr(turn, name, value)
     turn.status = TurnStatus.RUNNING
-    turn.heartbeat_at = turn.updated_at = timezone.now()
+    turn.updated_at = ledger.now
     return Claim(turn_id, turn.root_turn_id, turn.conversation_id, turn.fence, worker), turn
 
 
 def heartbeat(claim: Claim) -> None:
-    """Record that the claim's worker is alive; a compare-and-set on the fence."""
-    updated = Turn.objects.filter(pk=claim.turn_id, fence=claim.fence).running().update(
-        heartbeat_at=Now())
+    """Record that the claim's worker is alive, on its lease (never on the turn's row, so it
+    never waits for a lock); raise LostClaim once the turn's fence has moved on."""
+    holds = Turn.objects.filter(pk=claim.turn_id, fence=claim.fence).running()
+    updated = Lease.objects.filter(turn_id=claim.turn_id, fence=claim.fence).filter(
+        Exists(holds)).update(heartbeat_at=Now())
     if not updated:
         raise LostClaim(claim.turn_id, claim.fence)
+
+
+def lease_of(turn_id: str) -> datetime | None:
+    """The last heartbeat of the claim on ``turn_id`` (None: never claimed)."""
+    return Lease.objects.filter(turn_id=turn_id).values_list("heartbeat_at", flat=True).first()
 
 
 #: The fields that end a claim: the fence moves on (no worker holds the new one) and the owner
@@ -193,19 +205,27 @@ class Fenced:
                 delta: LedgerDelta | None = None, **extra: Any) -> None:
         """Complete the turn with its output; the claim ends."""
         fields = {"state": state.as_json(), "output_text": text, "output_data": data,
-                  "completed_at": timezone.now(), **_claim_ended(), **extra}
+                  "completed_at": Now(), **_claim_ended(), **extra}
         if charge is not None:
             fields.update(charge.fields())
         self._write(fields, delta, transition="publish")
 
     def fail(self, state: TurnState, *, error: dict[str, Any], **extra: Any) -> None:
         """Fail the turn with ``error``; the claim ends. Repair its transcript first."""
-        self._write({"state": state.as_json(), "error": error, "completed_at": timezone.now(),
+        self._write({"state": state.as_json(), "error": error, "completed_at": Now(),
                      **_claim_ended(), **extra}, None, transition="fail")
 
     def suspend(self) -> None:
         """The turn waits for other turns: ``waiting``, claim released (maintenance resumes it)."""
         self._write(_claim_ended(), None, transition="suspend")
+
+    def hand_back(self, not_started: Iterable[str]) -> None:
+        """Give the turn back (``pending``, claim released) for another worker to resume; the
+        executions in ``not_started`` (intents this worker wrote, calls it never started) go
+        back to ``pending`` so the next worker starts them instead of reporting them unknown."""
+        for execution_id in not_started:
+            self.move_execution(execution_id, [ToolStatus.RUNNING], ToolStatus.PENDING)
+        self._write(_claim_ended(), None, transition="hand_back")
 
     def _write(self, fields: dict[str, Any], delta: LedgerDelta | None, *,
                transition: str | None = None) -> None:
@@ -243,9 +263,9 @@ class Fenced:
     def restart_execution(self, execution_id: str) -> bool:
         """Start a pending execution again (a replay-safe call reset by recovery, a wait)."""
         return self.move_execution(execution_id, [ToolStatus.PENDING, ToolStatus.RUNNING],
-                                   ToolStatus.RUNNING, started_at=timezone.now(),
+                                   ToolStatus.RUNNING, started_at=Now(),
                                    attempts=F("attempts") + 1)
 
 
-__all__ = ["Charge", "Claim", "Fenced", "Prepare", "claim", "claim_turn", "heartbeat",
+__all__ = ["Charge", "Claim", "Fenced", "Prepare", "claim", "claim_turn", "heartbeat", "lease_of",
            "worker_identity"]

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import F
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..exceptions import ConfigurationError
@@ -48,6 +49,8 @@ class Ledger:
     tool_counts: dict[str, int]
     spend: Decimal
     limits: Limits | None
+    #: The database's clock when the lock was taken: every deadline is compared with it.
+    now: datetime
 
     @classmethod
     def from_row(cls, root_id: str, row: dict[str, Any]) -> Ledger:
@@ -55,7 +58,8 @@ class Ledger:
         return cls(root_id, int(row["fence"]), str(row["status"]), row["deadline_at"],
                    int(row["tree_iterations"]), int(row["tree_tool_executions"]),
                    {str(k): int(v) for k, v in (row["tree_tool_counts"] or {}).items()},
-                   Decimal(row["tree_spend"]), None if raw is None else Limits.from_json(raw))
+                   Decimal(row["tree_spend"]), None if raw is None else Limits.from_json(raw),
+                   row["db_now"])
 
 
 @dataclass
@@ -101,7 +105,7 @@ def lock_tree(root_id: str) -> Ledger:
     (the wait-graph lock) deadlocks against a tree-lock holder waiting for that lock.
     """
     row = (Turn.objects.select_for_update(no_key=True).filter(pk=root_id)
-           .values(*_LEDGER_FIELDS).first())
+           .annotate(db_now=Now()).values(*_LEDGER_FIELDS, "db_now").first())
     if row is None:
         raise Turn.DoesNotExist(f"root turn {root_id!r} does not exist")
     return Ledger.from_row(root_id, row)

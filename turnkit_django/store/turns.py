@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
 from django.db.models import Model
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from ..exceptions import InvalidTransition
 from ..ids import new_id
@@ -24,7 +23,7 @@ from ..limits import Limits
 from ..messages import Part
 from ..models import Conversation, ToolExecution, Turn
 from ..states import TRANSITIONS, TurnStatus
-from .locks import lock_tree
+from .locks import database_now, lock_tree
 from .transcript import ClosedCall, NewMessage, insert_messages, repair
 from .waits import submit_status
 
@@ -86,6 +85,11 @@ class NewTurn:
     context: dict[str, Any] | None = None
     parent: Turn | None = None
     parent_execution: ToolExecution | None = None
+    #: A root-level task of an existing tree (no parent): it shares that root's budget and
+    #: deadline, and a cascade cancel of the root reaches it.
+    tree: Turn | None = None
+    #: The new turn's id, when the caller needed it before the turn existed (to ask a policy).
+    id: str | None = None
 
 
 def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part] = (), *,
@@ -99,8 +103,9 @@ def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part]
         else:
             sequence = Conversation.objects.filter(pk=conversation.pk).values_list(
                 "last_sequence", flat=True).get()
-        turn_id = new_id("turn")
+        turn_id = spec.id or new_id("turn")
         parent = spec.parent
+        above = parent if parent is not None else spec.tree
         context = spec.context if spec.context is not None else conversation.context or {}
         return Turn.objects.create(
             id=turn_id,
@@ -108,13 +113,13 @@ def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part]
             agent_name=spec.agent_name,
             parent_turn=parent,
             parent_tool_execution=spec.parent_execution,
-            root_turn_id=parent.root_turn_id if parent is not None else turn_id,
+            root_turn_id=above.root_turn_id if above is not None else turn_id,
             depth=parent.depth + 1 if parent is not None else 0,
             model=spec.model or conversation.model,
             options={**spec.options, "context": context},
             principal=spec.principal if spec.principal is not None else conversation.principal,
             context_sequence=sequence,
-            deadline_at=parent.deadline_at if parent is not None else None,
+            deadline_at=above.deadline_at if above is not None else None,
         )
 
 
@@ -129,13 +134,12 @@ def submit(turn: Turn, *, callback_conversation_id: str | None = None) -> tuple[
     rings the doorbell when it was new.
     """
     with transaction.atomic():
-        lock_tree(turn.root_turn_id)
+        now = lock_tree(turn.root_turn_id).now  # the database clock: lanes and deadlines
         row = Turn.objects.get(pk=turn.pk)
         if row.submitted_at is not None:
             return row, False
         if row.status not in TRANSITIONS["submit"].sources:
             raise InvalidTransition(row.pk, row.status, "submit")
-        now = timezone.now()
         fields: dict[str, Any] = {"submitted_at": now, "updated_at": now}
         if callback_conversation_id is not None:
             fields["options"] = dict(row.options, callback_conversation=callback_conversation_id)
@@ -153,7 +157,8 @@ def _lifetime(row: Turn) -> timedelta | None:
     return None if raw is None else Limits.from_json(raw).lifetime
 
 
-def revoke(turn: Turn, transition: str, *, reason: str, **fields: Any) -> int:
+def revoke(turn: Turn, transition: str, *, reason: str, at: datetime | None = None,
+           **fields: Any) -> int:
     """Fence out any worker of ``turn`` and move it along ``transition``; return the new fence.
 
     The fence log records the conversation's last sequence at this point, so the invariant
@@ -163,7 +168,8 @@ def revoke(turn: Turn, transition: str, *, reason: str, **fields: Any) -> int:
     last = Conversation.objects.filter(pk=turn.conversation_id).values_list(
         "last_sequence", flat=True).first()
     log = [*(turn.fence_log or []), {"fence": turn.fence, "revoked_after_sequence": last,
-                                     "reason": reason, "at": timezone.now().isoformat()}]
+                                     "reason": reason,
+                                     "at": (at or database_now()).isoformat()}]
     fence = turn.fence + 1
     apply_transition(turn.pk, transition, expected_fence=turn.fence, **{
         "fence": fence, "claimed_by": "", "fence_log": log, "updated_at": Now(), **fields})
@@ -179,8 +185,9 @@ def end(turn: Turn, transition: str, *, reason: str, error: dict[str, Any],
     lock.
     """
     closed = repair(turn, reason=repair_reason)
-    fields = {"completed_at": timezone.now(), "error": error, **fields}
-    turn.fence = revoke(turn, transition, reason=reason, **fields)
+    at = database_now()
+    fields = {"completed_at": at, "error": error, **fields}
+    turn.fence = revoke(turn, transition, reason=reason, at=at, **fields)
     for name, value in fields.items():
         setattr(turn, name, value)
     turn.status, turn.claimed_by = TRANSITIONS[transition].target, ""

@@ -4,6 +4,7 @@ I6 - a cascade cancel reaches every descendant
     * no active turn (pending, waiting, paused, running) has an ancestor that was cancelled with
       its descendants (``options["cancel_cascade"]``), once ``cancel_sweep`` has run: a cascade
       larger than one batch, or a child launched while the cancel ran, is finished by the sweep.
+      A root-level task of a tree (a continuation that joined it) counts its root as its parent.
 I7 - the wait graph is acyclic and waiters are released
     * the edges between active turns form no cycle, and no active turn waits for unfinished work
       of its own conversation (turns of a conversation run one at a time: a deadlock);
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, F, OuterRef, QuerySet
 
 from ..models import Turn, Wait
 from ..querysets import TurnQuerySet
@@ -34,9 +35,12 @@ def _active(conversations: QuerySet[Any] | None) -> TurnQuerySet:
 
 
 def check_cancelled_trees(report: Report, conversations: QuerySet[Any] | None = None) -> None:
-    """I6: walk up from every active child turn; no ancestor may be cascade-cancelled."""
-    pointer = dict(_active(conversations).filter(parent_turn__isnull=False)
-                   .values_list("pk", "parent_turn_id"))
+    """I6: walk up from every active child turn (and from every root-level task of a tree, to
+    its root); no ancestor may be cascade-cancelled."""
+    active = _active(conversations)
+    pointer = dict(active.filter(parent_turn__isnull=False).values_list("pk", "parent_turn_id"))
+    pointer.update(active.filter(parent_turn__isnull=True).exclude(root_turn_id=F("pk"))
+                   .values_list("pk", "root_turn_id"))
     seen: dict[str, tuple[str | None, bool]] = {}
     steps = 0
     while pointer and steps < 1000:  # the bound only guards against corrupted parent links

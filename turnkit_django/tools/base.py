@@ -53,6 +53,8 @@ class Tool:
     Args: type[BaseModel] = _StrictArgs
     terminal: Terminal = False
     recovery: Recovery = "unknown"
+    #: Seconds a call may take before its turn stops waiting for it (None: TOOL_TIMEOUT).
+    timeout: float | None = None
     #: The one call that may still run from the response that exhausted the spend limit (a
     #: final save); only on a terminal, replay-safe tool.
     budget_completion: bool = False
@@ -102,6 +104,13 @@ class Tool:
             raise ConfigurationError(
                 f"tool {self.tool_name!r}: recovery must be 'unknown' or 'replay_safe'"
             )
+        timeout = self.timeout
+        if timeout is not None and (not isinstance(timeout, int | float)
+                                    or isinstance(timeout, bool) or timeout <= 0):
+            raise ConfigurationError(
+                f"tool {self.tool_name!r}: timeout must be a positive number of seconds or "
+                f"None, got {timeout!r}"
+            )
         if self.budget_completion and not (self.terminal and self.replay_safe):
             raise ConfigurationError(
                 f"tool {self.tool_name!r}: budget_completion=True needs terminal=True and "
@@ -124,6 +133,7 @@ class FunctionTool(Tool):
         description: str | None = None,
         terminal: Terminal = False,
         recovery: Recovery = "unknown",
+        timeout: float | None = None,
         budget_completion: bool = False,
     ) -> None:
         self.func = func
@@ -131,6 +141,7 @@ class FunctionTool(Tool):
         self.description = description or inspect.cleandoc(func.__doc__ or "") or self.name
         self.terminal = terminal
         self.recovery = recovery
+        self.timeout = timeout
         self.budget_completion = budget_completion
         self.Args, self._takes_ctx = _args_from_signature(func, self.name)
         self.__doc__ = func.__doc__
@@ -185,6 +196,7 @@ def tool(
     description: str | None = None,
     terminal: Terminal = False,
     recovery: Recovery = "unknown",
+    timeout: float | None = None,
     budget_completion: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
@@ -197,13 +209,15 @@ def tool(
     description: str | None = None,
     terminal: Terminal = False,
     recovery: Recovery = "unknown",
+    timeout: float | None = None,
     budget_completion: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a tool. Its docstring is the description given to the model."""
 
     def build(f: Callable[..., Any]) -> FunctionTool:
         built = FunctionTool(f, name=name, description=description, terminal=terminal,
-                             recovery=recovery, budget_completion=budget_completion)
+                             recovery=recovery, timeout=timeout,
+                             budget_completion=budget_completion)
         built.check()
         return built
 

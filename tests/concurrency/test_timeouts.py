@@ -1,0 +1,111 @@
+"""A hung tool or model call stops keeping its turn alive (issue 10, item 8).
+
+A call past its timeout (``@tool(timeout=...)``, ``TOOL_TIMEOUT``, ``MODEL_TIMEOUT``) or past the
+tree's deadline stops renewing its lease, so reconcile recovers the turn as it would a dead
+worker's: another worker resumes it (the hung call's outcome is unknown) or fails it on the
+deadline; the hung worker's late writes are fenced out.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import turnkit_django
+from tests.concurrency.threads import TIMEOUT, Worker, wait_until
+from tests.dispatch import override_turnkit
+from turnkit_django import Agent, services, tool
+from turnkit_django.errors import unknown_result
+from turnkit_django.models import Turn
+from turnkit_django.testing import FunctionClient, call, reply
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
+
+FAST = {"HEARTBEAT_INTERVAL": 0.1, "LEASE": 0.5, "RECONCILE_INTERVAL": 0.2}
+
+
+def recovered(turn_id: str) -> bool:
+    return turn_id in turnkit_django.reconcile().recovered
+
+
+def test_a_tool_past_its_timeout_is_recovered_with_an_unknown_outcome(registered):
+    entered, release = threading.Event(), threading.Event()
+    effects: list[str] = []
+
+    @tool(timeout=0.3)
+    def hang(ctx) -> str:
+        """Never return in time."""
+        effects.append(ctx.idempotency_key)
+        entered.set()
+        assert release.wait(TIMEOUT)
+        return "too late"
+
+    def respond(request):
+        if request.last_message_is_tool_result():
+            return reply(str(request.messages[-1].tool_results[0].content["error"]))
+        return call("hang", id="call_hang")
+
+    agent = registered(Agent("hanger", tools=[hang], client=FunctionClient(respond)))
+    with override_turnkit(**FAST):
+        run = agent.submit("go")
+        stuck = Worker(services.run_turn, run.id, kind="test")
+        stuck.start()
+        try:
+            assert entered.wait(TIMEOUT)
+            wait_until(lambda: recovered(run.id), timeout=10,
+                       what="reconcile to take the hung turn back")
+            assert services.run_turn(run.id, kind="test")  # another worker resumes it
+        finally:
+            release.set()
+        assert stuck.outcome() is True  # the hung worker returns and writes nothing
+
+    row = Turn.objects.get(pk=run.id)
+    assert (row.status, row.output_text) == ("completed", "outcome_unknown")
+    assert row.recovery_attempts == 1 and len(effects) == 1
+    (execution,) = row.tool_executions.all()
+    assert execution.status == "interrupted" and execution.error == unknown_result()
+
+
+def test_a_model_call_hung_past_the_deadline_fails_the_turn_on_the_deadline(registered):
+    entered, release = threading.Event(), threading.Event()
+
+    def respond(request):
+        entered.set()
+        assert release.wait(TIMEOUT)
+        return reply("too late")
+
+    client = FunctionClient(respond)
+    agent = registered(Agent("slowpoke", client=client, timeout=0.5))
+    with override_turnkit(**FAST):
+        run = agent.submit("go")
+        stuck = Worker(services.run_turn, run.id, kind="test")
+        stuck.start()
+        try:
+            assert entered.wait(TIMEOUT)
+            wait_until(lambda: recovered(run.id), timeout=10,
+                       what="reconcile to take the turn back after its deadline")
+            assert services.run_turn(run.id, kind="test")
+        finally:
+            release.set()
+        stuck.outcome()
+
+    row = Turn.objects.get(pk=run.id)
+    assert row.status == "failed" and row.error["limit"] == "timeout"
+    assert len(client.requests) == 1  # the resumed turn did not ask the model again
+
+
+def test_a_call_within_its_timeout_keeps_its_lease(registered):
+    @tool(timeout=30)
+    def quick(ctx) -> str:
+        """Return at once."""
+        return "done"
+
+    def respond(request):
+        return reply("ok") if request.last_message_is_tool_result() else call("quick")
+
+    agent = registered(Agent("quick", tools=[quick], client=FunctionClient(respond)))
+    with override_turnkit(**FAST):
+        run = agent.submit("go")
+        assert services.run_turn(run.id, kind="test")
+    assert Turn.objects.get(pk=run.id).recovery_attempts == 0

@@ -1,0 +1,145 @@
+"""Continuations started by turns share their tree's budget; cancelled trees stay dead
+(issue 10, items 2 and 3).
+
+A message a turn sends (the ``send_message`` tool, a completion callback) wakes its destination
+with a continuation that joins the SENDER's tree: the root-wide budget (iterations, tool
+executions, spend, the root's deadline) bounds the whole chain, and a cascade cancel of the
+tree reaches it. A message from a tree that was cancelled wakes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.dispatch import clear, recorded
+from tests.orchestration import policy, tenant_policy
+from turnkit_django import Agent, services
+from turnkit_django.models import Turn
+from turnkit_django.testing import FunctionClient, call, reply
+from turnkit_django.tools import launch_agent, send_message, wait_for
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background")]
+
+TENANT = {"tenant": "t1", "user": 1}
+assert tenant_policy  # the policy the chains run under (by import path below)
+
+
+def run_dispatched(capture: Any, rounds: int = 40) -> int:
+    """Run every turn dispatched so far, and what those dispatch, like workers would
+    (``capture`` is pytest-django's ``django_capture_on_commit_callbacks``)."""
+    ran = 0
+    for _ in range(rounds):
+        pending = recorded()
+        clear()
+        if not pending:
+            return ran
+        for turn_id in dict.fromkeys(pending):
+            with capture(execute=True):
+                ran += services.run_turn(turn_id)
+    raise AssertionError(f"still dispatching after {rounds} rounds")
+
+
+def self_messenger(registered: Any) -> Agent:
+    """A model that messages its own conversation every time it runs, then stops."""
+
+    def respond(request: Any) -> Any:
+        if request.last_message_is_tool_result():
+            return reply("sent")
+        conversation_id = request.metadata["conversation_id"]
+        return call("send_message", conversation_id=conversation_id, text="again")
+
+    return registered(Agent("narcissus", tools=[send_message], max_iterations=2,
+                            client=FunctionClient(respond)))
+
+
+def test_a_model_messaging_its_own_conversation_is_stopped_by_the_shared_budget(
+        registered, django_capture_on_commit_callbacks):
+    agent = self_messenger(registered)
+    with policy("tests.orchestration.tenant_policy"):
+        with django_capture_on_commit_callbacks(execute=True):
+            run = agent.submit("start", principal=TENANT)
+        run_dispatched(django_capture_on_commit_callbacks)
+
+    turns = list(Turn.objects.filter(conversation_id=run.conversation_id).order_by("created_at"))
+    assert len(turns) == 2  # the submitted turn and the one continuation its message woke
+    first, continuation = turns
+    assert first.status == "completed"
+    assert continuation.root_turn_id == run.id and continuation.parent_turn_id is None
+    assert continuation.principal == TENANT
+    assert continuation.status == "failed"
+    assert continuation.error["limit"] == "max_iterations"
+
+
+def test_a_cascade_cancel_is_not_undone_by_a_childs_callback(
+        registered, django_capture_on_commit_callbacks):
+    helper = Agent("helper", client=FunctionClient(lambda request: reply("helped")))
+    agent = registered(Agent("coordinator2", tools=[launch_agent, wait_for],
+                             sub_agents=[helper], client=FunctionClient(_launch_and_wait)))
+    conversation = agent.conversation(principal=TENANT)
+    turn = conversation.ask("coordinate", submit=True)
+    assert services.run_turn(turn.id)
+    (child,) = Turn.objects.filter(parent_turn_id=turn.id)
+    assert child.status == "pending"
+    assert Turn.objects.get(pk=turn.id).status == "waiting"  # the coordinator waits for it
+
+    with django_capture_on_commit_callbacks(execute=True):
+        report = services.cancel(turn.id, cascade=True)
+    run_dispatched(django_capture_on_commit_callbacks)
+
+    assert child.pk in report.cancelled
+    assert Turn.objects.get(pk=child.pk).status == "cancelled"
+    # The child's callback was written to the conversation, and woke nothing.
+    assert conversation.messages().filter(metadata__callback=True).count() == 1
+    assert list(conversation.turns().values_list("pk", flat=True)) == [turn.id]
+
+
+def _launch_and_wait(request: Any) -> Any:
+    """Launch the helper with a callback, then wait for it."""
+    if request.last_message_is_tool_result():
+        (result,) = request.messages[-1].tool_results
+        if result.tool_call_id == "call_launch":
+            return call("wait_for", id="call_wait", turn_ids=[result.content["turn_id"]])
+        return reply("waited")
+    return call("launch_agent", id="call_launch", agent="helper", task="report back",
+                callback=True)
+
+
+def _launch_once(request: Any) -> Any:
+    if request.last_message_is_tool_result():
+        return reply("launched")
+    if any(m.metadata.get("callback") for m in request.messages if m.role == "user"):
+        return reply("read the callback")
+    return call("launch_agent", id="call_launch", agent="helper", task="report back",
+                callback=True)
+
+
+def test_a_callback_continuation_joins_the_tree_and_a_cascade_cancel_reaches_it(
+        registered, django_capture_on_commit_callbacks):
+    helper = Agent("helper", client=FunctionClient(lambda request: reply("helped")))
+    agent = registered(Agent("coordinator3", tools=[launch_agent], sub_agents=[helper],
+                             client=FunctionClient(_launch_once)))
+    conversation = agent.conversation(principal=TENANT)
+    turn = conversation.ask("coordinate", submit=True)
+    assert services.run_turn(turn.id)
+    (child,) = Turn.objects.filter(parent_turn_id=turn.id)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.run_turn(child.pk)
+    (continuation,) = conversation.turns().filter(options__has_key="woken_by")
+    assert continuation.root_turn_id == turn.id  # the callback's sender is in turn's tree
+    assert continuation.status == "pending"
+
+    report = services.cancel(turn.id, cascade=True)
+
+    assert continuation.pk in report.cancelled
+    assert Turn.objects.get(pk=continuation.pk).status == "cancelled"
+
+
+def test_an_application_message_still_starts_a_fresh_root(registered):
+    agent = registered(Agent("listener", client=FunctionClient(lambda request: reply("ok"))))
+    sender, listener = agent.conversation(), agent.conversation(principal=TENANT)
+    sender.send_message(listener, "hello from the application", key="app-1", principal=None)
+    (continuation,) = listener.turns()
+    assert continuation.root_turn_id == continuation.pk
+    assert continuation.options["limits"]["max_iterations"] == agent.limits().max_iterations
