@@ -79,6 +79,10 @@ def test_one_request_with_a_closed_schema_and_the_candidate_as_inert_data():
     assert result.usage == Usage(input_tokens=200, output_tokens=40, cache_read_tokens=100,
                                  thinking_tokens=12)
     assert "team-a" in judge.identity and KEY not in judge.identity
+    hidden = OpenAIEvaluator(base_url="https://user:secret-pass@llm.internal/v1?key=k9",
+                             api_key="x")
+    assert "secret-pass" not in hidden.identity and "k9" not in hidden.identity
+    assert "llm.internal/v1" in hidden.identity
 
 
 @pytest.mark.parametrize(("reply_", "status", "retryable"), [

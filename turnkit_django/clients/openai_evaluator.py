@@ -82,7 +82,10 @@ class OpenAIEvaluator:
 
     @property
     def identity(self) -> str:
-        return f"openai-compatible|{self.client.base_url}|{self.label}|{SCHEMA_VERSION}"
+        # No credentials or query in it: it is stored in receipts and given to the policy.
+        url = httpx.URL(self.client.base_url).copy_with(username=None, password=None,
+                                                        query=None)
+        return f"openai-compatible|{url}|{self.label}|{SCHEMA_VERSION}"
 
     def __repr__(self) -> str:
         return f"OpenAIEvaluator(base_url={self.client.base_url!r}, label={self.label!r})"

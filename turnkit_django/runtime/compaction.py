@@ -27,7 +27,15 @@ from ..agents.compaction import options_for
 from ..agents.prompting import data_block, render_value
 from ..clients import ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded, CompactionError, LostClaim
-from ..messages import ChatMessage, MessageKind, TextPart, ToolCallPart, ToolResultPart, dump_parts
+from ..messages import (
+    DYNAMIC_CONTEXT,
+    ChatMessage,
+    MessageKind,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    dump_parts,
+)
 from . import internal
 from .context import TurnContext
 
@@ -139,6 +147,8 @@ def _clean_cut(visible: Sequence[ChatMessage], cut: int) -> bool:
 def _render(head: Sequence[ChatMessage], max_tool_chars: int) -> str:
     lines = []
     for message in head:
+        if message.kind == DYNAMIC_CONTEXT:
+            continue  # the current snapshot is sent again after the summary
         if _is_summary(message):
             lines.append(f"[earlier summary]\n{message.text.split(BANNER, 1)[-1]}")
             continue
