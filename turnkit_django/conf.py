@@ -52,9 +52,12 @@ DEFAULTS: dict[str, Any] = {
     # turn stops renewing its lease, so reconcile hands the turn to another worker.
     "TOOL_TIMEOUT": None,
     "MODEL_TIMEOUT": None,
+    # callable(usage, model) -> Decimal | number | None pricing a model call before COST_RATES
+    # (None: use the rates); import path or callable.
+    "COST_CALCULATOR": None,
 }
 
-IMPORT_STRINGS = frozenset({"CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER"})
+IMPORT_STRINGS = frozenset({"CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER", "COST_CALCULATOR"})
 
 #: Seconds settings: positive, finite, and at most ten years (so deadlines stay representable).
 SECONDS = ("TIMEOUT", "HEARTBEAT_INTERVAL", "LEASE", "RECONCILE_INTERVAL")
@@ -216,6 +219,8 @@ CLEANERS: dict[str, Callable[[str, Any], Any]] = {
     "COST_RATES": _mapping("turnkit.E006", "Rates are USD per million tokens: "
                            "{'my-model': {'input': '3', 'output': '15'}}."),
     "COMPACTION": _compaction,
+    "COST_CALCULATOR": _callable("For example 'myapp.costs.price' taking (usage, model) and "
+                                 "returning a Decimal, a number or None."),
 }
 
 
@@ -299,6 +304,7 @@ class TurnkitSettings:
     PROMPT_DATA_MAX_CHARS: int
     TOOL_TIMEOUT: float | None
     MODEL_TIMEOUT: float | None
+    COST_CALCULATOR: Callable[..., object] | None
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] = {}

@@ -22,6 +22,9 @@ E2E_TURNKIT = {
     "RECONCILE_INTERVAL": 1.0,
     "MAX_RECOVERY_ATTEMPTS": 2,
     "MAINTENANCE_BATCH_SIZE": 100,
+    # The parity scenarios' priced models (tests/testapp/parity_agents.py): $1 an input token.
+    "COST_RATES": {"e2e-priced": {"input": "1000000", "output": "0"},
+                   "e2e-judge": {"input": "1", "output": "1"}},
 }
 TURNKIT = E2E_TURNKIT
 

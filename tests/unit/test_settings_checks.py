@@ -127,6 +127,7 @@ def test_every_key_accepts_a_valid_value():
         "AUTHORIZATION_POLICY": "tests.orchestration.deny", "COST_RATES": {"m": {"input": 1}},
         "QUEUE": "q", "DISPATCHER": "tests.dispatch.record", "COMPACTION": False,
         "PROMPT_DATA_MAX_CHARS": 10, "TOOL_TIMEOUT": 30, "MODEL_TIMEOUT": 120.5,
+        "COST_CALCULATOR": "tests.orchestration.deny",
     }
     assert set(valid) == set(DEFAULTS)
     assert errors(valid) == []
@@ -189,6 +190,8 @@ BAD_VALUES = [
     ("QUEUE", None, "turnkit.E012"),
     ("DISPATCHER", "no.such.dispatcher", "turnkit.E007"),
     ("DISPATCHER", 7, "turnkit.E013"),
+    ("COST_CALCULATOR", "no.such.price", "turnkit.E007"),
+    ("COST_CALCULATOR", 7, "turnkit.E013"),
     ("COMPACTION", "yes", "turnkit.E020"),
     ("PROMPT_DATA_MAX_CHARS", 0, "turnkit.E003"),
     ("TOOL_TIMEOUT", 0, "turnkit.E003"),
@@ -223,6 +226,8 @@ def test_every_key_has_a_bad_value_case():
         ({"COMPACTION": {"threshold": 2}}, "turnkit.E020", "threshold"),
         ({"HEARTBEAT_INTERVAL": 10, "LEASE": 20}, "turnkit.E004", "LEASE"),
         ({"RECONCILE_INTERVAL": 60, "LEASE": 60}, "turnkit.E005", "RECONCILE_INTERVAL"),
+        ({"COST_CALCULATOR": "no.such.module.price"}, "turnkit.E007", "COST_CALCULATOR"),
+        ({"COST_RATES": {"m": {"thinking": "many"}}}, "turnkit.E006", "thinking"),
     ],
 )
 def test_entries_and_combinations_are_named(turnkit, expected, fragment):

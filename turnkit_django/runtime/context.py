@@ -126,8 +126,9 @@ class TurnContext:
             raise HandBack(self.row.pk)
 
     def handle(self) -> Any:
-        """The public turn handle given to tools, policies and context contributors."""
-        return turn_handle(self.row, self.agent)
+        """The public turn handle given to tools and output policies: it acts as the running
+        turn (evaluations, output metadata) through this context."""
+        return turn_handle(self.row, self.agent, self)
 
 
 __all__ = ["ChildRunner", "HandBack", "InFlight", "Suspended", "TurnContext"]

@@ -200,6 +200,11 @@ def _run_child(child: Turn, agent: AgentDefinition, client: Client,
 class _NoClient:
     provider = "none"
 
+    def __init__(self, agent: AgentDefinition, row: Turn) -> None:
+        # The request has the form the turn's own client gets (dynamic context snapshots).
+        real = inherited_client(row, agent) or agent.resolved_client()
+        self.dynamic_context_in_history = getattr(real, "dynamic_context_in_history", False)
+
     def complete(self, request: ModelRequest) -> ModelResponse:  # pragma: no cover
         raise AssertionError("preview never calls the model")
 
@@ -208,7 +213,7 @@ def preview(turn_id: str, agent: AgentDefinition) -> ModelRequest:
     """The exact next model request of a turn, built without calling the model or writing."""
     row = Turn.objects.select_related("conversation").get(pk=turn_id)
     claim = Claim(row.pk, row.root_turn_id, row.conversation_id, row.fence, "preview")
-    return build_request(context(claim, row, agent, client=_NoClient()))
+    return build_request(context(claim, row, agent, client=_NoClient(agent, row)))
 
 
 __all__ = ["context", "execute", "execute_new", "on_claim", "preview", "refuse_atomic_block", "run"]

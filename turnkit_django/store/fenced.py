@@ -41,7 +41,7 @@ T = TypeVar("T")
 class Charge:
     """What a model response costs the turn: its new usage total and its cost (None: unknown)."""
 
-    usage: dict[str, int]
+    usage: dict[str, Any]
     cost: Decimal | None
 
     def fields(self) -> dict[str, Any]:

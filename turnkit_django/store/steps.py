@@ -82,8 +82,10 @@ def _cursor(db: BaseDatabaseWrapper) -> Any:
     ``execute_wrapper()`` instrumentation see it. Prepared only if the project enables
     psycopg's ``prepare_threshold`` (Django leaves it off for connection poolers)."""
     db.ensure_connection()
+    db.validate_thread_sharing()
     with db.wrap_database_errors:
-        return db._prepare_cursor(psycopg.Cursor(db.connection))
+        raw: Any = psycopg.Cursor(db.connection)
+    return db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
 
 
 @functools.cache

@@ -23,6 +23,7 @@ from django.utils.module_loading import import_string
 
 from ..clients.base import BaseClient, ModelRequest, ModelResponse, Usage
 from ..clients.base import requests_blocked as _blocked
+from ..clients.evaluation import EvaluationRequest, EvaluatorReply
 from ..exceptions import ModelError
 from ..messages import DataPart, Part, TextPart, ToolCallPart
 
@@ -158,6 +159,45 @@ class FunctionClient(BaseClient):
         return to_response(self.respond(request), request)
 
 
+class ScriptedEvaluator:
+    """An evaluator answering from a script, in order; records every request in ``requests``.
+
+    An entry is the raw answers (``{"safe": {"probability": 0.9}}``), an ``EvaluatorReply``
+    (with usage and model), an exception to raise (an ``EvaluationError``), or a callable
+    ``(request) -> entry``. Without usage a reply reports one token per four characters.
+    """
+
+    def __init__(self, script: Iterable[Any] = (), *, identity: str = "scripted-evaluator",
+                 model: str = "scripted") -> None:
+        self.identity = identity
+        self.model = model
+        self._script = list(script)
+        self._lock = threading.Lock()
+        self.requests: list[EvaluationRequest] = []
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)  # the runtime's backoff between attempts: never waits
+
+    def evaluate(self, request: EvaluationRequest) -> EvaluatorReply:
+        with self._lock:
+            self.requests.append(request)
+            if not self._script:
+                raise ModelError(f"ScriptedEvaluator has no answer left for request "
+                                 f"{len(self.requests)}; add more entries to the script")
+            entry = self._script.pop(0)
+        if callable(entry) and not isinstance(entry, BaseException):
+            entry = entry(request)
+        if isinstance(entry, BaseException):
+            raise entry
+        if isinstance(entry, EvaluatorReply):
+            return entry
+        text = json.dumps(entry, default=str)
+        usage = Usage(input_tokens=_estimate(json.dumps(request.candidate, default=str)),
+                      output_tokens=_estimate(text))
+        return EvaluatorReply(entry, usage, self.model, 200)
+
+
 def requests_blocked() -> bool:
     return _blocked.is_set()
 
@@ -270,6 +310,7 @@ __all__ = [
     "InMemoryDispatcher",
     "Reply",
     "ScriptedClient",
+    "ScriptedEvaluator",
     "block_model_requests",
     "call",
     "in_memory_dispatcher",
