@@ -29,7 +29,7 @@ from .runtime.handles import provide
 from .runtime.running import RunningTurn
 from .services.costs import CostBreakdown
 from .states import TERMINAL_TURN_STATUSES, TurnStatus
-from .store import append_input
+from .store import append_input, reload
 
 _UNSET: Any = object()
 
@@ -142,7 +142,8 @@ class TurnHandle(RunningTurn):
         return services.cost_breakdown(turn_id=self.row.pk)
 
     def refresh(self) -> Self:
-        self.row.refresh_from_db()
+        """Read the turn's row again (its status, output, usage...)."""
+        reload(self.row)
         return self
 
     # -- reads -----------------------------------------------------------------------
@@ -360,7 +361,8 @@ class ConversationHandle:
                                              keep_last=keep_last, client=client)
 
     def refresh(self) -> Self:
-        self.row.refresh_from_db()
+        """Read the turn's row again (its status, output, usage...)."""
+        reload(self.row)
         return self
 
     def __repr__(self) -> str:
