@@ -7,9 +7,11 @@ the only place where JSON turns into types.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from django.db import models
@@ -148,6 +150,12 @@ class ChatMessage(PartsView):
     sequence: int | None = None
     # Stored message metadata the runtime reads back (a context summary's replaced range).
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def size(self) -> int:
+        """Characters of the parts as JSON (what the context's token estimate counts); computed
+        once per message object (the transcript cache reuses them from turn to turn)."""
+        return len(json.dumps(dump_parts(self.parts), default=str))
 
 
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
