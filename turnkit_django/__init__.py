@@ -18,6 +18,7 @@ from .exceptions import (
     InputError,
     InvalidTransition,
     LostClaim,
+    MediaError,
     ModelAccessError,
     ModelError,
     ToolError,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from .handles import TurnHandle as Turn
     from .services import drain, reconcile
     from .tools.base import Tool, ToolContext, tool
+    from .tools.media import ImageTool, ViewMediaTool
 
 __version__ = "0.1.0.dev0"
 
@@ -42,6 +44,8 @@ _LAZY = {
     "Tool": ("tools.base", "Tool"),
     "ToolContext": ("tools.base", "ToolContext"),
     "tool": ("tools.base", "tool"),
+    "ImageTool": ("tools.media", "ImageTool"),
+    "ViewMediaTool": ("tools.media", "ViewMediaTool"),
     "register": ("agents", "register"),
     "Run": ("handles", "Run"),
     "Turn": ("handles", "TurnHandle"),
@@ -76,9 +80,11 @@ __all__ = [
     "ConfigurationError",
     "Conversation",
     "DeliveryConflict",
+    "ImageTool",
     "InputError",
     "InvalidTransition",
     "LostClaim",
+    "MediaError",
     "ModelAccessError",
     "ModelError",
     "Prompt",
@@ -89,6 +95,7 @@ __all__ = [
     "ToolError",
     "Turn",
     "TurnkitError",
+    "ViewMediaTool",
     "Violation",
     "WaitError",
     "check_output_policy",

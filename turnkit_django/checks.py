@@ -10,6 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.files.storage import storages
 from django.db import connections
 
 from .agents.compaction import check_options as check_compaction
@@ -92,6 +93,13 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
         messages.append(Error("TURNKIT['MAX_TOOL_EXECUTIONS_BY_NAME'] must map tool names to "
                               "non-negative integers.", hint="{'search_docs': 3}",
                               id="turnkit.E008"))
+    media_storage = _user().get("MEDIA_STORAGE")
+    if media_storage is not None and (not isinstance(media_storage, str)
+                                      or media_storage not in storages.backends):
+        messages.append(Error(
+            f"TURNKIT['MEDIA_STORAGE'] = {media_storage!r} is not an alias of settings.STORAGES.",
+            hint="Add the alias to STORAGES, or leave MEDIA_STORAGE out to keep generated images "
+                 "in the default storage.", id="turnkit.E021"))
     return messages
 
 

@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     # turn stops renewing its lease, so reconcile hands the turn to another worker.
     "TOOL_TIMEOUT": None,
     "MODEL_TIMEOUT": None,
+    "MEDIA_STORAGE": None,  # alias in settings.STORAGES for generated images; None: "default"
 }
 
 IMPORT_STRINGS = frozenset({"CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER"})

@@ -37,6 +37,12 @@ EVENT_TYPES = (
     "message.created",
     "delivery.delivered",
     "sub_agent.delegated",
+    "image.requested",
+    "image.completed",
+    "image.failed",
+    "media.requested",
+    "media.completed",
+    "media.failed",
 )
 
 #: Sent for every event.

@@ -23,9 +23,11 @@ from .authorization import authorize
 from .clients import ModelRequest, Usage
 from .events import EventCallback
 from .exceptions import InvalidTransition
+from .media import MediaMethods
 from .messages import TextPart
 from .models import Conversation, Delivery, Message, ToolExecution, Turn
 from .runtime import execute, preview, refuse_atomic_block
+from .runtime.context import ToolBinding
 from .runtime.handles import provide
 from .states import TERMINAL_TURN_STATUSES, TurnStatus
 from .store import append_input
@@ -122,13 +124,16 @@ class Agent(AgentDefinition):
         return ConversationHandle.create(self, **options)
 
 
-class TurnHandle:
+class TurnHandle(MediaMethods):
     """A turn of a conversation: one unit of agent work with its own status and output."""
 
-    def __init__(self, row: Turn, agent: AgentDefinition | None = None) -> None:
+    def __init__(self, row: Turn, agent: AgentDefinition | None = None, *,
+                 binding: ToolBinding | None = None) -> None:
         self.row = row
         self._agent = agent
         self._on_event: EventCallback | None = None
+        #: Set on the handle a tool gets (``ctx.turn``): media calls write under its claim.
+        self.binding = binding
 
     # -- identity and status -----------------------------------------------------------
 
@@ -257,6 +262,13 @@ class Run(TurnHandle):
     @property
     def root_turn_id(self) -> str:
         return self.row.root_turn_id
+
+    @property
+    def turn(self) -> TurnHandle:
+        """The root turn alone (``run.turn.paint(...)``, ``run.turn.messages()``)."""
+        turn = TurnHandle(self.row, self._agent)
+        turn._on_event = self._on_event
+        return turn
 
     def turns(self) -> QuerySet[Turn]:
         """The root and its descendants."""

@@ -25,6 +25,9 @@ E2E_TURNKIT = {
 }
 TURNKIT = E2E_TURNKIT
 
+# Uploads and generated images: one directory for the test process and every worker.
+MEDIA_ROOT = os.environ.get("TURNKIT_E2E_MEDIA_ROOT", "")
+
 DATABASES = copy.deepcopy(DATABASES)
 _default = DATABASES["default"]
 if os.environ.get("TURNKIT_E2E_DATABASE_NAME"):

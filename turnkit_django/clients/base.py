@@ -22,12 +22,17 @@ requests_blocked = threading.Event()
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts of one or more model responses."""
+    """Token counts of one or more model responses.
+
+    ``image_input_tokens`` counts image tokens that image models price apart from text input
+    (``gpt-image-1`` edits); chat models count images they read in ``input_tokens``.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    image_input_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -36,6 +41,7 @@ class Usage:
             + self.output_tokens
             + self.cache_read_tokens
             + self.cache_write_tokens
+            + self.image_input_tokens
         )
 
     def __add__(self, other: Usage) -> Usage:
@@ -44,15 +50,19 @@ class Usage:
             self.output_tokens + other.output_tokens,
             self.cache_read_tokens + other.cache_read_tokens,
             self.cache_write_tokens + other.cache_write_tokens,
+            self.image_input_tokens + other.image_input_tokens,
         )
 
     def as_dict(self) -> dict[str, int]:
-        return {
+        data = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cache_read_tokens": self.cache_read_tokens,
             "cache_write_tokens": self.cache_write_tokens,
         }
+        if self.image_input_tokens:  # only image models have them: keep other records as they were
+            data["image_input_tokens"] = self.image_input_tokens
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Usage:
@@ -146,7 +156,12 @@ class Client(Protocol):
 
 
 class BaseClient:
-    """Optional base class for clients: capability flags and the real-request switch."""
+    """Optional base class for clients: capability flags and the real-request switch.
+
+    Media capabilities are declared, never sniffed: a client with ``supports_paint`` implements
+    ``paint(ImageRequest) -> ImageResult``, one with ``supports_view_media`` implements
+    ``view_media(MediaRequest) -> MediaAnalysis`` (see :mod:`turnkit_django.clients.media`).
+    """
 
     provider: str = "custom"
     #: Real provider clients make network requests; ``block_model_requests()`` stops them.
@@ -154,6 +169,8 @@ class BaseClient:
     supports_thinking: ClassVar[bool] = False
     supports_structured_output: ClassVar[bool] = True
     supports_prompt_caching: ClassVar[bool] = False
+    supports_paint: ClassVar[bool] = False
+    supports_view_media: ClassVar[bool] = False
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         raise NotImplementedError

@@ -27,9 +27,18 @@ from ..agents.compaction import options_for
 from ..agents.prompting import data_block, render_value
 from ..clients import ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded, CompactionError, LostClaim
-from ..messages import ChatMessage, MessageKind, TextPart, ToolCallPart, ToolResultPart, dump_parts
+from ..messages import (
+    MEDIA_KINDS,
+    ChatMessage,
+    MessageKind,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    dump_parts,
+)
 from . import internal
 from .context import TurnContext
+from .media_projection import describe
 
 logger = logging.getLogger("turnkit_django.compaction")
 
@@ -141,6 +150,9 @@ def _render(head: Sequence[ChatMessage], max_tool_chars: int) -> str:
     for message in head:
         if _is_summary(message):
             lines.append(f"[earlier summary]\n{message.text.split(BANNER, 1)[-1]}")
+            continue
+        if message.kind in MEDIA_KINDS:  # an image or an analysis: its description only
+            lines.append(f"[{message.kind}] {describe(message)}")
             continue
         for part in message.parts:
             if isinstance(part, TextPart) and part.text:

@@ -125,9 +125,21 @@ class TurnContext:
         if self.background and shutdown.stopping():
             raise HandBack(self.row.pk)
 
-    def handle(self) -> Any:
-        """The public turn handle given to tools, policies and context contributors."""
-        return turn_handle(self.row, self.agent)
+    def handle(self, binding: ToolBinding | None = None) -> Any:
+        """The public turn handle given to tools (with their ``binding``), policies and context
+        contributors."""
+        return turn_handle(self.row, self.agent, binding)
 
 
-__all__ = ["ChildRunner", "HandBack", "InFlight", "Suspended", "TurnContext"]
+@dataclass
+class ToolBinding:
+    """What the handle a tool gets (``ctx.turn``) is bound to: this claimed turn and the tool
+    execution being run. Media calls (``ctx.turn.paint``) write under that claim, keyed
+    ``<idempotency key>:<operation>:<n>`` by ``media_calls`` (counted per run of the tool)."""
+
+    ctx: TurnContext
+    execution: ToolExecution
+    media_calls: int = 0
+
+
+__all__ = ["ChildRunner", "HandBack", "InFlight", "Suspended", "ToolBinding", "TurnContext"]

@@ -15,7 +15,8 @@ from typing import Any
 from ..exceptions import ConfigurationError
 from ..models import Turn
 
-HandleFactory = Callable[[Turn, Any], Any]
+#: ``factory(row, agent)``, and ``factory(row, agent, binding=...)`` for a tool's handle.
+HandleFactory = Callable[..., Any]
 _factory: HandleFactory | None = None
 
 
@@ -25,14 +26,17 @@ def provide(factory: HandleFactory) -> None:
     _factory = factory
 
 
-def turn_handle(row: Turn, agent: Any = None) -> Any:
-    """The public handle of ``row`` for a tool, a policy or a context contributor."""
+def turn_handle(row: Turn, agent: Any = None, binding: Any = None) -> Any:
+    """The public handle of ``row`` for a tool (bound to its execution: ``binding``), a policy
+    or a context contributor."""
     if _factory is None:
         raise ConfigurationError(
             "turnkit_django is not ready: add 'turnkit_django' to INSTALLED_APPS and call "
             "django.setup() before running turns"
         )
-    return _factory(row, agent)
+    if binding is None:
+        return _factory(row, agent)
+    return _factory(row, agent, binding=binding)
 
 
 __all__ = ["HandleFactory", "provide", "turn_handle"]

@@ -26,18 +26,19 @@ from . import budget, internal
 from .compaction import auto_compact, project
 from .context import TurnContext
 from .deliveries import callback_decision
+from .media_projection import project_media
 from .output import publish_locked
 from .prompts import compose
 from .results import Opened, delegates, open_call
 
 
 def build_request(ctx: TurnContext) -> ModelRequest:
-    """The turn's next model request, from its visible messages."""
+    """The turn's next model request, from its visible messages (media described as text)."""
     instructions = compose(ctx.agent, ctx.row, ctx.conversation)
     options = ctx.row.options or {}
     return ModelRequest(
         model=ctx.row.model,
-        messages=tuple(project(ctx.visible)),
+        messages=tuple(project_media(project(ctx.visible))),
         tools=tuple(t.spec() for t in ctx.tools.values()),
         stable_instructions=instructions.stable,
         dynamic_instructions=instructions.dynamic,

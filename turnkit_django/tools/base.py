@@ -55,6 +55,9 @@ class Tool:
     recovery: Recovery = "unknown"
     #: Seconds a call may take before its turn stops waiting for it (None: TOOL_TIMEOUT).
     timeout: float | None = None
+    #: Declared by tools that change nothing (trusted metadata, not a sandbox); specialists
+    #: such as ``oracle`` accept only read-only tools.
+    read_only: bool = False
     #: Set on built-in tools the runtime executes itself (sub-agents, coordination tools).
     builtin: ClassVar[str | None] = None
 
@@ -108,6 +111,8 @@ class Tool:
                 f"tool {self.tool_name!r}: timeout must be a positive number of seconds or "
                 f"None, got {timeout!r}"
             )
+        if not isinstance(self.read_only, bool):
+            raise ConfigurationError(f"tool {self.tool_name!r}: read_only must be True or False")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.tool_name!r}>"
@@ -125,6 +130,7 @@ class FunctionTool(Tool):
         terminal: Terminal = False,
         recovery: Recovery = "unknown",
         timeout: float | None = None,
+        read_only: bool = False,
     ) -> None:
         self.func = func
         self.name = name or func.__name__
@@ -132,6 +138,7 @@ class FunctionTool(Tool):
         self.terminal = terminal
         self.recovery = recovery
         self.timeout = timeout
+        self.read_only = read_only
         self.Args, self._takes_ctx = _args_from_signature(func, self.name)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
@@ -186,6 +193,7 @@ def tool(
     terminal: Terminal = False,
     recovery: Recovery = "unknown",
     timeout: float | None = None,
+    read_only: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -198,12 +206,13 @@ def tool(
     terminal: Terminal = False,
     recovery: Recovery = "unknown",
     timeout: float | None = None,
+    read_only: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a tool. Its docstring is the description given to the model."""
 
     def build(f: Callable[..., Any]) -> FunctionTool:
         built = FunctionTool(f, name=name, description=description, terminal=terminal,
-                             recovery=recovery, timeout=timeout)
+                             recovery=recovery, timeout=timeout, read_only=read_only)
         built.check()
         return built
 
