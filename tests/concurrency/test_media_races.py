@@ -4,13 +4,10 @@ the provider call, and a heartbeat that keeps the turn's lease while the provide
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.files.storage import storages
 from django.db import DatabaseError, transaction
 
 from tests.concurrency.threads import Race, Worker, wait_until
@@ -20,15 +17,8 @@ from turnkit_django.clients.media import GeneratedImage, ImageResult
 from turnkit_django.models import Message, Turn
 from turnkit_django.testing import PNG, FunctionClient, FunctionMediaClient, call, reply
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
-
-
-@pytest.fixture(autouse=True)
-def media_root(settings: Any, tmp_path: Path) -> Iterator[Path]:
-    settings.MEDIA_ROOT = str(tmp_path / "media")
-    storages._storages.clear()
-    yield tmp_path / "media"
-    storages._storages.clear()
+pytestmark = [pytest.mark.django_db(transaction=True),
+              pytest.mark.usefixtures("background", "media_root")]
 
 
 def tree_lock_is_free(root_id: str) -> bool:

@@ -24,6 +24,7 @@ from tests.unit.fixtures.wire import (
     payloads,
 )
 from turnkit_django.clients import AnthropicClient, OpenAIClient, Usage
+from turnkit_django.clients.cost import compute_cost
 from turnkit_django.clients.media import (
     VIEW_INSTRUCTIONS,
     GeneratedImage,
@@ -33,7 +34,6 @@ from turnkit_django.clients.media import (
     MediaRequest,
     supports,
 )
-from turnkit_django.clients.cost import compute_cost
 from turnkit_django.exceptions import ConfigurationError, MediaError, ModelAccessError, ModelError
 from turnkit_django.media import to_media
 from turnkit_django.testing import PNG

@@ -13,25 +13,18 @@ from django.core.files.storage import storages
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from tests.testapp.models import Upload
-from turnkit_django.exceptions import ConfigurationError, MediaError
 from turnkit_django.clients.media_input import sniff
+from turnkit_django.exceptions import ConfigurationError, MediaError
 from turnkit_django.media import image_url, open_image, to_media
-from turnkit_django.store.media import save_image
 from turnkit_django.messages import ImagePart
+from turnkit_django.store.media import save_image
 from turnkit_django.testing import PNG
+
+pytestmark = pytest.mark.usefixtures("media_root")
 
 PDF = b"%PDF-1.7\n%%EOF\n"
 JPEG = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x00" * 20
 WEBP = b"RIFF\x24\x00\x00\x00WEBPVP8 " + b"\x00" * 20
-
-
-@pytest.fixture(autouse=True)
-def media_root(settings: Any, tmp_path: Path) -> Path:
-    settings.MEDIA_ROOT = str(tmp_path / "media")
-    settings.MEDIA_URL = "/media/"
-    storages._storages.clear()
-    yield tmp_path / "media"
-    storages._storages.clear()
 
 
 def test_a_path_is_read_here_and_typed_by_its_bytes(tmp_path: Path) -> None:

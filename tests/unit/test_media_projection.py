@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.files.storage import storages
 
 from turnkit_django import Agent, tool
 from turnkit_django.clients import AnthropicClient, ModelRequest, OpenAIClient
@@ -107,14 +105,6 @@ def test_messages_without_media_are_unchanged() -> None:
 
 
 # --------------------------------------------------------------------------- the request builder
-
-
-@pytest.fixture
-def media_root(settings: Any, tmp_path: Path) -> Iterator[Path]:
-    settings.MEDIA_ROOT = str(tmp_path / "media")
-    storages._storages.pop("default", None)  # rebuilt with the new MEDIA_ROOT
-    yield tmp_path / "media"
-    storages._storages.pop("default", None)
 
 
 def _sent(request: ModelRequest) -> str:

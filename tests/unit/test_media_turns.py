@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.files.storage import storages
 from django.utils import timezone
 
 from tests.dispatch import override_turnkit
 from turnkit_django import Agent, InvalidTransition, failpoints, reconcile, services, tool
 from turnkit_django.clients.base import ModelRequest, Usage
 from turnkit_django.clients.media import GeneratedImage, ImageResult, MediaAnalysis
+from turnkit_django.errors import unknown_result
 from turnkit_django.events import Event
 from turnkit_django.events import event as any_event
 from turnkit_django.exceptions import (
@@ -32,19 +32,9 @@ from turnkit_django.exceptions import (
 from turnkit_django.failpoints import SimulatedCrash
 from turnkit_django.messages import ImagePart, MediaAnalysisPart, load_parts
 from turnkit_django.models import Message, ToolExecution, Turn
-from turnkit_django.errors import unknown_result
 from turnkit_django.testing import PNG, FunctionClient, FunctionMediaClient, call, reply
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def media_root(settings: Any, tmp_path: Path) -> Path:
-    settings.MEDIA_ROOT = str(tmp_path / "media")
-    settings.MEDIA_URL = "/media/"
-    storages._storages.pop("default", None)  # rebuilt with the new MEDIA_ROOT
-    yield tmp_path / "media"
-    storages._storages.pop("default", None)
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("media_root")]
 
 
 @pytest.fixture

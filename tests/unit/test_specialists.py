@@ -10,7 +10,6 @@ from typing import Any
 
 import httpx
 import pytest
-from django.core.files.storage import storages
 
 from turnkit_django import Agent, Skill, ToolError, tool
 from turnkit_django.exceptions import ConfigurationError
@@ -281,14 +280,6 @@ def test_the_librarian_agent_has_its_github_tool_only(registered: Any) -> None:
 
 
 # --------------------------------------------------------------------------- painter
-
-
-@pytest.fixture
-def media_root(settings: Any, tmp_path: Path) -> Path:
-    settings.MEDIA_ROOT = str(tmp_path / "media")
-    storages._storages.clear()
-    yield tmp_path / "media"
-    storages._storages.clear()
 
 
 def painting(registered: Any, gate: Any, images: FunctionMediaClient, *script: Any,

@@ -75,7 +75,7 @@ def image_url(image: StoredImage) -> str | None:
         return None
     try:
         return str(storages[image.storage].url(image.name))
-    except (NotImplementedError, InvalidStorageError):
+    except (NotImplementedError, ValueError, InvalidStorageError):  # no URLs, or unknown
         return None
 
 
