@@ -15,6 +15,7 @@ from tests.dispatch import override_turnkit
 from turnkit_django import Agent, InvalidTransition, load_turn, reconcile, tool
 from turnkit_django.clients.media import GeneratedImage, ImageResult
 from turnkit_django.models import Message, Turn
+from turnkit_django.store import lease_of
 from turnkit_django.testing import PNG, FunctionClient, FunctionMediaClient, call, reply
 
 pytestmark = [pytest.mark.django_db(transaction=True),
@@ -75,9 +76,10 @@ def test_no_lock_is_held_and_the_heartbeat_runs_while_the_provider_paints(
         painter.start()
         assert entered.wait(30)
         assert tree_lock_is_free(run.id), "a transaction was held during the provider call"
-        first = Turn.objects.get(pk=run.id).heartbeat_at
-        wait_until(lambda: Turn.objects.get(pk=run.id).heartbeat_at > first, what="a heartbeat")
-        wait_until(lambda: Turn.objects.get(pk=run.id).heartbeat_at > first, what="another")
+        first = lease_of(run.id)
+        wait_until(lambda: lease_of(run.id) > first, what="a heartbeat")
+        second = lease_of(run.id)
+        wait_until(lambda: lease_of(run.id) > second, what="another")
         report = reconcile()
         assert run.id not in report.stale + report.recovered, "a live call kept its lease"
         release.set()

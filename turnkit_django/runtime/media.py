@@ -46,8 +46,6 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from django.utils import timezone
-
 from ..agents import AgentDefinition, schema_json
 from ..clients import AnthropicClient, ModelResponse, OpenAIClient
 from ..clients.media import (
@@ -76,6 +74,7 @@ from ..store import Ledger, LedgerDelta, MediaCall, TurnState, claim_turn, worke
 from ..store.media import delete_images
 from . import budget, internal
 from .context import ToolBinding, TurnContext
+from .deliveries import callback_decision
 from .heartbeat import Heartbeat
 from .loop import context
 from .media_operations import Operation, PaintOperation, ViewOperation
@@ -179,11 +178,10 @@ def _in_tool(binding: ToolBinding, op: Operation) -> Any:
     if earlier is not None and earlier.status == "completed" and earlier.message_id:
         # A replay of a replay-safe tool: the recorded result, without a second call.
         return op.from_message(Message.objects.get(pk=earlier.message_id))
-    intent = MediaCall(op.name, "requested", (earlier.attempts + 1) if earlier else 1,
-                       timezone.now().isoformat())
-    state = ctx.state.with_media(key, intent)
     with ctx.fenced.atomic() as ledger:
-        budget.check_open(ledger, timezone.now())
+        budget.check_open(ledger)
+        state = ctx.state.with_media(key, MediaCall(
+            op.name, "requested", (earlier.attempts + 1) if earlier else 1, ledger.now.isoformat()))
         ctx.fenced.record(state)
     ctx.state = state
     ctx.emit(f"{op.event}.requested", key=key, **op.requested())
@@ -200,9 +198,9 @@ def _on_pending(row: Turn, agent: AgentDefinition, on_event: EventCallback | Non
     refused: list[BudgetExceeded] = []
 
     def prepare(turn: Turn, ledger: Ledger) -> tuple[TurnState, LedgerDelta]:
-        intent = MediaCall(op.name, "requested", 1, timezone.now().isoformat())
+        intent = MediaCall(op.name, "requested", 1, ledger.now.isoformat())
         try:
-            budget.check_open(ledger, timezone.now())
+            budget.check_open(ledger)
         except BudgetExceeded as exc:
             refused.append(exc)
             intent = replace(intent, status="refused", error=ErrorRecord.of(exc).for_turn())
@@ -256,6 +254,7 @@ def _call_and_record(ctx: TurnContext, op: Operation, key: str, link: dict[str, 
         _record_failure(ctx, op, key, exc, result, finish=finish)
         raise
     text, data = "", None
+    callback = callback_decision(ctx.row) if finish else None  # asked before the lock
     try:
         with ctx.fenced.atomic() as ledger:
             fee, delta, cost = internal.charge(ctx, ledger, _as_response(result), result.model)
@@ -272,7 +271,8 @@ def _call_and_record(ctx: TurnContext, op: Operation, key: str, link: dict[str, 
             if finish:
                 state = state.replace(phase=Phase.DONE)
                 text, data = op.completion(result)
-                publish_locked(ctx, state, text, data, charge=fee, delta=delta)
+                publish_locked(ctx, state, text, data, callback_allowed=callback, charge=fee,
+                               delta=delta)
             else:
                 ctx.fenced.record(state, charge=fee, delta=delta)
     except LostClaim:
