@@ -13,6 +13,7 @@ recorded before the paid call, the two ways in, crashes and budgets) is in
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any, Self
 
 from .clients.media import GeneratedImage, ImageResult, MediaAnalysis, MediaInput
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from .events import EventCallback
     from .models import Turn
     from .runtime.context import ToolBinding
+
+#: Parameters of the runtime's operations the handle fills in itself.
+_INTERNAL = frozenset({"row", "agent", "binding", "on_event", "media", "prompt"})
 
 
 class MediaMethods:
@@ -51,6 +55,11 @@ class MediaMethods:
             operations.view_media, media, objective=objective, **options)
 
     def _media(self, operation: Any, *args: Any, **options: Any) -> Any:
+        known = sorted(set(inspect.signature(operation).parameters) - _INTERNAL)
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise TypeError(f"{operation.__name__}() got unexpected keyword arguments {unknown}; "
+                            f"it takes {', '.join(known)}")
         try:
             return operation(self.row, self.agent, *args, binding=self.binding,
                              on_event=self._on_event, **options)

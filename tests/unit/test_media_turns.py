@@ -214,6 +214,10 @@ def test_bad_input_is_refused_before_the_turn_is_touched(registered: Any) -> Non
         run.turn.paint("A teapot")  # the agent's chat client cannot paint
     with pytest.raises(ConfigurationError, match="unknown media provider"):
         run.turn.paint("A teapot", provider="dall-e")
+    with pytest.raises(TypeError, match=r"\['sizes'\]; it takes client, input_images"):
+        run.turn.paint("A teapot", sizes="1024x1024", client=images)
+    with pytest.raises(TypeError, match=r"view_media.*'objectives'"):
+        run.turn.view_media((PNG, "image/png"), objective="What?", objectives=["x"])
     assert Turn.objects.get(pk=run.id).status == "pending"
 
 
