@@ -1,5 +1,6 @@
 """Media operations on PostgreSQL with real second connections: claim races, no lock held during
-the provider call, and a heartbeat that keeps the turn's lease while the provider works."""
+the provider call, a heartbeat that keeps the turn's lease while the provider works, and no
+claim inside an atomic block."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.db import DatabaseError, transaction
 
 from tests.concurrency.threads import Race, Worker, wait_until
 from tests.dispatch import override_turnkit
-from turnkit_django import Agent, InvalidTransition, load_turn, reconcile, tool
+from turnkit_django import Agent, AtomicBlockError, InvalidTransition, load_turn, reconcile, tool
 from turnkit_django.clients.media import GeneratedImage, ImageResult
 from turnkit_django.models import Message, Turn
 from turnkit_django.store import lease_of
@@ -108,3 +109,14 @@ def test_a_tool_painting_holds_no_lock_during_the_provider_call(registered: Any)
         lambda r: call("draw", id="c1") if r.last_message_is_user() else reply("done"))))
     run = agent.run("Draw")
     assert run.status == "completed" and seen == {"free": True}
+
+
+def test_paint_on_a_pending_turn_inside_an_atomic_block_is_refused(registered: Any) -> None:
+    """The claim must commit before the provider call, or it would hold the block open."""
+    run = registered(Agent("atomic_artist", client=FunctionClient(lambda r: reply("x")))).prepare(
+        "Draw")
+    images = FunctionMediaClient()
+    with pytest.raises(AtomicBlockError, match=r"turn\.paint"), transaction.atomic():
+        run.turn.paint("A teapot", client=images)
+    assert images.requests == [] and run.refresh().status == "pending"
+    assert run.turn.paint("A teapot", client=images).message_id, "outside the block it runs"

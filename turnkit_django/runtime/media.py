@@ -76,7 +76,7 @@ from . import budget, internal
 from .context import ToolBinding, TurnContext
 from .deliveries import callback_decision
 from .heartbeat import Heartbeat
-from .loop import context
+from .loop import context, refuse_atomic_block
 from .media_operations import Operation, PaintOperation, ViewOperation
 from .output import fail, publish_locked
 
@@ -192,6 +192,7 @@ def _in_tool(binding: ToolBinding, op: Operation) -> Any:
 def _on_pending(row: Turn, agent: AgentDefinition, on_event: EventCallback | None,
                 op: Operation) -> Any:
     """Claim the pending turn, make the call under a heartbeat, complete (or fail) the turn."""
+    refuse_atomic_block(f"turn.{op.name}() on a pending turn")  # the claim must commit first
     row.refresh_from_db()
     _check_claimable(row, op.name)
     key = f"turnkit:{row.pk}:{op.name}"
