@@ -13,7 +13,15 @@ from django.db import DatabaseError, transaction
 
 from tests.concurrency.threads import Race, Worker, wait_until
 from tests.dispatch import override_turnkit
-from turnkit_django import Agent, AtomicBlockError, InvalidTransition, load_turn, reconcile, tool
+from turnkit_django import (
+    Agent,
+    AtomicBlockError,
+    InvalidTransition,
+    LostClaim,
+    load_turn,
+    reconcile,
+    tool,
+)
 from turnkit_django.clients.media import GeneratedImage, ImageResult
 from turnkit_django.models import Message, Turn
 from turnkit_django.store import lease_of
@@ -120,3 +128,33 @@ def test_paint_on_a_pending_turn_inside_an_atomic_block_is_refused(registered: A
         run.turn.paint("A teapot", client=images)
     assert images.requests == [] and run.refresh().status == "pending"
     assert run.turn.paint("A teapot", client=images).message_id, "outside the block it runs"
+
+
+def test_a_pending_turns_media_call_hung_past_model_timeout_lets_the_turn_go_stale(
+        registered: Any) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def hung_paint(request: Any) -> ImageResult:
+        entered.set()
+        assert release.wait(30), "the test never released the provider"
+        return ImageResult(images=(GeneratedImage(data=PNG),), model="gpt-image-1")
+
+    run = registered(Agent("hung_artist", client=FunctionClient(lambda r: reply("x")))).prepare(
+        "Draw")
+    with override_turnkit(HEARTBEAT_INTERVAL=0.1, LEASE=0.5, RECONCILE_INTERVAL=0.2,
+                          MODEL_TIMEOUT=0.3):
+        painter = Worker(load_turn(run.id).paint, "A teapot",
+                         client=FunctionMediaClient(paint=hung_paint))
+        painter.start()
+        try:
+            assert entered.wait(30)
+            wait_until(lambda: run.id in reconcile().stale, timeout=10,
+                       what="reconcile to find the hung inline turn abandoned")
+        finally:
+            release.set()
+        with pytest.raises(LostClaim):
+            painter.outcome()  # the late answer is fenced out
+    row = Turn.objects.get(pk=run.id)
+    assert row.status == "stale" and row.state["media"][f"turnkit:{run.id}:paint"][
+        "status"] == "requested"
+    assert not Message.objects.filter(turn_id=run.id, kind="image").exists()

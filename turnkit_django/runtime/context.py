@@ -36,7 +36,7 @@ ChildRunner = Callable[[Turn, AgentDefinition, Client, "EventCallback | None"], 
 class InFlight:
     """A model or tool call this worker is waiting for, and how long it may take."""
 
-    kind: str  # "model" or "tool"
+    kind: str  # "model", "tool" or "media" (a pending turn's own media call)
     name: str
     limit: float | None
     started: float = field(default_factory=time.monotonic)

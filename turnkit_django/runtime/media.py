@@ -220,7 +220,9 @@ def _on_pending(row: Turn, agent: AgentDefinition, on_event: EventCallback | Non
         fail(ctx, ErrorRecord.of(refused[0]))
         raise refused[0]
     ctx.emit(f"{op.event}.requested", key=key, **op.requested())
-    with Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL)):
+    # A hung provider call stops renewing the lease past MODEL_TIMEOUT or the tree's deadline.
+    with Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL), ctx.overdue), \
+            ctx.waiting_for("media", op.name, turnkit_settings.MODEL_TIMEOUT):
         return _call_and_record(ctx, op, key, {}, finish=True)
 
 
