@@ -253,6 +253,10 @@ def test_from_a_tool_the_running_turn_records_messages_usage_and_events(
     assert kinds(run.id) == [("user", "text"), ("assistant", "tool_call"),
                              ("assistant", "media_analysis"), ("assistant", "image"),
                              ("tool", "tool_result"), ("assistant", "text")]
+    # The turn's usage is every call's: two model responses and both media calls.
+    calls = Message.objects.filter(turn_id=run.id, role="assistant")
+    assert run.usage == sum((Usage.from_dict(m.metadata["usage"]) for m in calls), Usage())
+    assert Usage.from_dict(calls.get(kind="image").metadata["usage"]).output_tokens == 272
     execution = ToolExecution.objects.get(turn_id=run.id)
     media = Message.objects.filter(turn_id=run.id, kind__in=["image", "media_analysis"])
     assert {m.tool_execution_id for m in media} == {execution.pk}

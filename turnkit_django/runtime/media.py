@@ -213,8 +213,8 @@ def _on_pending(row: Turn, agent: AgentDefinition, on_event: EventCallback | Non
     if claimed is None:
         row.refresh_from_db()
         raise InvalidTransition(row.pk, row.status, op.name)
-    claim, claimed_row = claimed
-    ctx = context(claim, claimed_row, agent, client=op.client, on_event=on_event)
+    claim, claimed_row, ledger = claimed
+    ctx = context(claim, claimed_row, agent, client=op.client, on_event=on_event, ledger=ledger)
     ctx.emit("turn.started", status=TurnStatus.RUNNING, model=claimed_row.model)
     if refused:
         fail(ctx, ErrorRecord.of(refused[0]))
@@ -282,6 +282,7 @@ def _call_and_record(ctx: TurnContext, op: Operation, key: str, link: dict[str, 
         delete_images(stored)  # nothing refers to them
         raise
     ctx.state = state
+    ctx.row.usage = fee.usage  # committed: the next charge adds to it
     ctx.remember(message)
     ctx.emit(f"{op.event}.completed", key=key, message_id=message.pk, model=result.model,
              usage=result.usage.as_dict(), cost=None if cost is None else str(cost))
@@ -297,6 +298,7 @@ def _record_failure(ctx: TurnContext, op: Operation, key: str, exc: Exception, r
     error = ErrorRecord.of(exc)
     state = ctx.state.with_media(key, replace(ctx.state.media[key], status="failed",
                                               error=error.for_turn()))
+    fee = None
     try:
         with ctx.fenced.atomic() as ledger:
             if isinstance(result, ImageResult | MediaAnalysis):  # the provider answered: billed
@@ -308,6 +310,8 @@ def _record_failure(ctx: TurnContext, op: Operation, key: str, exc: Exception, r
         ctx.emit(f"{op.event}.failed", key=key, error=error.for_turn())
         return
     ctx.state = state
+    if fee is not None:
+        ctx.row.usage = fee.usage
     ctx.emit(f"{op.event}.failed", key=key, error=error.for_turn())
     if finish:
         fail(ctx, error)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('turnkit', '0006_turn_lease'),
+        ('turnkit', '0007_step_guard'),
     ]
 
     operations = [
