@@ -43,6 +43,11 @@ EVENT_TYPES = (
     "media.requested",
     "media.completed",
     "media.failed",
+    "evaluation.requested",
+    "evaluation.completed",
+    "evaluation.failed",
+    "output_policy.revision",
+    "output_policy.completed",
 )
 
 #: Sent for every event.

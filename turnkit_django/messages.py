@@ -35,6 +35,16 @@ class MessageKind(models.TextChoices):
     IMAGE = "image"
     #: An assistant message of ``Turn.view_media``: one :class:`MediaAnalysisPart`.
     MEDIA_ANALYSIS = "media_analysis"
+    #: A snapshot of the dynamic part of the system prompt, kept in the history for clients that
+    #: want it there (prompt caching).
+    DYNAMIC_CONTEXT = "dynamic_context"
+
+
+#: The kind of dynamic context snapshots (``MessageKind.DYNAMIC_CONTEXT``).
+DYNAMIC_CONTEXT = MessageKind.DYNAMIC_CONTEXT
+#: Part kinds that are for the provider only (reasoning, opaque replay data): cursor reads for
+#: applications leave them out.
+PRIVATE_PART_KINDS = frozenset({"thinking", "provider"})
 
 
 @dataclass(frozen=True)
@@ -213,7 +223,9 @@ def text_of(parts: Sequence[Part]) -> str:
 
 
 __all__ = [
+    "DYNAMIC_CONTEXT",
     "MEDIA_KINDS",
+    "PRIVATE_PART_KINDS",
     "ChatMessage",
     "DataPart",
     "ImagePart",

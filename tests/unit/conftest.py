@@ -19,10 +19,11 @@ from tests.helpers import (
     verify_after_test,
 )
 from turnkit_django.models import Message
+from turnkit_django.testing import turnkit_dispatcher
 from turnkit_django.testing.verify import assert_invariants
 
 __all__ = ["_disarm_failpoints", "background", "invariants", "media_root", "registered",
-           "valid_transcript", "verify_after_test"]
+           "turnkit_dispatcher", "valid_transcript", "verify_after_test"]
 
 
 def check_transcript(conversation_id: str) -> list[tuple[str, str]]:

@@ -138,8 +138,16 @@ def test_generated_images_go_to_the_configured_storage(settings: Any, tmp_path: 
 
 
 def test_an_unknown_storage_alias_is_a_configuration_error_and_a_system_check(
-        settings: Any) -> None:
+        settings: Any, tmp_path: Path) -> None:
     settings.TURNKIT = {**settings.TURNKIT, "MEDIA_STORAGE": "nowhere"}
-    with pytest.raises(ConfigurationError, match="'nowhere' is not a storage alias"):
+    with pytest.raises(ConfigurationError, match=r"MEDIA_STORAGE'\] must be None or an alias of "
+                       r"settings.STORAGES; got 'nowhere'"):
         save_image(PNG, "image/png", turn_id="t", image_id="i")
-    assert [m.id for m in run_checks() if m.id == "turnkit.E021"] == ["turnkit.E021"]
+    assert [m.id for m in run_checks(tags=["turnkit"]) if m.id == "turnkit.E021"] == [
+        "turnkit.E021"]
+    # Adding the alias to STORAGES afterwards is seen: the setting is checked again.
+    settings.STORAGES = {**settings.STORAGES, "nowhere": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(tmp_path)}}}
+    assert save_image(PNG, "image/png", turn_id="t", image_id="i")[0] == "nowhere"
+    assert not [m for m in run_checks(tags=["turnkit"]) if m.id == "turnkit.E021"]

@@ -24,6 +24,8 @@ requests_blocked = threading.Event()
 class Usage:
     """Token counts of one or more model responses.
 
+    ``thinking_tokens`` is the part of ``output_tokens`` the model spent reasoning, when the
+    provider reports it (providers bill it as output); it is not added to ``total_tokens``.
     ``image_input_tokens`` counts image tokens that image models price apart from text input
     (``gpt-image-1`` edits); chat models count images they read in ``input_tokens``.
     """
@@ -32,6 +34,7 @@ class Usage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    thinking_tokens: int = 0
     image_input_tokens: int = 0
 
     @property
@@ -50,6 +53,7 @@ class Usage:
             self.output_tokens + other.output_tokens,
             self.cache_read_tokens + other.cache_read_tokens,
             self.cache_write_tokens + other.cache_write_tokens,
+            self.thinking_tokens + other.thinking_tokens,
             self.image_input_tokens + other.image_input_tokens,
         )
 
@@ -59,6 +63,7 @@ class Usage:
             "output_tokens": self.output_tokens,
             "cache_read_tokens": self.cache_read_tokens,
             "cache_write_tokens": self.cache_write_tokens,
+            "thinking_tokens": self.thinking_tokens,
         }
         if self.image_input_tokens:  # only image models have them: keep other records as they were
             data["image_input_tokens"] = self.image_input_tokens
@@ -171,6 +176,9 @@ class BaseClient:
     supports_prompt_caching: ClassVar[bool] = False
     supports_paint: ClassVar[bool] = False
     supports_view_media: ClassVar[bool] = False
+    #: Wants the dynamic part of the prompt as ``dynamic_context`` messages in the history, so
+    #: its instructions stay byte-stable for the provider's prefix cache.
+    dynamic_context_in_history: ClassVar[bool] = False
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         raise NotImplementedError

@@ -87,6 +87,7 @@ class OpenAIClient(OpenAIHTTP, BaseClient):
     supports_prompt_caching = True  # automatic on the provider's side
     supports_paint = True
     supports_view_media = True
+    dynamic_context_in_history = True  # keeps that cached prefix byte-stable (issue 16)
 
     def __init__(
         self,
@@ -354,6 +355,7 @@ def _text(parts: tuple[Part, ...]) -> str:
 
 def _usage(usage: dict[str, Any]) -> Usage:
     details = usage.get("prompt_tokens_details") or {}
+    completion = usage.get("completion_tokens_details") or {}
     cached = int(details.get("cached_tokens") or 0)
     written = int(details.get("cache_write_tokens") or 0)
     prompt = int(usage.get("prompt_tokens") or 0)
@@ -362,6 +364,7 @@ def _usage(usage: dict[str, Any]) -> Usage:
         output_tokens=int(usage.get("completion_tokens") or 0),
         cache_read_tokens=cached,
         cache_write_tokens=written,
+        thinking_tokens=int(completion.get("reasoning_tokens") or 0),  # part of the output
     )
 
 

@@ -28,6 +28,7 @@ from ..agents.prompting import data_block, render_value
 from ..clients import ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded, CompactionError, LostClaim
 from ..messages import (
+    DYNAMIC_CONTEXT,
     MEDIA_KINDS,
     ChatMessage,
     MessageKind,
@@ -148,6 +149,8 @@ def _clean_cut(visible: Sequence[ChatMessage], cut: int) -> bool:
 def _render(head: Sequence[ChatMessage], max_tool_chars: int) -> str:
     lines = []
     for message in head:
+        if message.kind == DYNAMIC_CONTEXT:
+            continue  # the current snapshot is sent again after the summary
         if _is_summary(message):
             lines.append(f"[earlier summary]\n{message.text.split(BANNER, 1)[-1]}")
             continue
@@ -208,8 +211,9 @@ def compact_turn(ctx: TurnContext, options: dict[str, Any], estimated_tokens: in
     model = options["model"] or ctx.row.model
     response = internal.call(ctx, summary_request(head, options, model, None), "compaction")
     summary = summary_text(response)
+    price = internal.price(response, model)
     with ctx.fenced.atomic() as ledger:
-        fee, delta, cost = internal.charge(ctx, ledger, response, model)
+        fee, delta, cost = internal.charge(ctx, ledger, response, model, price)
         message = ctx.fenced.append(
             "assistant", [TextPart(summary)], kind=SUMMARY_KIND,
             metadata=summary_metadata(rng, options, model, None, True, turn_id=ctx.row.pk,

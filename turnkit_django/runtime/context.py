@@ -126,9 +126,9 @@ class TurnContext:
             raise HandBack(self.row.pk)
 
     def handle(self, binding: ToolBinding | None = None) -> Any:
-        """The public turn handle given to tools (with their ``binding``), policies and context
-        contributors."""
-        return turn_handle(self.row, self.agent, binding)
+        """The public turn handle given to tools (with their ``binding``) and output policies: it
+        acts as the running turn (evaluations, output metadata, media) through this context."""
+        return turn_handle(self.row, self.agent, self, binding)
 
 
 @dataclass

@@ -258,9 +258,11 @@ def _call_and_record(ctx: TurnContext, op: Operation, key: str, link: dict[str, 
         raise
     text, data = "", None
     callback = callback_decision(ctx.row) if finish else None  # asked before the lock
+    answer = _as_response(result)
+    price = internal.price(answer, result.model)  # COST_CALCULATOR runs outside the step
     try:
         with ctx.fenced.atomic() as ledger:
-            fee, delta, cost = internal.charge(ctx, ledger, _as_response(result), result.model)
+            fee, delta, cost = internal.charge(ctx, ledger, answer, result.model, price)
             message = ctx.fenced.append(
                 "assistant", parts, kind=op.kind, tool_execution_id=link.get("tool_execution_id"),
                 metadata={**op.details(), "model": result.model, "provider": result.provider,
@@ -299,10 +301,13 @@ def _record_failure(ctx: TurnContext, op: Operation, key: str, exc: Exception, r
     state = ctx.state.with_media(key, replace(ctx.state.media[key], status="failed",
                                               error=error.for_turn()))
     fee = None
+    answered = isinstance(result, ImageResult | MediaAnalysis)  # the provider answered: billed
+    answer = _as_response(result) if answered else None
+    price = internal.price(answer, result.model) if answer is not None else None
     try:
         with ctx.fenced.atomic() as ledger:
-            if isinstance(result, ImageResult | MediaAnalysis):  # the provider answered: billed
-                fee, delta, _ = internal.charge(ctx, ledger, _as_response(result), result.model)
+            if answer is not None:
+                fee, delta, _ = internal.charge(ctx, ledger, answer, result.model, price)
                 ctx.fenced.record(state, charge=fee, delta=delta)
             else:
                 ctx.fenced.record(state)

@@ -39,15 +39,16 @@ class Opened:
 
 
 def open_call(ctx: TurnContext, ledger: Ledger, call: ToolCallPart,
-              delta: LedgerDelta) -> Opened:
+              delta: LedgerDelta, *, final_save: bool = False) -> Opened:
     """Under the tree lock: reserve a tool slot and write the call's intent (``running``).
 
     A slot refused by a root-wide limit gives the call its failed result at once (returned with
     the error that fails the turn). Raises BudgetExceeded, writing nothing, when the tree ran out
-    of time or money. The slot's ledger change is added to ``delta``.
+    of time or money (a budget completion's ``final_save`` skips the spend check). The slot's
+    ledger change is added to ``delta``.
     """
     now = ledger.now
-    budget.check_open(ledger)
+    budget.check_open(ledger, spend=not final_save)
     slot, denied = budget.reserve_tool(ledger, call.name)
     if denied is not None:
         denial = budget_exceeded(denied).for_model()

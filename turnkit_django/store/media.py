@@ -40,13 +40,13 @@ class StoredImage(Protocol):
 
 def media_storage() -> tuple[str, Storage]:
     """The alias and storage that keep generated images (``TURNKIT["MEDIA_STORAGE"]``)."""
-    alias = turnkit_settings.MEDIA_STORAGE or "default"
+    alias = turnkit_settings.MEDIA_STORAGE or "default"  # validated: an alias of STORAGES
     try:
         return alias, storages[alias]
-    except InvalidStorageError:
+    except InvalidStorageError as exc:  # the alias is there, its backend cannot be built
         raise ConfigurationError(
-            f"TURNKIT['MEDIA_STORAGE'] = {alias!r} is not a storage alias of settings.STORAGES; "
-            "add it there or set MEDIA_STORAGE to None for the default storage"
+            f"The media storage {alias!r} (TURNKIT['MEDIA_STORAGE']) could not be created: "
+            f"{exc} Fix its BACKEND in settings.STORAGES."
         ) from None
 
 

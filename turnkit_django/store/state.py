@@ -115,6 +115,12 @@ class TurnState:
     joined_message_id: str | None = None
     #: The media calls made for the turn (by key): intents and outcomes, never their bytes.
     media: Mapping[str, MediaCall] = field(default_factory=dict)
+    #: The one call that may run after the response that exhausted the spend limit.
+    budget_completion_call_id: str | None = None
+    #: Assessment metadata set for the current candidate (reset by every new model response).
+    output_metadata: JsonObject | None = None
+    #: Structured evaluation receipts, by receipt id (see runtime.evaluations).
+    evaluations: Mapping[str, JsonObject] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> TurnState:
         return replace(self, **changes)
@@ -148,6 +154,12 @@ class TurnState:
             data["joined_message_id"] = self.joined_message_id
         if self.media:
             data["media"] = {key: call.as_json() for key, call in self.media.items()}
+        if self.budget_completion_call_id is not None:
+            data["budget_completion_call_id"] = self.budget_completion_call_id
+        if self.output_metadata is not None:
+            data["output_metadata"] = self.output_metadata
+        if self.evaluations:
+            data["evaluations"] = dict(self.evaluations)
         return data
 
     @classmethod
@@ -171,6 +183,9 @@ class TurnState:
             judged={str(k): tuple(v) for k, v in (data.get("judged") or {}).items()},
             joined_message_id=data.get("joined_message_id"),
             media={str(k): MediaCall.from_json(v) for k, v in (data.get("media") or {}).items()},
+            budget_completion_call_id=data.get("budget_completion_call_id"),
+            output_metadata=data.get("output_metadata"),
+            evaluations={str(k): v for k, v in (data.get("evaluations") or {}).items()},
         )
 
 

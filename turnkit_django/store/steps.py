@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+import psycopg
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Field, Model, Value
 from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 
-from ..models import Conversation, Message, ToolExecution, Turn
+from ..models import Conversation, Lease, Message, ToolExecution, Turn
 from ..states import TRANSITIONS, TurnStatus
 from .locks import Ledger, LedgerDelta
 
@@ -68,17 +71,37 @@ class StepWrites:
 # --------------------------------------------------------------------------- SQL pieces
 
 
-def _quote(name: str | None) -> str:
-    if not name:
-        raise Unsupported("a field without a column")
-    return connection.ops.quote_name(name)
+def _db() -> BaseDatabaseWrapper:
+    """The connection itself (not the proxy, whose every attribute is a context-local lookup)."""
+    return connections[DEFAULT_DB_ALIAS]
+
+
+def _cursor(db: BaseDatabaseWrapper) -> Any:
+    """A cursor binding parameters on the server (the statement's values are sent apart from
+    its text, not quoted into it), wrapped as Django wraps its own: query logging and
+    ``execute_wrapper()`` instrumentation see it. Prepared only if the project enables
+    psycopg's ``prepare_threshold`` (Django leaves it off for connection poolers)."""
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    with db.wrap_database_errors:
+        raw: Any = psycopg.Cursor(db.connection)
+    return db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
 
 
 @functools.cache
-def _columns(model: type[Model]) -> tuple[tuple[Field[Any, Any], str, str], ...]:
-    """(field, quoted column, SQL type) of every concrete field of ``model``."""
-    return tuple((f, _quote(f.column), f.db_type(connection) or "text")
-                 for f in model._meta.concrete_fields)
+def _quote(name: str | None) -> str:
+    if not name:
+        raise Unsupported("a field without a column")
+    return _db().ops.quote_name(name)
+
+
+@functools.cache
+def _columns(model: type[Model]) -> tuple[tuple[Field[Any, Any], ...], str, tuple[str, ...]]:
+    """The concrete fields of ``model``, its quoted column list, and each column's SQL type."""
+    db = _db()
+    fields = tuple(model._meta.concrete_fields)
+    names = ", ".join(_quote(f.column) for f in fields)
+    return fields, names, tuple(f.db_type(db) or "text" for f in fields)
 
 
 @functools.cache
@@ -89,11 +112,13 @@ def _field(model: type[Model], name: str) -> Field[Any, Any]:
     return found
 
 
+@functools.cache
 def _table(model: type[Model]) -> str:
     return _quote(model._meta.db_table)
 
 
-def _assign(model: type[Model], fields: dict[str, Any], params: list[Any]) -> str:
+def _assign(model: type[Model], fields: dict[str, Any], params: list[Any],
+            db: BaseDatabaseWrapper) -> str:
     """``SET`` assignments of ``fields``: values, ``Now()``, and ``F(name) + value``."""
     out = []
     for name, value in fields.items():
@@ -108,35 +133,38 @@ def _assign(model: type[Model], fields: dict[str, Any], params: list[Any]) -> st
                 raise Unsupported(f"{name} = {value!r}")
             amount = rhs.value if isinstance(rhs, Value) else rhs
             out.append(f"{column} = {column} + %s")
-            params.append(model_field.get_db_prep_save(amount, connection))
+            params.append(model_field.get_db_prep_save(amount, db))
         elif hasattr(value, "resolve_expression"):
             raise Unsupported(f"{name} = {value!r}")
         else:
             out.append(f"{column} = %s")
-            params.append(model_field.get_db_prep_save(value, connection))
+            params.append(model_field.get_db_prep_save(value, db))
     return ", ".join(out)
 
 
-def _insert(name: str, obj: Model, params: list[Any], *, source: str,
-            sequence: str | None = None) -> str:
-    """A CTE inserting ``obj`` for each row of ``source`` (one row, or none)."""
+def _insert(name: str, obj: Model, params: list[Any], db: BaseDatabaseWrapper, *, source: str,
+            computed: dict[str, tuple[str, list[Any]]] | None = None) -> str:
+    """A CTE inserting ``obj`` for each row of ``source`` (one row, or none); ``computed``
+    columns take an SQL expression (with its parameters) instead of the object's value."""
     model = type(obj)
-    names, values = [], []
-    for model_field, column, sql_type in _columns(model):
-        names.append(column)
-        if sequence is not None and model_field.name == "sequence":
-            values.append(sequence)
+    fields, names, types = _columns(model)
+    values = []
+    for model_field, sql_type in zip(fields, types, strict=True):
+        if computed and model_field.name in computed:
+            expression, extra = computed[model_field.name]
+            values.append(expression)
+            params.extend(extra)
             continue
         values.append(f"%s::{sql_type}")
-        params.append(model_field.get_db_prep_save(model_field.pre_save(obj, True), connection))
-    return (f"{name} AS (INSERT INTO {_table(model)} ({', '.join(names)}) "
+        params.append(model_field.get_db_prep_save(model_field.pre_save(obj, True), db))
+    return (f"{name} AS (INSERT INTO {_table(model)} ({names}) "
             f"SELECT {', '.join(values)} FROM {source})")
 
 
-def _ledger_guard(known: Ledger, params: list[Any]) -> str:
+def _ledger_guard(known: Ledger, params: list[Any], db: BaseDatabaseWrapper) -> str:
     """The root row still holds the ledger the step was decided against."""
-    counts = _field(Turn, "tree_tool_counts").get_db_prep_save(known.tool_counts, connection)
-    limits = _field(Turn, "options").get_db_prep_save(known.limits_json, connection)
+    counts = _field(Turn, "tree_tool_counts").get_db_prep_save(known.tool_counts, db)
+    limits = _field(Turn, "options").get_db_prep_save(known.limits_json, db)
     params += [known.iterations, known.tool_executions, known.spend, counts, known.deadline_at,
                limits]
     return ("tree_iterations = %s AND tree_tool_executions = %s AND tree_spend = %s "
@@ -148,6 +176,7 @@ def _ledger_guard(known: Ledger, params: list[Any]) -> str:
 def statement(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Ledger,
               writes: StepWrites) -> tuple[str, list[Any]]:
     """The step as one statement; its one row is the conversation's new ``last_sequence``."""
+    db = _db()
     params: list[Any] = []
     ctes: list[str] = []
     turn_table = _table(Turn)
@@ -164,21 +193,21 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int, know
         own.update(ledger)
     else:
         if ledger:
-            assignments = _assign(Turn, ledger, params)
+            assignments = _assign(Turn, ledger, params, db)
             ctes.append(f"r AS (UPDATE {turn_table} SET {assignments} WHERE id = %s AND ")
         else:
             ctes.append(f"r AS (SELECT 1 FROM {turn_table} WHERE id = %s AND ")
         params.append(root_id)
-        ctes[-1] += _ledger_guard(known, params) + (
+        ctes[-1] += _ledger_guard(known, params, db) + (
             " RETURNING 1)" if ledger else " FOR NO KEY UPDATE)")
         guard_source = " AND EXISTS (SELECT FROM r)"
     if not own:
         own["fence"] = fence  # a no-op assignment: the guard still locks and checks the row
-    assignments = _assign(Turn, own, params)
+    assignments = _assign(Turn, own, params, db)
     params += [turn_id, fence, TurnStatus.RUNNING]
     where = "id = %s AND fence = %s AND status = %s"
     if turn_id == root_id:
-        where += " AND " + _ledger_guard(known, params)
+        where += " AND " + _ledger_guard(known, params, db)
     ctes.append(f"t AS (UPDATE {turn_table} SET {assignments} WHERE {where}{guard_source} "
                 "RETURNING 1)")
     checks = ["(SELECT count(*) FROM t) = 1"]
@@ -191,12 +220,13 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int, know
         params += [count, conversation_id]
         checks.append("(SELECT count(*) FROM s) = 1")
     for index, execution in enumerate(writes.created):
-        ctes.append(_insert(f"x{index}", execution, params, source="t"))
+        ctes.append(_insert(f"x{index}", execution, params, db, source="t"))
     for index, message in enumerate(writes.messages):
-        ctes.append(_insert(f"m{index}", message, params, source="s",
-                            sequence=f"s.last_sequence - {count - 1 - index}"))
+        sequence = f"s.last_sequence - {count - 1 - index}"
+        ctes.append(_insert(f"m{index}", message, params, db, source="s",
+                            computed={"sequence": (sequence, [])}))
     for index, move in enumerate(writes.moves):
-        assignments = _assign(ToolExecution, move.fields, params)
+        assignments = _assign(ToolExecution, move.fields, params, db)
         placeholders = ", ".join(["%s"] * len(move.expected))
         ctes.append(f"u{index} AS (UPDATE {_table(ToolExecution)} SET {assignments} "
                     f"WHERE id = %s AND status IN ({placeholders}) AND EXISTS (SELECT FROM t) "
@@ -215,13 +245,14 @@ def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Le
     Fills in the sequences of the step's messages and marks its rows saved.
     """
     sql, params = statement(turn_id, root_id, conversation_id, fence, known, writes)
+    db = _db()
     try:
-        if connection.in_atomic_block:  # a test case's block: keep it usable after a refusal
-            with transaction.atomic(), connection.cursor() as cursor:
+        if db.in_atomic_block:  # a test case's block: keep it usable after a refusal
+            with transaction.atomic(), _cursor(db) as cursor:
                 cursor.execute(sql, params)
                 row = cursor.fetchone()
         else:
-            with connection.cursor() as cursor:
+            with _cursor(db) as cursor:
                 cursor.execute(sql, params)
                 row = cursor.fetchone()
     except DatabaseError as exc:
@@ -234,8 +265,54 @@ def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Le
         message.sequence = first + index
     for obj in (*writes.messages, *writes.created):
         obj._state.adding = False
-        obj._state.db = connection.alias
+        obj._state.db = db.alias
     return True
+
+
+def insert_claimed(conversation: Conversation, message: Message | None, turn: Turn,
+                   lease: Lease, lifetime: timedelta | None) -> tuple[datetime, int]:
+    """Insert a turn already claimed (with its conversation when new, its input, its lease)
+    as one statement; return the database's clock and the turn's input sequence.
+
+    The claim's times are the database's: ``started_at``, the lease's heartbeat, and the
+    deadline ``lifetime`` after them.
+    """
+    db = _db()
+    params: list[Any] = []
+    ctes: list[str] = []
+    table = _table(Conversation)
+    if conversation._state.adding:
+        conversation.last_sequence = 1 if message is not None else 0
+        ctes.append(_insert("c", conversation, params, db, source="(SELECT 1) AS one"))
+        ctes.append(f"s AS (SELECT {conversation.last_sequence}::bigint AS last_sequence)")
+    elif message is not None:
+        ctes.append(f"s AS (UPDATE {table} SET last_sequence = last_sequence + 1, "
+                    "updated_at = statement_timestamp() WHERE id = %s RETURNING last_sequence)")
+        params.append(conversation.pk)
+    else:
+        ctes.append(f"s AS (SELECT last_sequence FROM {table} WHERE id = %s)")
+        params.append(conversation.pk)
+    if message is not None:
+        ctes.append(_insert("m", message, params, db, source="s",
+                            computed={"sequence": ("s.last_sequence", [])}))
+    now: tuple[str, list[Any]] = ("statement_timestamp()", [])
+    computed = {"context_sequence": ("s.last_sequence", []), "started_at": now,
+                "updated_at": now,
+                "deadline_at": ("NULL::timestamptz", []) if lifetime is None else (
+                    "statement_timestamp() + %s::interval", [lifetime])}
+    ctes.append(_insert("t", turn, params, db, source="s", computed=computed))
+    ctes.append(_insert("l", lease, params, db, source="s", computed={"heartbeat_at": now}))
+    with _cursor(db) as cursor:
+        cursor.execute(f"WITH {', '.join(ctes)} SELECT statement_timestamp(), "
+                       "(SELECT last_sequence FROM s)", params)
+        at, sequence = cursor.fetchone()
+    if sequence is None:
+        raise Conversation.DoesNotExist(f"conversation {conversation.pk!r} does not exist")
+    for obj in (conversation, message, turn, lease):
+        if obj is not None:
+            obj._state.adding = False
+            obj._state.db = db.alias
+    return at, int(sequence)
 
 
 def quantized(amount: Decimal) -> Decimal:
@@ -243,4 +320,5 @@ def quantized(amount: Decimal) -> Decimal:
     return amount.quantize(Decimal("1e-8"), rounding="ROUND_HALF_UP")
 
 
-__all__ = ["GUARD_FAILED", "Move", "StepWrites", "Unsupported", "quantized", "send", "statement"]
+__all__ = ["GUARD_FAILED", "Move", "StepWrites", "Unsupported", "insert_claimed", "quantized",
+           "send", "statement"]

@@ -60,7 +60,8 @@ class NewConversation:
     parent_execution: ToolExecution | None = None
 
 
-def create_conversation(spec: NewConversation) -> Conversation:
+def build_conversation(spec: NewConversation) -> Conversation:
+    """The row of a new conversation, unsaved."""
     fields: dict[str, Any] = {}
     if spec.subject is not None:
         fields.update(subject_type=ContentType.objects.get_for_model(spec.subject),
@@ -68,9 +69,14 @@ def create_conversation(spec: NewConversation) -> Conversation:
     if spec.parent is not None:
         fields.update(parent_conversation_id=spec.parent.conversation_id,
                       parent_turn=spec.parent, parent_tool_execution=spec.parent_execution)
-    return Conversation.objects.create(agent_name=spec.agent_name, model=spec.model,
-                                       principal=spec.principal, context=spec.context,
-                                       metadata=spec.metadata, **fields)
+    return Conversation(agent_name=spec.agent_name, model=spec.model, principal=spec.principal,
+                        context=spec.context, metadata=spec.metadata, **fields)
+
+
+def create_conversation(spec: NewConversation) -> Conversation:
+    conversation = build_conversation(spec)
+    conversation.save(force_insert=True)
+    return conversation
 
 
 @dataclass(frozen=True)
@@ -94,8 +100,11 @@ class NewTurn:
 
 def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part] = (), *,
                 message_metadata: dict[str, Any] | None = None) -> Turn:
-    """Create a pending turn over ``conversation``, with ``parts`` as its new user input."""
+    """Create a pending turn over ``conversation`` (saved first when it is new), with
+    ``parts`` as its new user input."""
     with transaction.atomic(savepoint=False):
+        if conversation._state.adding:
+            conversation.save(force_insert=True)
         if parts:  # its sequence is the last one: the conversation row stays locked until commit
             last = insert_messages(conversation.pk, [NewMessage("user", parts,
                                                                 metadata=message_metadata)])[0]
@@ -103,24 +112,31 @@ def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part]
         else:
             sequence = Conversation.objects.filter(pk=conversation.pk).values_list(
                 "last_sequence", flat=True).get()
-        turn_id = spec.id or new_id("turn")
-        parent = spec.parent
-        above = parent if parent is not None else spec.tree
-        context = spec.context if spec.context is not None else conversation.context or {}
-        return Turn.objects.create(
-            id=turn_id,
-            conversation=conversation,
-            agent_name=spec.agent_name,
-            parent_turn=parent,
-            parent_tool_execution=spec.parent_execution,
-            root_turn_id=above.root_turn_id if above is not None else turn_id,
-            depth=parent.depth + 1 if parent is not None else 0,
-            model=spec.model or conversation.model,
-            options={**spec.options, "context": context},
-            principal=spec.principal if spec.principal is not None else conversation.principal,
-            context_sequence=sequence,
-            deadline_at=above.deadline_at if above is not None else None,
-        )
+        turn = build_turn(spec, conversation, sequence)
+        turn.save(force_insert=True)
+        return turn
+
+
+def build_turn(spec: NewTurn, conversation: Conversation, sequence: int) -> Turn:
+    """The row of a new pending turn whose input ends at ``sequence``, unsaved."""
+    turn_id = spec.id or new_id("turn")
+    parent = spec.parent
+    above = parent if parent is not None else spec.tree
+    context = spec.context if spec.context is not None else conversation.context or {}
+    return Turn(
+        id=turn_id,
+        conversation=conversation,
+        agent_name=spec.agent_name,
+        parent_turn=parent,
+        parent_tool_execution=spec.parent_execution,
+        root_turn_id=above.root_turn_id if above is not None else turn_id,
+        depth=parent.depth + 1 if parent is not None else 0,
+        model=spec.model or conversation.model,
+        options={**spec.options, "context": context},
+        principal=spec.principal if spec.principal is not None else conversation.principal,
+        context_sequence=sequence,
+        deadline_at=above.deadline_at if above is not None else None,
+    )
 
 
 # --------------------------------------------------------------------------- transitions
@@ -216,5 +232,6 @@ def set_options(turn: Turn, **changes: Any) -> None:
     Turn.objects.filter(pk=turn.pk).update(options=turn.options)
 
 
-__all__ = ["NewConversation", "NewTurn", "apply_transition", "create_conversation",
+__all__ = ["NewConversation", "NewTurn", "apply_transition", "build_conversation", "build_turn",
+           "create_conversation",
            "create_turn", "end", "release", "revoke", "set_options", "submit", "touch"]

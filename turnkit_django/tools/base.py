@@ -58,6 +58,9 @@ class Tool:
     #: Declared by tools that change nothing (trusted metadata, not a sandbox); specialists
     #: such as ``oracle`` accept only read-only tools.
     read_only: bool = False
+    #: The one call that may still run from the response that exhausted the spend limit (a
+    #: final save); only on a terminal, replay-safe tool.
+    budget_completion: bool = False
     #: Set on built-in tools the runtime executes itself (sub-agents, coordination tools).
     builtin: ClassVar[str | None] = None
 
@@ -113,6 +116,12 @@ class Tool:
             )
         if not isinstance(self.read_only, bool):
             raise ConfigurationError(f"tool {self.tool_name!r}: read_only must be True or False")
+        if self.budget_completion and not (self.terminal and self.replay_safe):
+            raise ConfigurationError(
+                f"tool {self.tool_name!r}: budget_completion=True needs terminal=True and "
+                "recovery='replay_safe' (it is the final save after the spend limit, so it must "
+                "end the turn and be safe to run again after a crash)"
+            )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.tool_name!r}>"
@@ -131,6 +140,7 @@ class FunctionTool(Tool):
         recovery: Recovery = "unknown",
         timeout: float | None = None,
         read_only: bool = False,
+        budget_completion: bool = False,
     ) -> None:
         self.func = func
         self.name = name or func.__name__
@@ -139,6 +149,7 @@ class FunctionTool(Tool):
         self.recovery = recovery
         self.timeout = timeout
         self.read_only = read_only
+        self.budget_completion = budget_completion
         self.Args, self._takes_ctx = _args_from_signature(func, self.name)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
@@ -194,6 +205,7 @@ def tool(
     recovery: Recovery = "unknown",
     timeout: float | None = None,
     read_only: bool = False,
+    budget_completion: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -207,12 +219,14 @@ def tool(
     recovery: Recovery = "unknown",
     timeout: float | None = None,
     read_only: bool = False,
+    budget_completion: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a tool. Its docstring is the description given to the model."""
 
     def build(f: Callable[..., Any]) -> FunctionTool:
         built = FunctionTool(f, name=name, description=description, terminal=terminal,
-                             recovery=recovery, timeout=timeout, read_only=read_only)
+                             recovery=recovery, timeout=timeout, read_only=read_only,
+                             budget_completion=budget_completion)
         built.check()
         return built
 
