@@ -31,7 +31,7 @@ from .runtime.handles import provide
 from .runtime.running import RunningTurn
 from .services.costs import CostBreakdown
 from .states import TERMINAL_TURN_STATUSES, TurnStatus
-from .store import append_input
+from .store import append_input, reload
 
 _UNSET: Any = object()
 
@@ -146,7 +146,8 @@ class TurnHandle(RunningTurn, MediaMethods):
         return services.cost_breakdown(turn_id=self.row.pk)
 
     def refresh(self) -> Self:
-        self.row.refresh_from_db()
+        """Read the turn's row again (its status, output, usage...)."""
+        reload(self.row)
         return self
 
     # -- reads -----------------------------------------------------------------------
@@ -371,7 +372,8 @@ class ConversationHandle:
                                              keep_last=keep_last, client=client)
 
     def refresh(self) -> Self:
-        self.row.refresh_from_db()
+        """Read the turn's row again (its status, output, usage...)."""
+        reload(self.row)
         return self
 
     def __repr__(self) -> str:

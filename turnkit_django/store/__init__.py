@@ -45,6 +45,7 @@ from .turns import (
     build_conversation,
     create_conversation,
     create_turn,
+    reload,
     revoke,
 )
 
@@ -79,6 +80,7 @@ __all__ = [
     "lease_of",
     "lock_conversation",
     "lock_tree",
+    "reload",
     "repair",
     "revoke",
     "to_chat",

@@ -29,6 +29,7 @@ from ..states import ToolStatus, TurnStatus
 from . import steps
 from .claims import Claim
 from .locks import Ledger, LedgerDelta, lock_tree
+from .rows import new_row
 from .state import TurnState
 from .steps import StepWrites
 from .transcript import NewMessage, build_messages, insert_rows
@@ -244,9 +245,9 @@ class Fenced:
 
     def open_execution(self, call: ToolCallPart, status: str, **fields: Any) -> ToolExecution:
         """Create the execution row of ``call`` (the intent, or a result decided at once)."""
-        execution = ToolExecution(turn_id=self.claim.turn_id, fence=self.claim.fence,
-                                  tool_call_id=call.id, tool_name=call.name,
-                                  arguments=call.arguments, status=status, **fields)
+        execution = new_row(ToolExecution, turn_id=self.claim.turn_id, fence=self.claim.fence,
+                            tool_call_id=call.id, tool_name=call.name,
+                            arguments=call.arguments, status=status, **fields)
         if self._writes is not None:
             self._writes.created.append(execution)
         else:

@@ -21,6 +21,8 @@ round trip and its only commit.
 from __future__ import annotations
 
 import functools
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -32,6 +34,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Field, Model, Value
 from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from ..models import Conversation, Lease, Message, ToolExecution, Turn
 from ..states import TRANSITIONS, TurnStatus
@@ -95,13 +98,55 @@ def _quote(name: str | None) -> str:
     return _db().ops.quote_name(name)
 
 
+#: Field types whose Python value is the driver's parameter as is on PostgreSQL (what their
+#: ``get_db_prep_save`` returns for the values turnkit writes).
+_AS_IS = frozenset({"AutoField", "BigIntegerField", "BooleanField", "CharField", "DateTimeField",
+                    "DecimalField", "ForeignKey", "IntegerField", "OneToOneField",
+                    "PositiveBigIntegerField", "PositiveIntegerField",
+                    "PositiveSmallIntegerField", "SmallIntegerField", "TextField"})
+
+
+def _preparer(field: Field[Any, Any], db: BaseDatabaseWrapper) -> Callable[[Any], Any]:
+    """``field.get_db_prep_save`` for one field, without its generic dispatch per value."""
+    kind = field.get_internal_type()
+    if kind in _AS_IS:
+        return _same
+    if kind == "JSONField":
+        encoder = getattr(field, "encoder", None)
+        return lambda value: None if value is None else db.ops.adapt_json_value(value, encoder)
+    return lambda value: field.get_db_prep_save(value, db)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class _Column:
+    column: str  # the column's name (the JSON record's key)
+    attname: str
+    name: str  # the model field's name
+    to_json: Callable[[Any], Any]
+    stamped: bool  # auto_now or auto_now_add: the insert's time
+
+
+def _json_of(field: Field[Any, Any]) -> Callable[[Any], Any]:
+    """How a value of ``field`` is written in a JSON record ``jsonb_populate_record`` reads."""
+    kind = field.get_internal_type()
+    if kind == "DateTimeField":
+        return lambda value: None if value is None else value.isoformat()
+    if kind == "DecimalField":
+        return lambda value: None if value is None else str(value)
+    return _same
+
+
 @functools.cache
-def _columns(model: type[Model]) -> tuple[tuple[Field[Any, Any], ...], str, tuple[str, ...]]:
-    """The concrete fields of ``model``, its quoted column list, and each column's SQL type."""
-    db = _db()
-    fields = tuple(model._meta.concrete_fields)
-    names = ", ".join(_quote(f.column) for f in fields)
-    return fields, names, tuple(f.db_type(db) or "text" for f in fields)
+def _columns(model: type[Model]) -> tuple[_Column, ...]:
+    """The concrete columns of ``model``, with how each is written in a JSON record."""
+    return tuple(
+        _Column(str(f.column), f.attname, f.name, _json_of(f),
+                bool(getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)))
+        for f in model._meta.concrete_fields)
 
 
 @functools.cache
@@ -110,6 +155,13 @@ def _field(model: type[Model], name: str) -> Field[Any, Any]:
     if not isinstance(found, Field):
         raise Unsupported(f"{model.__name__}.{name} is not a column")
     return found
+
+
+@functools.cache
+def _setter(model: type[Model], name: str) -> tuple[str, Callable[[Any], Any]]:
+    """The quoted column of ``model.name`` and the preparer of its values."""
+    model_field = _field(model, name)
+    return _quote(model_field.column), _preparer(model_field, _db())
 
 
 @functools.cache
@@ -122,8 +174,7 @@ def _assign(model: type[Model], fields: dict[str, Any], params: list[Any],
     """``SET`` assignments of ``fields``: values, ``Now()``, and ``F(name) + value``."""
     out = []
     for name, value in fields.items():
-        model_field = _field(model, name)
-        column = _quote(model_field.column)
+        column, prepare = _setter(model, name)
         if isinstance(value, Now):
             out.append(f"{column} = statement_timestamp()")
         elif isinstance(value, CombinedExpression):
@@ -133,32 +184,44 @@ def _assign(model: type[Model], fields: dict[str, Any], params: list[Any],
                 raise Unsupported(f"{name} = {value!r}")
             amount = rhs.value if isinstance(rhs, Value) else rhs
             out.append(f"{column} = {column} + %s")
-            params.append(model_field.get_db_prep_save(amount, db))
+            params.append(prepare(amount))
         elif hasattr(value, "resolve_expression"):
             raise Unsupported(f"{name} = {value!r}")
         else:
             out.append(f"{column} = %s")
-            params.append(model_field.get_db_prep_save(value, db))
+            params.append(prepare(value))
     return ", ".join(out)
 
 
-def _insert(name: str, obj: Model, params: list[Any], db: BaseDatabaseWrapper, *, source: str,
+def _insert(name: str, obj: Model, params: list[Any], *, source: str,
             computed: dict[str, tuple[str, list[Any]]] | None = None) -> str:
-    """A CTE inserting ``obj`` for each row of ``source`` (one row, or none); ``computed``
-    columns take an SQL expression (with its parameters) instead of the object's value."""
+    """A CTE inserting ``obj`` for each row of ``source`` (one row, or none).
+
+    The row travels as one JSON record (one parameter, however many columns) that
+    ``jsonb_populate_record`` turns into the table's row type; ``computed`` columns take an
+    SQL expression (with its parameters) evaluated in the statement instead.
+    """
     model = type(obj)
-    fields, names, types = _columns(model)
-    values = []
-    for model_field, sql_type in zip(fields, types, strict=True):
-        if computed and model_field.name in computed:
-            expression, extra = computed[model_field.name]
-            values.append(expression)
-            params.extend(extra)
+    record: dict[str, Any] = {}
+    now: datetime | None = None
+    for column in _columns(model):
+        if computed and column.name in computed:
             continue
-        values.append(f"%s::{sql_type}")
-        params.append(model_field.get_db_prep_save(model_field.pre_save(obj, True), db))
-    return (f"{name} AS (INSERT INTO {_table(model)} ({names}) "
-            f"SELECT {', '.join(values)} FROM {source})")
+        if column.stamped:  # what pre_save does for auto_now(_add) fields
+            now = now or timezone.now()
+            setattr(obj, column.attname, now)
+        record[column.column] = column.to_json(getattr(obj, column.attname))
+    params.append(json.dumps(record, separators=(",", ":")))
+    table = _table(model)
+    value = "%s::jsonb"
+    if computed:
+        pairs = []
+        for field_name, (expression, extra) in computed.items():
+            pairs.append(f"'{_field(model, field_name).column}', {expression}")
+            params.extend(extra)
+        value += f" || jsonb_build_object({', '.join(pairs)})"
+    return (f"{name} AS (INSERT INTO {table} SELECT r.* FROM {source}, "
+            f"jsonb_populate_record(NULL::{table}, {value}) AS r)")
 
 
 def _ledger_guard(known: Ledger, params: list[Any], db: BaseDatabaseWrapper) -> str:
@@ -220,10 +283,10 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int, know
         params += [count, conversation_id]
         checks.append("(SELECT count(*) FROM s) = 1")
     for index, execution in enumerate(writes.created):
-        ctes.append(_insert(f"x{index}", execution, params, db, source="t"))
+        ctes.append(_insert(f"x{index}", execution, params, source="t"))
     for index, message in enumerate(writes.messages):
         sequence = f"s.last_sequence - {count - 1 - index}"
-        ctes.append(_insert(f"m{index}", message, params, db, source="s",
+        ctes.append(_insert(f"m{index}", message, params, source="s",
                             computed={"sequence": (sequence, [])}))
     for index, move in enumerate(writes.moves):
         assignments = _assign(ToolExecution, move.fields, params, db)
@@ -283,7 +346,7 @@ def insert_claimed(conversation: Conversation, message: Message | None, turn: Tu
     table = _table(Conversation)
     if conversation._state.adding:
         conversation.last_sequence = 1 if message is not None else 0
-        ctes.append(_insert("c", conversation, params, db, source="(SELECT 1) AS one"))
+        ctes.append(_insert("c", conversation, params, source="(SELECT 1) AS one"))
         ctes.append(f"s AS (SELECT {conversation.last_sequence}::bigint AS last_sequence)")
     elif message is not None:
         ctes.append(f"s AS (UPDATE {table} SET last_sequence = last_sequence + 1, "
@@ -293,15 +356,15 @@ def insert_claimed(conversation: Conversation, message: Message | None, turn: Tu
         ctes.append(f"s AS (SELECT last_sequence FROM {table} WHERE id = %s)")
         params.append(conversation.pk)
     if message is not None:
-        ctes.append(_insert("m", message, params, db, source="s",
+        ctes.append(_insert("m", message, params, source="s",
                             computed={"sequence": ("s.last_sequence", [])}))
     now: tuple[str, list[Any]] = ("statement_timestamp()", [])
     computed = {"context_sequence": ("s.last_sequence", []), "started_at": now,
                 "updated_at": now,
                 "deadline_at": ("NULL::timestamptz", []) if lifetime is None else (
                     "statement_timestamp() + %s::interval", [lifetime])}
-    ctes.append(_insert("t", turn, params, db, source="s", computed=computed))
-    ctes.append(_insert("l", lease, params, db, source="s", computed={"heartbeat_at": now}))
+    ctes.append(_insert("t", turn, params, source="s", computed=computed))
+    ctes.append(_insert("l", lease, params, source="s", computed={"heartbeat_at": now}))
     with _cursor(db) as cursor:
         cursor.execute(f"WITH {', '.join(ctes)} SELECT statement_timestamp(), "
                        "(SELECT last_sequence FROM s)", params)

@@ -21,6 +21,7 @@ from ..errors import not_executed, outcome_unknown
 from ..messages import ChatMessage, MessageKind, Part, ToolResultPart, dump_parts, load_parts
 from ..models import Conversation, Message, ToolExecution, Turn
 from ..states import ToolStatus
+from .rows import new_row
 
 
 @dataclass
@@ -62,7 +63,8 @@ def allocate_sequences(conversation_id: str, count: int = 1, *, touch: bool = Tr
 def build_messages(conversation_id: str, messages: Sequence[NewMessage]) -> list[Message]:
     """The rows of ``messages`` (unsaved, without their sequences yet)."""
     return [
-        Message(
+        new_row(
+            Message,
             conversation_id=conversation_id,
             turn_id=m.turn_id,
             role=m.role,

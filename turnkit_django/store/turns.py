@@ -7,14 +7,15 @@ any other status raises :class:`InvalidTransition` and nothing is written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.contenttypes.models import ContentType
-from django.db import transaction
-from django.db.models import Model
+from django.db import connection, transaction
+from django.db.models import Field, Model
 from django.db.models.functions import Now
 
 from ..exceptions import InvalidTransition
@@ -26,6 +27,8 @@ from ..states import TRANSITIONS, TurnStatus
 from .locks import database_now, lock_tree
 from .transcript import ClosedCall, NewMessage, insert_messages, repair
 from .waits import submit_status
+
+M = TypeVar("M", bound=Model)
 
 
 def apply_transition(turn_id: str, name: str, *, expected_fence: int | None = None,
@@ -139,6 +142,52 @@ def build_turn(spec: NewTurn, conversation: Conversation, sequence: int) -> Turn
     )
 
 
+# --------------------------------------------------------------------------- reading back
+
+
+def reload(row: M) -> M:
+    """Read ``row`` again from the database into the same instance (``refresh_from_db()``
+    without its query compilation, for the hot path's one read after a run); raises
+    ``DoesNotExist`` when it is gone."""
+    model = type(row)
+    fields, sql, converters = _reader(model, connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [row.pk])
+        found = cursor.fetchone()
+    if found is None:
+        raise model.DoesNotExist(  # type: ignore[attr-defined]
+            f"{model.__name__} {row.pk!r} no longer exists")
+    for column, value, convert in zip(fields, found, converters, strict=True):
+        for converter, expression in convert:
+            value = converter(value, expression, connection)
+        if column.is_relation and getattr(row, column.attname) != value \
+                and column.is_cached(row):  # type: ignore[attr-defined]
+            column.delete_cached_value(row)  # type: ignore[attr-defined]
+        setattr(row, column.attname, value)
+    row._state.adding, row._state.db = False, connection.alias
+    return row
+
+
+@functools.cache
+def _reader(model: type[Model], vendor: str) -> tuple[tuple[Field[Any, Any], ...], str, tuple[
+        tuple[tuple[Callable[..., Any], Any], ...], ...]]:
+    """The fields of ``model``, the SELECT of one row by primary key, and each column's
+    converters (the backend's, then the field's), as the ORM applies them."""
+    ops = connection.ops
+    table = model._meta.db_table
+    fields = tuple(model._meta.concrete_fields)
+    columns = ", ".join(ops.quote_name(str(f.column)) for f in fields)
+    pk = str(model._meta.pk.column) if model._meta.pk is not None else "id"
+    sql = (f"SELECT {columns} FROM {ops.quote_name(table)} "  # noqa: S608 (identifiers only)
+           f"WHERE {ops.quote_name(pk)} = %s")
+    converters = []
+    for f in fields:
+        col = f.get_col(table)
+        converters.append(tuple((c, col) for c in
+                                [*ops.get_db_converters(col), *f.get_db_converters(connection)]))
+    return fields, sql, tuple(converters)
+
+
 # --------------------------------------------------------------------------- transitions
 
 
@@ -232,6 +281,19 @@ def set_options(turn: Turn, **changes: Any) -> None:
     Turn.objects.filter(pk=turn.pk).update(options=turn.options)
 
 
-__all__ = ["NewConversation", "NewTurn", "apply_transition", "build_conversation", "build_turn",
-           "create_conversation",
-           "create_turn", "end", "release", "revoke", "set_options", "submit", "touch"]
+__all__ = [
+    "NewConversation",
+    "NewTurn",
+    "apply_transition",
+    "build_conversation",
+    "build_turn",
+    "create_conversation",
+    "create_turn",
+    "end",
+    "release",
+    "reload",
+    "revoke",
+    "set_options",
+    "submit",
+    "touch",
+]
