@@ -55,6 +55,18 @@ def paint_or_refusal(turn_id: str, client: FunctionMediaClient) -> str:
     return "painted"
 
 
+def held_provider() -> tuple[threading.Event, threading.Event, FunctionMediaClient]:
+    """An image client whose paint waits: ``entered`` once called, answering on ``release``."""
+    entered, release = threading.Event(), threading.Event()
+
+    def held_paint(request: Any) -> ImageResult:
+        entered.set()
+        assert release.wait(30), "the test never released the provider"
+        return ImageResult(images=(GeneratedImage(data=PNG),), model="gpt-image-1")
+
+    return entered, release, FunctionMediaClient(paint=held_paint)
+
+
 def test_two_callers_painting_one_pending_turn_make_one_image(registered: Any) -> None:
     agent = registered(Agent("race_artist", client=FunctionClient(lambda r: reply("x"))))
     images = FunctionMediaClient()
@@ -70,18 +82,12 @@ def test_two_callers_painting_one_pending_turn_make_one_image(registered: Any) -
 
 def test_no_lock_is_held_and_the_heartbeat_runs_while_the_provider_paints(
         registered: Any) -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    def slow_paint(request: Any) -> ImageResult:
-        entered.set()
-        assert release.wait(30), "the test never released the provider"
-        return ImageResult(images=(GeneratedImage(data=PNG),), model="gpt-image-1")
+    entered, release, held = held_provider()
 
     agent = registered(Agent("slow_artist", client=FunctionClient(lambda r: reply("x"))))
     run = agent.prepare("Draw slowly")
     with override_turnkit(HEARTBEAT_INTERVAL=0.1, LEASE=0.6, RECONCILE_INTERVAL=0.3):
-        painter = Worker(load_turn(run.id).paint, "A teapot",
-                         client=FunctionMediaClient(paint=slow_paint))
+        painter = Worker(load_turn(run.id).paint, "A teapot", client=held)
         painter.start()
         assert entered.wait(30)
         assert tree_lock_is_free(run.id), "a transaction was held during the provider call"
@@ -132,19 +138,13 @@ def test_paint_on_a_pending_turn_inside_an_atomic_block_is_refused(registered: A
 
 def test_a_pending_turns_media_call_hung_past_model_timeout_lets_the_turn_go_stale(
         registered: Any) -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    def hung_paint(request: Any) -> ImageResult:
-        entered.set()
-        assert release.wait(30), "the test never released the provider"
-        return ImageResult(images=(GeneratedImage(data=PNG),), model="gpt-image-1")
+    entered, release, held = held_provider()
 
     run = registered(Agent("hung_artist", client=FunctionClient(lambda r: reply("x")))).prepare(
         "Draw")
     with override_turnkit(HEARTBEAT_INTERVAL=0.1, LEASE=0.5, RECONCILE_INTERVAL=0.2,
                           MODEL_TIMEOUT=0.3):
-        painter = Worker(load_turn(run.id).paint, "A teapot",
-                         client=FunctionMediaClient(paint=hung_paint))
+        painter = Worker(load_turn(run.id).paint, "A teapot", client=held)
         painter.start()
         try:
             assert entered.wait(30)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from ..clients.base import Usage
 from ..clients.media import (
@@ -54,11 +54,19 @@ class Operation(Protocol):
     def from_message(self, message: Message) -> Any: ...
 
 
+R = TypeVar("R", ImageRequest, MediaRequest)
+
+
 @dataclass
-class PaintOperation:
+class _Call(Generic[R]):
+    """The client an operation calls, its request and the metadata its message keeps."""
+
     client: Any
-    request: ImageRequest
+    request: R
     metadata: dict[str, Any]
+
+
+class PaintOperation(_Call[ImageRequest]):
     name: ClassVar[str] = "paint"
     event: ClassVar[str] = "image"
     kind: ClassVar[str] = MessageKind.IMAGE
@@ -108,23 +116,16 @@ class PaintOperation:
             "message_id": result.message_id}
 
     def from_message(self, message: Message) -> ImageResult:
-        meta = message.metadata or {}
         images = tuple(
             GeneratedImage(mime_type=p.mime_type, url=p.url, revised_prompt=p.revised_prompt,
                            id=p.id, storage=p.storage, name=p.name)
             for p in load_parts(message.content) if isinstance(p, ImagePart)
         )
-        return ImageResult(images=images, model=str(meta.get("model") or ""),
-                           usage=Usage.from_dict(meta.get("usage")),
-                           provider=meta.get("provider"), size=meta.get("size"),
-                           message_id=message.pk, cost=_decimal(meta.get("cost")))
+        return ImageResult(images=images, size=(message.metadata or {}).get("size"),
+                           **_recorded(message))
 
 
-@dataclass
-class ViewOperation:
-    client: Any
-    request: MediaRequest
-    metadata: dict[str, Any]
+class ViewOperation(_Call[MediaRequest]):
     name: ClassVar[str] = "view_media"
     event: ClassVar[str] = "media"
     kind: ClassVar[str] = MessageKind.MEDIA_ANALYSIS
@@ -159,20 +160,22 @@ class ViewOperation:
                              "message_id": result.message_id}
 
     def from_message(self, message: Message) -> MediaAnalysis:
-        meta = message.metadata or {}
         part = next(p for p in load_parts(message.content) if isinstance(p, MediaAnalysisPart))
-        return MediaAnalysis(text=part.text, data=part.data, model=str(meta.get("model") or ""),
-                             usage=Usage.from_dict(meta.get("usage")),
-                             provider=meta.get("provider"), media=part.media,
-                             message_id=message.pk, cost=_decimal(meta.get("cost")))
+        return MediaAnalysis(text=part.text, data=part.data, media=part.media,
+                             **_recorded(message))
 
 
 def _brief(media: MediaInput) -> dict[str, Any]:
     return {"name": media.name, "mime_type": media.mime_type, "size": media.size}
 
 
-def _decimal(value: Any) -> Decimal | None:
-    return None if value is None else Decimal(str(value))
+def _recorded(message: Message) -> dict[str, Any]:
+    """The model, usage, provider and cost a media message recorded, and its id."""
+    meta = message.metadata or {}
+    cost = meta.get("cost")
+    return {"model": str(meta.get("model") or ""), "usage": Usage.from_dict(meta.get("usage")),
+            "provider": meta.get("provider"), "message_id": message.pk,
+            "cost": None if cost is None else Decimal(str(cost))}
 
 
 __all__ = ["Operation", "PaintOperation", "ViewOperation"]
