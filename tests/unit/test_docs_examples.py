@@ -1,21 +1,24 @@
-"""The examples of the media and specialists pages run as written (blocks marked "runs as is")."""
+"""The media and specialists pages' shell session runs as written, in this process.
+
+Their runnable blocks are titled "python manage.py shell" (the convention of tests/docpages.py);
+they use test clients, so they need no network and no subprocess.
+"""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.files.storage import storages
 
+from tests.docpages import SHELL, blocks
+
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-MARK = "# runs as is"
-_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
 def examples(page: str) -> list[str]:
-    return [b for b in _BLOCK.findall((DOCS / page).read_text()) if b.startswith(MARK)]
+    return [b.code for b in blocks(DOCS / page) if b.title == SHELL]
 
 
 @pytest.mark.django_db
