@@ -158,6 +158,7 @@ class Cluster:
         self.root = root
         self.database_name = database_name
         self.ledger_path = root / "ledger.jsonl"
+        self.media_root = root / "media"
         self.gates = root / "gates"
         self.gates.mkdir(parents=True, exist_ok=True)
         self.workers: dict[str, Worker] = {}
@@ -174,6 +175,7 @@ class Cluster:
             ledger.LEDGER_ENV: str(self.ledger_path),
             ledger.GATES_ENV: str(self.gates),
             ledger.WORKER_ENV: name,
+            "TURNKIT_E2E_MEDIA_ROOT": str(self.media_root),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
         })
         return env

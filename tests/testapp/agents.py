@@ -106,5 +106,6 @@ def _ledger_event(sender: Any, event: Event, **kwargs: Any) -> None:
 
 any_event.connect(_ledger_event, dispatch_uid="turnkit-e2e-ledger")
 
-# The orchestration (tree_agents) and TurnKit-parity (issue 16) scenarios register their agents.
-from . import parity_agents, tree_agents  # noqa: E402, F401
+# The orchestration (tree_agents), TurnKit-parity (issue 16) and media (issue 12) scenarios
+# register their agents.
+from . import media_agents, parity_agents, tree_agents  # noqa: E402, F401

@@ -29,6 +29,7 @@ from ..clients import ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded, CompactionError, LostClaim
 from ..messages import (
     DYNAMIC_CONTEXT,
+    MEDIA_KINDS,
     ChatMessage,
     MessageKind,
     TextPart,
@@ -37,6 +38,7 @@ from ..messages import (
 )
 from . import internal
 from .context import TurnContext
+from .media_projection import describe
 
 logger = logging.getLogger("turnkit_django.compaction")
 
@@ -168,6 +170,9 @@ def _render(head: Sequence[ChatMessage], max_tool_chars: int) -> str:
             continue  # the current snapshot is sent again after the summary
         if _is_summary(message):
             lines.append(f"[earlier summary]\n{message.text.split(BANNER, 1)[-1]}")
+            continue
+        if message.kind in MEDIA_KINDS:  # an image or an analysis: its description only
+            lines.append(f"[{message.kind}] {describe(message)}")
             continue
         for part in message.parts:
             if isinstance(part, TextPart) and part.text:
