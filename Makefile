@@ -1,12 +1,14 @@
 # turnkit-django development tasks. `make test` is the whole suite (what .ci/run calls); it works
 # on a fresh clone: it creates .venv, installs what is missing and starts its own servers.
 #
-#   make test              lint + docs + unit, integration/concurrency, browser and e2e tiers
+#   make test              lint + docs + unit, integration/concurrency, browser, e2e and a 60 s soak
 #   make test-unit         unit tier only (SQLite in memory)
 #   make test-integration  integration + concurrency tiers (throwaway PostgreSQL)
 #   make test-browser      the admin in headless Chromium (throwaway PostgreSQL; screenshots in
 #                          build/screenshots/, and docs/img/ with TURNKIT_DOCS_SCREENSHOTS=1)
 #   make test-e2e          e2e tier (throwaway PostgreSQL + Redis)
+#   make soak              the nemesis soak for SOAK_SECONDS (default 600; SOAK_SEED replays
+#                          a run): faults, a mixed workload, then every invariant (tests/soak)
 #   make test PYTEST_ARGS='-x -k claim'   extra pytest arguments, passed to every tier
 #   make bench             per-step overhead against the floor (throwaway PostgreSQL)
 #   make lint | docs | demo | venv | clean | distclean
@@ -20,6 +22,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS := test,dev,docs,anthropic,celery,redis,postgres
 PYTEST_ARGS ?=
+SOAK_SECONDS ?= 600
 
 # The install is redone when the content of pyproject.toml changes or .venv is missing.
 VENV_STAMP := build/venv-$(shell sha256sum pyproject.toml | cut -c1-16).stamp
@@ -28,7 +31,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help venv test test-unit test-integration test-browser test-e2e lint docs demo bench clean distclean FORCE
+.PHONY: help venv test test-unit test-integration test-browser test-e2e soak lint docs demo bench clean distclean FORCE
 
 help:
 	@sed -n '1,/^$$/s/^# \{0,1\}//p' Makefile
@@ -65,6 +68,9 @@ test-browser: venv
 
 test-e2e: venv
 	bash scripts/run-tests.sh e2e -- $(PYTEST_ARGS)
+
+soak: venv
+	SOAK_SECONDS=$(SOAK_SECONDS) bash scripts/run-tests.sh soak -- $(PYTEST_ARGS)
 
 bench: venv
 	bash scripts/bench.sh

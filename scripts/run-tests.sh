@@ -2,12 +2,15 @@
 # Run the test tiers against throwaway servers (called by `make test`, `make test-unit` ...).
 #
 # Usage: scripts/run-tests.sh [TIER...] [-- PYTEST_ARGS...]
-#   TIER: all (default) | unit | integration (integration + concurrency) | browser | e2e
+#   TIER: all (default) | unit | integration (integration + concurrency) | browser | e2e | soak
 #
 #   unit         pytest tests/unit                            SQLite in memory, no servers
 #   integration  pytest tests/integration tests/concurrency   + TURNKIT_TEST_DATABASE_URL
 #   browser      pytest tests/browser                         + PostgreSQL, headless Chromium
 #   e2e          pytest tests/e2e                             + TURNKIT_TEST_REDIS_URL
+#   soak         pytest tests/soak                            the e2e servers; SOAK_SECONDS of
+#                                                             faults (default 60 here; `make soak`
+#                                                             runs 600), SOAK_SEED to replay one
 #
 # The browser tier drives Debian's /usr/bin/chromium with Playwright (installed with apt-get
 # when missing, like the servers; never `playwright install`) under tests.browser.settings, and
@@ -30,14 +33,14 @@ pytest_args=()
 while [ $# -gt 0 ]; do
     case $1 in
         --) shift; pytest_args=("$@"); break ;;
-        all) tiers+=(unit integration browser e2e) ;;
-        unit | integration | browser | e2e) tiers+=("$1") ;;
+        all) tiers+=(unit integration browser e2e soak) ;;
+        unit | integration | browser | e2e | soak) tiers+=("$1") ;;
         -h | --help) sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
-        *) echo "run-tests: unknown tier '$1' (unit, integration, browser, e2e, all)" >&2; exit 2 ;;
+        *) echo "run-tests: unknown tier '$1' (unit, integration, browser, e2e, soak, all)" >&2; exit 2 ;;
     esac
     shift
 done
-[ ${#tiers[@]} -eq 0 ] && tiers=(unit integration browser e2e)
+[ ${#tiers[@]} -eq 0 ] && tiers=(unit integration browser e2e soak)
 
 if [ ! -x "$PYTHON" ]; then
     echo "run-tests: $PYTHON not found; run 'make venv' first" >&2
@@ -55,13 +58,13 @@ trap 'services_stop_started' EXIT
 trap 'echo "run-tests: interrupted" >&2; exit 130' INT
 trap 'echo "run-tests: terminated" >&2; exit 143' TERM HUP
 
-if want integration || want browser || want e2e; then
+if want integration || want browser || want e2e || want soak; then
     services_start_pg || { echo "run-tests: could not start PostgreSQL" >&2; exit 1; }
 fi
 if want browser; then
     services_ensure_chromium || { echo "run-tests: could not install Chromium" >&2; exit 1; }
 fi
-if want e2e; then
+if want e2e || want soak; then
     services_start_redis || { echo "run-tests: could not start Redis" >&2; exit 1; }
     services_ensure_faketime || { echo "run-tests: could not install libfaketime" >&2; exit 1; }
 fi
@@ -132,7 +135,7 @@ finish() {  # RC
 }
 
 failed=""
-for tier in unit integration browser e2e; do
+for tier in unit integration browser e2e soak; do
     want "$tier" || continue
     case $tier in
         unit)
@@ -151,6 +154,12 @@ for tier in unit integration browser e2e; do
         e2e)
             run_tier e2e no "TURNKIT_TEST_DATABASE_URL=$db_url" "TURNKIT_TEST_REDIS_URL=$redis_url" \
                 -- tests/e2e || failed=$tier
+            ;;
+        soak)
+            rm -f "$repo/build/soak-figures.txt"
+            run_tier soak no "TURNKIT_TEST_DATABASE_URL=$db_url" "TURNKIT_TEST_REDIS_URL=$redis_url" \
+                "SOAK_SECONDS=${SOAK_SECONDS:-60}" -- tests/soak --no-cov || failed=$tier
+            [ -s "$repo/build/soak-figures.txt" ] && summary+=("         $(cat "$repo/build/soak-figures.txt")")
             ;;
     esac
     if [ -n "$failed" ]; then

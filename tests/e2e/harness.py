@@ -208,8 +208,8 @@ class Cluster:
     def worker(self, name: str) -> Worker:
         return self.workers[name]
 
-    def start_reconciler(self) -> Reconciler:
-        self.reconciler = Reconciler()
+    def start_reconciler(self, *, sweep: bool = False) -> Reconciler:
+        self.reconciler = Reconciler(sweep=sweep)
         self.reconciler.start()
         return self.reconciler
 
@@ -263,12 +263,14 @@ class Cluster:
 
 
 class Reconciler:
-    """``turnkit_django.reconcile()`` every RECONCILE_INTERVAL in a thread of the test process."""
+    """``turnkit_django.reconcile()`` every RECONCILE_INTERVAL in a thread of the test process
+    (with ``sweep``, also ``cancel_sweep()``, as the beat entries do)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, sweep: bool = False) -> None:
         from turnkit_django.conf import turnkit_settings
 
         self.interval = float(turnkit_settings.RECONCILE_INTERVAL)
+        self.sweep = sweep
         self.passes = 0
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
@@ -279,11 +281,14 @@ class Reconciler:
 
     def _run(self) -> None:
         from turnkit_django import reconcile
+        from turnkit_django.services import cancel_sweep
 
         try:
             while not self._stop.is_set():
                 try:
                     reconcile()
+                    if self.sweep:
+                        cancel_sweep()
                 except Exception as exc:  # reported by stop()
                     self.errors.append(exc)
                 self.passes += 1
@@ -291,10 +296,14 @@ class Reconciler:
         finally:
             connection.close()
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop the loop and wait for it; what ``reconcile()`` raised stays in ``errors``."""
         self._stop.set()
         self._thread.join(timeout=30)
         assert not self._thread.is_alive(), "the reconcile loop did not stop"
+
+    def stop(self) -> None:
+        self.halt()
         assert not self.errors, f"reconcile() raised: {self.errors!r}"
 
 

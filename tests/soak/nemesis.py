@@ -1,0 +1,198 @@
+"""The soak's nemesis: random process, broker and database faults, and a fleet kept at size N.
+
+One thread injects one fault at a time, every ``interval`` seconds (drawn from the seeded
+generator), heals it (SIGCONT, a replacement worker), and brings the fleet back to its size
+before the next one. Victims are chosen among the workers running a turn when there are any
+(their pool child's pid is in ``Turn.claimed_by``), so faults land mid-turn.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from django.db import connection
+
+from tests.e2e.harness import Cluster, Worker, restart_redis_empty, ring
+from turnkit_django.models import Turn
+
+# Fault kinds and their weights.
+FAULTS: dict[str, int] = {
+    "sigkill": 3,           # SIGKILL to the worker's process group (main and pool child)
+    "sigkill_child": 2,     # SIGKILL to the pool child only; Celery forks a new one
+    "sigkill_main": 1,      # SIGKILL to the main process only; the orphan is killed a lease later
+    "sigstop": 3,           # SIGSTOP to the group past the lease, then SIGCONT
+    "sigterm": 2,           # SIGTERM to the group (warm shutdown), then a replacement
+    "redis_restart": 1,     # Redis SIGKILLed and restarted empty
+    "pg_terminate": 3,      # pg_terminate_backend of every session of one worker
+    "duplicate": 3,         # the same run_turn published twice for an active turn
+}
+WORKER_SETTINGS = "tests.soak.worker_settings"
+START_TIMEOUT = 120.0  # a worker starting on a loaded 2-core machine
+SHUTDOWN_TIMEOUT = 60.0  # a warm shutdown finishes the step in progress first
+
+
+def children(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes (Celery's pool children), from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may contain spaces, so split after the last ')'.
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def claimant_pid(claimed_by: str) -> int | None:
+    """The process id in a claim identity (``kind@host:pid:random:thread``)."""
+    try:
+        return int(claimed_by.split("@", 1)[1].split(":")[1])
+    except (IndexError, ValueError):
+        return None
+
+
+class Nemesis:
+    """Inject faults into ``cluster``'s fleet until stopped; keep ``size`` workers running."""
+
+    def __init__(self, cluster: Cluster, rng: random.Random, *, size: int, lease: float,
+                 interval: tuple[float, float] = (2.0, 6.0)) -> None:
+        self.cluster = cluster
+        self.rng = rng
+        self.size = size
+        self.lease = lease
+        self.interval = interval
+        self.fleet: list[Worker] = []
+        self.injected: Counter[str] = Counter()
+        self.terminated_sessions = 0
+        self.errors: list[str] = []
+        self._orphans: list[tuple[float, Worker]] = []  # (kill at, worker) after sigkill_main
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="soak-nemesis", daemon=True)
+
+    # -- the fleet ---------------------------------------------------------------
+
+    def replenish(self) -> None:
+        """Start workers until ``size`` of them are alive (and not being shut down)."""
+        self.fleet = [w for w in self.fleet if w.alive()]
+        missing = self.size - len(self.fleet)
+        if missing > 0:
+            self.fleet += self.cluster.start(missing, timeout=START_TIMEOUT,
+                                             env={"DJANGO_SETTINGS_MODULE": WORKER_SETTINGS})
+
+    def _victim(self) -> Worker:
+        busy = set()
+        claims = Turn.objects.running().exclude(claimed_by="").values_list("claimed_by",
+                                                                             flat=True)
+        pids = {claimant_pid(c) for c in claims}
+        for worker in self.fleet:
+            if worker.pid in pids or pids.intersection(children(worker.pid)):
+                busy.add(worker.name)
+        candidates = [w for w in self.fleet if w.name in busy] or self.fleet
+        return self.rng.choice(sorted(candidates, key=lambda w: w.name))
+
+    def _retire(self, worker: Worker) -> None:
+        if worker in self.fleet:
+            self.fleet.remove(worker)
+
+    # -- faults ------------------------------------------------------------------
+
+    def inject(self, kind: str) -> None:
+        victim = self._victim()
+        if kind == "sigkill":
+            self._retire(victim)
+            victim.kill()
+        elif kind == "sigkill_child":
+            pool = children(victim.pid)
+            if not pool:
+                return self.inject("sigkill")
+            os.kill(self.rng.choice(sorted(pool)), signal.SIGKILL)
+        elif kind == "sigkill_main":
+            self._retire(victim)
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.proc.wait(timeout=10)
+            self._orphans.append((time.monotonic() + self.lease + 1.0, victim))
+        elif kind == "sigstop":
+            victim.pause()
+            self._stop.wait(self.lease + self.rng.uniform(0.5, 2.5))
+            victim.resume()
+        elif kind == "sigterm":
+            self._retire(victim)
+            victim.signal(signal.SIGTERM)
+            try:
+                victim.proc.wait(timeout=SHUTDOWN_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.errors.append(f"worker {victim.name} did not stop within "
+                                   f"{SHUTDOWN_TIMEOUT:.0f} s of SIGTERM")
+            victim.stop(timeout=0)  # SIGKILL pool children outliving their main process
+        elif kind == "redis_restart":
+            restart_redis_empty()
+        elif kind == "pg_terminate":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND application_name = %s",
+                    [f"turnkit-e2e-{victim.name}"])
+                self.terminated_sessions += int(cursor.fetchone()[0])
+        elif kind == "duplicate":
+            active = list(Turn.objects.filter(submitted_at__isnull=False).active()
+                          .order_by("pk").values_list("pk", flat=True)[:50])
+            if not active:
+                return None
+            turn_id = self.rng.choice(active)
+            task_id = f"soak-duplicate-{self.rng.getrandbits(64):016x}"
+            ring(turn_id, task_id=task_id)
+            ring(turn_id, task_id=task_id)
+        else:
+            raise ValueError(f"unknown fault {kind!r}; choose one of {sorted(FAULTS)}")
+        self.injected[kind] += 1
+        return None
+
+    def _reap_orphans(self, *, all_of_them: bool = False) -> None:
+        now = time.monotonic()
+        for due, worker in list(self._orphans):
+            if all_of_them or due <= now:
+                worker.signal(signal.SIGKILL)
+                self._orphans.remove((due, worker))
+
+    # -- the thread --------------------------------------------------------------
+
+    def _run(self) -> None:
+        kinds, weights = list(FAULTS), list(FAULTS.values())
+        try:
+            while not self._stop.wait(self.rng.uniform(*self.interval)):
+                kind = self.rng.choices(kinds, weights)[0]
+                try:
+                    self.inject(kind)
+                    self._reap_orphans()
+                    self.replenish()
+                except Exception as exc:
+                    self.errors.append(f"{kind}: {type(exc).__name__}: {exc}")
+        finally:
+            connection.close()
+
+    def start(self) -> None:
+        self.replenish()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop injecting; resume every worker, kill orphans, and bring the fleet to size."""
+        self._stop.set()
+        self._thread.join(timeout=SHUTDOWN_TIMEOUT + START_TIMEOUT)
+        if self._thread.is_alive():
+            self.errors.append("the nemesis thread did not stop")
+        for worker in self.fleet:
+            worker.resume()
+        self._reap_orphans(all_of_them=True)
+        self.replenish()
