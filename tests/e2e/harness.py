@@ -148,6 +148,8 @@ def skewed_clock(offset: str) -> dict[str, str]:
 
 
 # A worker gets SIGKILL if the test process dies without its teardown (killed by CI, say).
+# The kernel sends it when the *thread* that started the worker ends: start workers from the
+# test's main thread (or from a thread that outlives them).
 _DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
 
 

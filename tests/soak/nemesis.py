@@ -1,9 +1,13 @@
 """The soak's nemesis: random process, broker and database faults, and a fleet kept at size N.
 
-One thread injects one fault at a time, every ``interval`` seconds (drawn from the seeded
-generator), heals it (SIGCONT, a replacement worker), and brings the fleet back to its size
-before the next one. Victims are chosen among the workers running a turn when there are any
-(their pool child's pid is in ``Turn.claimed_by``), so faults land mid-turn.
+It injects one fault at a time, every ``interval`` seconds (drawn from the seeded generator),
+heals it (SIGCONT, a replacement worker), and brings the fleet back to its size before the next
+one. Victims are chosen among the workers running a turn when there are any (their pool child's
+pid is in ``Turn.claimed_by``), so faults land mid-turn.
+
+It runs in the test's main thread: the harness starts workers with ``setpriv --pdeathsig KILL``,
+and the kernel sends that signal when the *thread* that started a worker ends, so a worker
+started from a helper thread would die with the thread.
 """
 
 from __future__ import annotations
@@ -12,9 +16,9 @@ import os
 import random
 import signal
 import subprocess
-import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from django.db import connection
@@ -78,8 +82,6 @@ class Nemesis:
         self.terminated_sessions = 0
         self.errors: list[str] = []
         self._orphans: list[tuple[float, Worker]] = []  # (kill at, worker) after sigkill_main
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="soak-nemesis", daemon=True)
 
     # -- the fleet ---------------------------------------------------------------
 
@@ -125,7 +127,7 @@ class Nemesis:
             self._orphans.append((time.monotonic() + self.lease + 1.0, victim))
         elif kind == "sigstop":
             victim.pause()
-            self._stop.wait(self.lease + self.rng.uniform(0.5, 2.5))
+            time.sleep(self.lease + self.rng.uniform(0.5, 2.5))  # the fault's duration
             victim.resume()
         elif kind == "sigterm":
             self._retire(victim)
@@ -166,33 +168,32 @@ class Nemesis:
                 worker.signal(signal.SIGKILL)
                 self._orphans.remove((due, worker))
 
-    # -- the thread --------------------------------------------------------------
+    # -- the run -----------------------------------------------------------------
 
-    def _run(self) -> None:
+    def run(self, seconds: float, tick: Callable[[], None]) -> None:
+        """Inject faults for ``seconds``, calling ``tick()`` about once a second meanwhile."""
         kinds, weights = list(FAULTS), list(FAULTS.values())
-        try:
-            while not self._stop.wait(self.rng.uniform(*self.interval)):
-                kind = self.rng.choices(kinds, weights)[0]
-                try:
-                    self.inject(kind)
-                    self._reap_orphans()
-                    self.replenish()
-                except Exception as exc:
-                    self.errors.append(f"{kind}: {type(exc).__name__}: {exc}")
-        finally:
-            connection.close()
-
-    def start(self) -> None:
         self.replenish()
-        self._thread.start()
+        deadline = time.monotonic() + seconds
+        while True:
+            due = min(time.monotonic() + self.rng.uniform(*self.interval), deadline)
+            while (now := time.monotonic()) < due:
+                tick()
+                time.sleep(min(1.0, due - now))  # the time between faults
+            if now >= deadline:
+                return
+            kind = self.rng.choices(kinds, weights)[0]
+            try:
+                self.inject(kind)
+                self._reap_orphans()
+                self.replenish()
+            except Exception as exc:
+                self.errors.append(f"{kind}: {type(exc).__name__}: {exc}")
 
-    def stop(self) -> None:
-        """Stop injecting; resume every worker, kill orphans, and bring the fleet to size."""
-        self._stop.set()
-        self._thread.join(timeout=SHUTDOWN_TIMEOUT + START_TIMEOUT)
-        if self._thread.is_alive():
-            self.errors.append("the nemesis thread did not stop")
+    def heal(self) -> None:
+        """Resume every worker, kill the orphans, and bring the fleet to size."""
         for worker in self.fleet:
             worker.resume()
         self._reap_orphans(all_of_them=True)
         self.replenish()
+        connection.close()

@@ -47,17 +47,16 @@ def test_nemesis_soak_ends_with_every_turn_terminal_and_no_violation(
                       lease=float(SOAK_TURNKIT["LEASE"]))
     workload = Workload(random.Random(rng.getrandbits(64)))
     started = time.monotonic()
-    nemesis.start()  # the fleet first
+    nemesis.replenish()  # the fleet first
     reconciler = cluster.start_reconciler(sweep=True)
     workload.start()
     progress = Progress(cluster.root / "progress.log")
-    try:
-        while time.monotonic() - started < SECONDS:  # the threads work; this one keeps time
-            progress.log(f"soak faults={sum(nemesis.injected.values())}")
-            time.sleep(1)
+    try:  # the nemesis in this thread (see tests/soak/nemesis.py), the workload in its own
+        nemesis.run(SECONDS - (time.monotonic() - started),
+                    lambda: progress.log(f"soak faults={sum(nemesis.injected.values())}"))
     finally:
         workload.stop()
-        nemesis.stop()
+        nemesis.heal()
     soaked = time.monotonic() - started
     drained = drain(DRAIN_SECONDS, progress)
     diagnosis = None
