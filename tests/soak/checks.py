@@ -121,8 +121,8 @@ def effect_figures(entries: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def figures(*, seed: int, seconds: float, workers: int, roots: int, actions: Counter[str],
-            faults: Counter[str], entries: list[dict[str, Any]], problems: int, drained: float,
-            elapsed: float) -> str:
+            faults: Counter[str], sessions: int, entries: list[dict[str, Any]], problems: int,
+            drained: float, elapsed: float) -> str:
     """The soak's one line of figures."""
     statuses = Counter(Turn.objects.values_list("status", flat=True))
     effects = effect_figures(entries)
@@ -135,9 +135,9 @@ def figures(*, seed: int, seconds: float, workers: int, roots: int, actions: Cou
 
     return (
         f"soak: seed={seed} seconds={seconds:.0f} workers={workers} "
-        f"submitted={roots} ({counts(actions)}) "
+        f"submitted={roots} actions=({counts(actions)}) "
         f"turns={sum(statuses.values())} ({counts(statuses)}) "
-        f"faults={sum(faults.values())} ({counts(faults)}) "
+        f"faults={sum(faults.values())} ({counts(faults)}) sessions_terminated={sessions} "
         f"recovered={events['turn.recovered']} dead_lettered={dead} "
         f"model_calls={sum(1 for e in entries if e['ev'] == 'model')} "
         f"effects: unsafe={effects['unsafe']} unsafe_duplicated={effects['unsafe_duplicated']} "

@@ -70,7 +70,8 @@ def test_nemesis_soak_ends_with_every_turn_terminal_and_no_violation(
                 *(f"workload: {e}" for e in workload.errors),
                 *(f"nemesis: {e}" for e in nemesis.errors)]
     line = figures(seed=SEED, seconds=soaked, workers=WORKERS, roots=len(workload.roots),
-                   actions=workload.actions, faults=nemesis.injected, entries=cluster.ledger(),
+                   actions=workload.actions, faults=nemesis.injected,
+                   sessions=nemesis.terminated_sessions, entries=cluster.ledger(),
                    problems=len(problems), drained=drained,
                    elapsed=time.monotonic() - started)
     Path(FIGURES).parent.mkdir(parents=True, exist_ok=True)
