@@ -403,8 +403,8 @@ def hygiene_problems() -> list[str]:
     return problems
 
 
-def assert_hygiene(timeout: float = 10) -> None:
-    """Wait (bounded) for quiescence: no advisory locks, nobody idle in a transaction."""
+def hygiene_after(timeout: float = 10) -> list[str]:
+    """I10 once quiescent: poll (bounded) until clean; return the problems left (none: [])."""
     last: list[str] = []
 
     def clean() -> bool:
@@ -414,4 +414,12 @@ def assert_hygiene(timeout: float = 10) -> None:
     try:
         wait_for(clean, timeout=timeout, what="database hygiene (I10)", interval=0.1)
     except AssertionError:
-        raise AssertionError("I10 violated:\n  " + "\n  ".join(last)) from None
+        return last
+    return []
+
+
+def assert_hygiene(timeout: float = 10) -> None:
+    """Wait (bounded) for quiescence: no advisory locks, nobody idle in a transaction."""
+    problems = hygiene_after(timeout)
+    if problems:
+        raise AssertionError("I10 violated:\n  " + "\n  ".join(problems))

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import connection
 
-from tests.e2e.harness import Cluster, Worker, hygiene_problems, listening, queued, wait_for
+from tests.e2e.harness import Cluster, Worker, hygiene_after, listening, queued, wait_for
 from tests.e2e.invariants import input_problems, side_effect_problems, terminal_event_problems
 from turnkit_django.models import Conversation, Delivery, Message, ToolExecution, Turn, Wait
 from turnkit_django.states import ToolStatus
@@ -85,27 +85,12 @@ def stuck_turns(limit: int = 20) -> list[str]:
     return lines
 
 
-def hygiene(timeout: float = 15) -> list[str]:
-    """I10 once quiescent (polled: a worker may still be closing its session)."""
-    last: list[str] = []
-
-    def clean() -> bool:
-        last[:] = hygiene_problems()
-        return not last
-
-    try:
-        wait_for(clean, timeout=timeout, what="database hygiene (I10)", interval=0.2)
-    except AssertionError:
-        return [f"I10 {problem}" for problem in last]
-    return []
-
-
 def violations(cluster: Cluster) -> list[str]:
     """Every problem found in the stored data and the ledger: none may be left."""
     entries = cluster.ledger()
     return [*stuck_turns(), *(str(v) for v in check_invariants()),
             *terminal_event_problems(entries), *input_problems(), *side_effect_problems(entries),
-            *hygiene()]
+            *(f"I10 {problem}" for problem in hygiene_after(timeout=15))]
 
 
 def effect_figures(entries: list[dict[str, Any]]) -> dict[str, int]:

@@ -6,14 +6,13 @@ skipped. The ``cluster`` fixture is the e2e tier's (tests/e2e/conftest.py).
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import _NEEDED, cluster, pytest_runtest_makereport
+from tests.e2e.conftest import cluster, pytest_runtest_makereport, skip_without_servers
 from tests.e2e.harness import REPO
 from tests.helpers import _disarm_failpoints
 from tests.soak.worker_settings import SOAK_TURNKIT
@@ -26,14 +25,7 @@ RUN_DIR = REPO / "build" / "soak"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    missing = [name for name in _NEEDED if not os.environ.get(name)]
-    if not missing:
-        return
-    skip = pytest.mark.skip(reason=f"the soak needs {' and '.join(missing)} "
-                                   "(run scripts/run-tests.sh soak)")
-    for item in items:
-        if _HERE in Path(item.path).resolve().parents:
-            item.add_marker(skip)
+    skip_without_servers(items, _HERE, "soak")
 
 
 @pytest.fixture(autouse=True)
