@@ -1,23 +1,27 @@
 """Soak tier: the nemesis soak on real ``celery worker`` processes, Redis and PostgreSQL.
 
 Needs the e2e tier's servers (``scripts/run-tests.sh soak`` starts them); without them the soak is
-skipped. The ``cluster`` fixture is the e2e tier's (tests/e2e/conftest.py).
+skipped. The ``cluster`` fixture and the timings (tests/e2e/worker_settings.py) are the e2e
+tier's.
 """
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import cluster, pytest_runtest_makereport, skip_without_servers
+from tests.e2e.conftest import (
+    cluster,
+    e2e_settings,
+    pytest_runtest_makereport,
+    skip_without_servers,
+)
 from tests.e2e.harness import REPO
 from tests.helpers import _disarm_failpoints
-from tests.soak.worker_settings import SOAK_TURNKIT
 
-__all__ = ["_disarm_failpoints", "cluster", "pytest_runtest_makereport", "soak_settings",
+__all__ = ["_disarm_failpoints", "cluster", "e2e_settings", "pytest_runtest_makereport",
            "tmp_path"]
 
 _HERE = Path(__file__).resolve().parent
@@ -26,12 +30,6 @@ RUN_DIR = REPO / "build" / "soak"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip_without_servers(items, _HERE, "soak")
-
-
-@pytest.fixture(autouse=True)
-def soak_settings(settings: Any) -> None:
-    """The test process reconciles with the workers' timings (tests/soak/worker_settings.py)."""
-    settings.TURNKIT = dict(SOAK_TURNKIT)
 
 
 @pytest.fixture

@@ -37,7 +37,6 @@ FAULTS: dict[str, int] = {
     "pg_terminate": 3,      # pg_terminate_backend of every session of one worker
     "duplicate": 3,         # the same run_turn published twice for an active turn
 }
-WORKER_SETTINGS = "tests.soak.worker_settings"
 START_TIMEOUT = 120.0  # a worker starting on a loaded 2-core machine
 SHUTDOWN_TIMEOUT = 60.0  # a warm shutdown finishes the step in progress first
 
@@ -71,7 +70,7 @@ class Nemesis:
     """Inject faults into ``cluster``'s fleet until stopped; keep ``size`` workers running."""
 
     def __init__(self, cluster: Cluster, rng: random.Random, *, size: int, lease: float,
-                 interval: tuple[float, float] = (2.0, 6.0)) -> None:
+                 interval: tuple[float, float] = (1.0, 3.0)) -> None:
         self.cluster = cluster
         self.rng = rng
         self.size = size
@@ -90,8 +89,7 @@ class Nemesis:
         self.fleet = [w for w in self.fleet if w.alive()]
         missing = self.size - len(self.fleet)
         if missing > 0:
-            self.fleet += self.cluster.start(missing, timeout=START_TIMEOUT,
-                                             env={"DJANGO_SETTINGS_MODULE": WORKER_SETTINGS})
+            self.fleet += self.cluster.start(missing, timeout=START_TIMEOUT)
 
     def _victim(self) -> Worker:
         busy = set()

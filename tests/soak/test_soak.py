@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import REPO, Cluster
+from tests.e2e.worker_settings import E2E_TURNKIT
 from tests.soak.checks import Progress, diagnose, drain, figures, violations
 from tests.soak.nemesis import Nemesis
-from tests.soak.worker_settings import SOAK_TURNKIT
 from tests.soak.workload import Workload
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,7 +44,7 @@ def test_nemesis_soak_ends_with_every_turn_terminal_and_no_violation(
     logging.getLogger("turnkit_django").setLevel(logging.INFO)
     rng = random.Random(SEED)
     nemesis = Nemesis(cluster, random.Random(rng.getrandbits(64)), size=WORKERS,
-                      lease=float(SOAK_TURNKIT["LEASE"]))
+                      lease=float(E2E_TURNKIT["LEASE"]))
     workload = Workload(random.Random(rng.getrandbits(64)))
     started = time.monotonic()
     nemesis.replenish()  # the fleet first
