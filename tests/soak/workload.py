@@ -82,7 +82,7 @@ class Workload:
 
     def effect(self) -> dict[str, Any]:
         tool = self.rng.choice(["unsafe_effect", "unsafe_effect", "safe_effect", "span"])
-        seconds = self.rng.choice([0, 0, 0.2, 0.5, 1.0])
+        seconds = self.rng.choice([0, 0.3, 0.8, 1.5, 2.5])
         if tool == "span":
             return self._model({"call": "span", "args": {"label": self._label("span"),
                                                           "seconds": seconds or 0.1}})
