@@ -2,7 +2,8 @@
 
 ``make soak`` (``SOAK_SECONDS``, default 600) starts throwaway PostgreSQL and Redis servers
 (``scripts/run-tests.sh soak``, like the e2e tier) and runs ``tests/soak/test_soak.py``; ``make
-test`` runs the same soak for 60 seconds after the e2e tier. For ``SOAK_SECONDS`` seconds:
+test`` does not run it (the soak runs only when ``SOAK_SECONDS`` is set). For ``SOAK_SECONDS``
+seconds:
 
 * a **fleet** of ``SOAK_WORKERS`` (default 3) real ``celery worker`` processes, started as the
   e2e harness starts them (:class:`tests.e2e.harness.Cluster`), kept at that size: every worker

@@ -1,12 +1,13 @@
 """Soak tier: the nemesis soak on real ``celery worker`` processes, Redis and PostgreSQL.
 
-Needs the e2e tier's servers (``scripts/run-tests.sh soak`` starts them); without them the soak is
-skipped. The ``cluster`` fixture and the timings (tests/e2e/worker_settings.py) are the e2e
+Needs the e2e tier's servers (``scripts/run-tests.sh soak`` starts them) and ``SOAK_SECONDS``;
+without them the soak is skipped, so a bare ``pytest`` never runs it. The ``cluster`` fixture and the timings (tests/e2e/worker_settings.py) are the e2e
 tier's.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -30,6 +31,12 @@ RUN_DIR = REPO / "build" / "soak"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip_without_servers(items, _HERE, "soak")
+    if os.environ.get("SOAK_SECONDS"):
+        return
+    skip = pytest.mark.skip(reason="the soak runs only when SOAK_SECONDS is set (make soak)")
+    for item in items:
+        if _HERE in Path(item.path).resolve().parents:
+            item.add_marker(skip)
 
 
 @pytest.fixture

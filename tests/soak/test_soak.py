@@ -1,6 +1,6 @@
 """The nemesis soak (see :mod:`tests.soak`): ``SOAK_SECONDS`` of faults, then zero violations.
 
-Environment: ``SOAK_SECONDS`` (default 600; ``make test`` runs 60), ``SOAK_SEED`` (random when
+Environment: ``SOAK_SECONDS`` (required; ``make soak`` sets 600), ``SOAK_SEED`` (random when
 unset, always printed), ``SOAK_WORKERS`` (default 3), ``SOAK_DRAIN_SECONDS`` (default 300).
 """
 

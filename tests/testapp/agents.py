@@ -108,5 +108,6 @@ def _ledger_event(sender: Any, event: Event, **kwargs: Any) -> None:
 
 any_event.connect(_ledger_event, dispatch_uid="turnkit-e2e-ledger")
 
-# The orchestration scenarios and the soak register their agents.
-from . import soak_agents, tree_agents  # noqa: E402, F401
+# The orchestration (tree_agents), TurnKit-parity (issue 16) and soak scenarios register their
+# agents.
+from . import parity_agents, soak_agents, tree_agents  # noqa: E402, F401
