@@ -12,7 +12,12 @@ from typing import Any
 from django.db import connection
 
 from tests.e2e.harness import Cluster, Worker, hygiene_after, listening, queued, wait_for
-from tests.e2e.invariants import input_problems, side_effect_problems, terminal_event_problems
+from tests.e2e.invariants import (
+    TERMINAL_EVENTS,
+    input_problems,
+    side_effect_problems,
+    terminal_event_problems,
+)
 from turnkit_django.models import Conversation, Delivery, Message, ToolExecution, Turn, Wait
 from turnkit_django.states import ToolStatus
 from turnkit_django.testing.verify import check_invariants
@@ -105,6 +110,41 @@ def effect_figures(entries: list[dict[str, Any]]) -> dict[str, int]:
     }
 
 
+def recovery_latencies(entries: list[dict[str, Any]]) -> tuple[list[float], int]:
+    """Seconds from each worker fault to the next sign of life of each turn its worker held (a
+    model call, an effect or an event from a process the fault did not halt; from the test
+    process only a terminal event), and how many such turns showed none."""
+    progress: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        if e["ev"] in ("model", "effect", "event") and e.get("turn") and (
+                e["worker"] != "test" or e.get("type") in TERMINAL_EVENTS):
+            progress.setdefault(e["turn"], []).append(e)
+    latencies, silent = [], 0
+    for fault in (e for e in entries if e["ev"] == "fault"):
+        halted = set(fault["halted"])
+        for turn in fault["turns"]:
+            after = (e["t"] - fault["t"] for e in progress.get(turn, [])
+                     if e["t"] > fault["t"] and e["pid"] not in halted)
+            latency = next(after, None)
+            if latency is None:
+                silent += 1
+            else:
+                latencies.append(latency)
+    return sorted(latencies), silent
+
+
+def latency_figures(entries: list[dict[str, Any]]) -> str:
+    latencies, silent = recovery_latencies(entries)
+    if not latencies:
+        return f"recovery_latency=(n=0,silent={silent})"
+
+    def at(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * len(latencies)))]
+
+    return (f"recovery_latency=(n={len(latencies)},p50={at(0.5):.1f}s,p95={at(0.95):.1f}s,"
+            f"max={latencies[-1]:.1f}s,silent={silent})")
+
+
 def figures(*, seed: int, seconds: float, workers: int, roots: int, actions: Counter[str],
             faults: Counter[str], sessions: int, entries: list[dict[str, Any]], problems: int,
             drained: float, elapsed: float) -> str:
@@ -123,7 +163,7 @@ def figures(*, seed: int, seconds: float, workers: int, roots: int, actions: Cou
         f"submitted={roots} actions=({counts(actions)}) "
         f"turns={sum(statuses.values())} ({counts(statuses)}) "
         f"faults={sum(faults.values())} ({counts(faults)}) sessions_terminated={sessions} "
-        f"recovered={events['turn.recovered']} dead_lettered={dead} "
+        f"recovered={events['turn.recovered']} {latency_figures(entries)} dead_lettered={dead} "
         f"model_calls={sum(1 for e in entries if e['ev'] == 'model')} "
         f"effects: unsafe={effects['unsafe']} unsafe_duplicated={effects['unsafe_duplicated']} "
         f"outcome_unknown={unknown} safe_keys={effects['safe_keys']} "

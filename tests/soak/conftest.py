@@ -1,8 +1,8 @@
 """Soak tier: the nemesis soak on real ``celery worker`` processes, Redis and PostgreSQL.
 
 Needs the e2e tier's servers (``scripts/run-tests.sh soak`` starts them) and ``SOAK_SECONDS``;
-without them the soak is skipped, so a bare ``pytest`` never runs it. The ``cluster`` fixture and the timings (tests/e2e/worker_settings.py) are the e2e
-tier's.
+without them the soak is skipped, so a bare ``pytest`` never runs it. The ``cluster`` fixture
+and the timings (tests/e2e/worker_settings.py) are the e2e tier's.
 """
 
 from __future__ import annotations

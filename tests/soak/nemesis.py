@@ -24,6 +24,7 @@ from pathlib import Path
 from django.db import connection
 
 from tests.e2e.harness import Cluster, Worker, restart_redis_empty, ring
+from tests.testapp.ledger import record
 from turnkit_django.models import Turn
 
 # Fault kinds and their weights.
@@ -37,6 +38,10 @@ FAULTS: dict[str, int] = {
     "pg_terminate": 3,      # pg_terminate_backend of every session of one worker
     "duplicate": 3,         # the same run_turn published twice for an active turn
 }
+# Faults after which the victim's processes do no more work (an orphaned pool child is killed a
+# lease later): for the recovery latency, its turns must move on elsewhere. After SIGSTOP (and
+# SIGCONT), SIGTERM or pg_terminate_backend, the victim's own next step counts.
+HALTING = frozenset({"sigkill", "sigkill_child", "sigkill_main"})
 START_TIMEOUT = 120.0  # a worker starting on a loaded 2-core machine
 SHUTDOWN_TIMEOUT = 60.0  # a warm shutdown finishes the step in progress first
 
@@ -91,16 +96,17 @@ class Nemesis:
         if missing > 0:
             self.fleet += self.cluster.start(missing, timeout=START_TIMEOUT)
 
-    def _victim(self) -> Worker:
-        busy = set()
-        claims = Turn.objects.running().exclude(claimed_by="").values_list("claimed_by",
-                                                                             flat=True)
-        pids = {claimant_pid(c) for c in claims}
+    def _victim(self) -> tuple[Worker, set[int], list[str]]:
+        """A worker (running a turn when one does), its pids, and the turns it holds."""
+        claims = {turn_id: claimant_pid(claimed_by) for turn_id, claimed_by in
+                  Turn.objects.running().exclude(claimed_by="").values_list("pk", "claimed_by")}
+        held: dict[str, tuple[set[int], list[str]]] = {}
         for worker in self.fleet:
-            if worker.pid in pids or pids.intersection(children(worker.pid)):
-                busy.add(worker.name)
-        candidates = [w for w in self.fleet if w.name in busy] or self.fleet
-        return self.rng.choice(sorted(candidates, key=lambda w: w.name))
+            pids = {worker.pid, *children(worker.pid)}
+            held[worker.name] = (pids, sorted(t for t, pid in claims.items() if pid in pids))
+        candidates = [w for w in self.fleet if held[w.name][1]] or self.fleet
+        victim = self.rng.choice(sorted(candidates, key=lambda w: w.name))
+        return (victim, *held[victim.name])
 
     def _retire(self, worker: Worker) -> None:
         if worker in self.fleet:
@@ -109,15 +115,18 @@ class Nemesis:
     # -- faults ------------------------------------------------------------------
 
     def inject(self, kind: str) -> None:
-        victim = self._victim()
+        victim, pids, turns = self._victim()
+        pool = sorted(children(victim.pid))
+        if kind == "sigkill_child" and not pool:
+            return self.inject("sigkill")
+        if kind not in ("redis_restart", "duplicate"):  # the ledger's fault, for the latency
+            record("fault", kind=kind, victim=victim.name, turns=turns,
+                   halted=sorted(pids) if kind in HALTING else [])
         if kind == "sigkill":
             self._retire(victim)
             victim.kill()
         elif kind == "sigkill_child":
-            pool = children(victim.pid)
-            if not pool:
-                return self.inject("sigkill")
-            os.kill(self.rng.choice(sorted(pool)), signal.SIGKILL)
+            os.kill(self.rng.choice(pool), signal.SIGKILL)
         elif kind == "sigkill_main":
             self._retire(victim)
             os.kill(victim.pid, signal.SIGKILL)
