@@ -113,7 +113,8 @@ def effect_figures(entries: list[dict[str, Any]]) -> dict[str, int]:
 def recovery_latencies(entries: list[dict[str, Any]]) -> tuple[list[float], int]:
     """Seconds from each worker fault to the next sign of life of each turn its worker held (a
     model call, an effect or an event from a process the fault did not halt; from the test
-    process only a terminal event), and how many such turns showed none."""
+    process only a terminal event), and how many such turns showed none. A turn that ended
+    between the nemesis's look at the claims and the fault is left out."""
     progress: dict[str, list[dict[str, Any]]] = {}
     for e in entries:
         if e["ev"] in ("model", "effect", "event") and e.get("turn") and (
@@ -121,11 +122,12 @@ def recovery_latencies(entries: list[dict[str, Any]]) -> tuple[list[float], int]
             progress.setdefault(e["turn"], []).append(e)
     latencies, silent = [], 0
     for fault in (e for e in entries if e["ev"] == "fault"):
-        halted = set(fault["halted"])
         for turn in fault["turns"]:
-            after = (e["t"] - fault["t"] for e in progress.get(turn, [])
-                     if e["t"] > fault["t"] and e["pid"] not in halted)
-            latency = next(after, None)
+            seen = progress.get(turn, [])
+            if any(e["t"] <= fault["t"] and e.get("type") in TERMINAL_EVENTS for e in seen):
+                continue
+            latency = next((e["t"] - fault["t"] for e in seen
+                            if e["t"] > fault["t"] and e["pid"] not in fault["halted"]), None)
             if latency is None:
                 silent += 1
             else:
