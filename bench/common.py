@@ -99,5 +99,29 @@ def num(value: float | None, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
+def server_tables(systems: Sequence[dict[str, Any]]) -> str:
+    """The two tables of systems measured on PostgreSQL: each a dict with ``label``,
+    ``median`` (ms/step), ``ratio`` (to the floor) and ``server`` (bench.pgstats.per_turn)."""
+    rows = [[s["label"], num(s["median"], 3), f"{s['ratio']:.1f}",
+             f"{num(s['server']['statements'], 1)} (+{num(s['server']['fk'], 1)})",
+             num(s["server"]["round_trips_step"], 1), num(s["server"]["xacts"], 1),
+             num(s["server"]["wal"])] for s in systems]
+    main = table(["system", "ms/step", X_FLOOR, "statements/turn sent (+FK checks)",
+                  "round trips/step", "commits/turn", "WAL B/turn"], rows, right=range(1, 7))
+    rows = []
+    for s in systems:
+        sv = s["server"]
+        hot = "; ".join(f"{name.removeprefix('turnkit_')} {h}/{u}"
+                        for name, (h, u) in sorted(sv["hot"].items())) or "-"
+        rows.append([s["label"], num(sv["begin"], 1), num(sv["commit"], 1),
+                     num(sv["wal_cold"]), f"{num(sv['fpi'], 1)} / {num(sv['fpi_cold'], 1)}",
+                     f"{num(sv['index_entries'])} ({num(sv['partial_index_entries'])})",
+                     num(sv["index_bytes"]), hot])
+    detail = table(["system", "BEGIN/turn", "COMMIT/turn", "WAL B/turn after CHECKPOINT",
+                    "FPI/turn steady / after CHECKPOINT", "index entries/turn ≤ (partial)",
+                    "index B/turn", "HOT/updates per block"], rows, right=range(1, 7))
+    return "\n".join([main, "", detail])
+
+
 __all__ = ["OUT", "REPO", "X_FLOOR", "git_commit", "interleave", "load", "machine", "num", "save",
-           "summary", "table"]
+           "server_tables", "summary", "table"]

@@ -16,7 +16,7 @@ measured connections, which forces the flush before the next read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,8 +42,9 @@ def database_of(url: str) -> str:
     return urlsplit(url).path.lstrip("/")
 
 
-def flush(connection: Any) -> None:
-    """Make a measured backend publish its pending statistics (call it at the end of a block).
+def flush(connection: Any) -> int:
+    """Make a measured backend publish its pending statistics; return the transactions that
+    took (one).
 
     ``connection`` is a psycopg connection or a DB-API cursor factory such as Django's.
     """
@@ -52,6 +53,7 @@ def flush(connection: Any) -> None:
         cursor.fetchall()
     if isinstance(connection, psycopg.Connection) and not connection.autocommit:
         connection.commit()  # the flush happens when the backend is idle outside a transaction
+    return 1
 
 
 @dataclass
@@ -238,34 +240,78 @@ class TableWatch:
                       self.index_bytes() - self._index_bytes)
 
 
+Flush = Callable[[], int]
+
+
+def flusher(connection: Any) -> Flush:
+    return lambda: flush(connection)
+
+
 @contextmanager
 def measured(observer: Observer, database: str, *, tables: TableWatch | None = None,
-             checkpoint: bool = False, flush_with: Iterable[Any] = ()) -> Iterator[list[Block]]:
+             checkpoint: bool = False, flush_with: Iterable[Flush] = ()) -> Iterator[list[Block]]:
     """Measure the block inside: yields a list that holds its :class:`Block` afterwards.
 
-    ``flush_with``: the connections the block used, flushed at its end (each flush is one
-    committed transaction, subtracted). ``checkpoint``: CHECKPOINT first, so the block pays the
-    full-page writes of the first change of each page.
+    ``flush_with``: callables publishing the statistics of the connections the block used (see
+    :func:`flush`), called before and after it; each returns the transactions it committed
+    itself, subtracted. ``checkpoint``: CHECKPOINT first, so the block pays the full-page writes
+    of the first change of each page.
     """
-    connections = list(flush_with)
+    flushes = list(flush_with)
     if checkpoint:
         observer.checkpoint()
     if tables is not None:
         tables.reset()
-    for connection in connections:  # what they did before the block is published before it
-        flush(connection)
+    for publish in flushes:  # what they did before the block is published before it
+        publish()
     observer.reset_statements()
     xacts, lsn, fpi = observer.xact_commit(database), observer.wal_lsn(), observer.wal_fpi()
     out: list[Block] = []
     yield out
     wal = observer.wal_lsn() - lsn
     statements = observer.statements(database)  # before the flushes, which are statements
-    for connection in connections:
-        flush(connection)
-    flushed = len(connections)
+    flushed = sum(publish() for publish in flushes)
     out.append(Block(statements, observer.xact_commit(database) - xacts - flushed, wal,
                      observer.wal_fpi() - fpi, tables.read() if tables is not None else None))
 
 
-__all__ = ["Block", "Observer", "Statements", "TableWatch", "Tables", "database_of", "flush",
-           "measured", "with_database"]
+def per_turn(observer: Observer, database: str, url: str, prefix: str, block: Callable[[], None],
+             flushes: Sequence[Flush], turns: int, steps: int) -> dict[str, Any]:
+    """What ``block`` (``turns`` turns of ``steps`` steps) costs the server, per turn.
+
+    Two blocks: right after a CHECKPOINT (the full-page writes of each page's first change),
+    then in steady state (the numbers reported without a qualifier). Tables: those named
+    ``prefix%`` in ``database`` (at ``url``).
+    """
+    watch = TableWatch(url, prefix)
+    try:
+        blocks = []
+        for checkpoint in (True, False):
+            with measured(observer, database, tables=watch, checkpoint=checkpoint,
+                          flush_with=flushes) as out:
+                block()
+            blocks.append(out[0])
+    finally:
+        watch.close()
+    cold, steady = blocks
+    st, tables = steady.statements, steady.tables
+    assert tables is not None
+    return {
+        "statements": st.sent / turns, "fk": st.fk / turns, "nested": st.nested / turns,
+        "begin": st.begin / turns, "commit": st.commit / turns,
+        "savepoint": st.savepoint / turns, "round_trips_step": st.sent / turns / steps,
+        "xacts": steady.xact_commit / turns,
+        "wal": steady.wal_bytes / turns, "wal_cold": cold.wal_bytes / turns,
+        "fpi": steady.wal_fpi / turns, "fpi_cold": cold.wal_fpi / turns,
+        "index_entries": tables.index_entries / turns,
+        "partial_index_entries": tables.partial_index_entries / turns,
+        "index_bytes": tables.index_bytes / turns,
+        "inserted": {k: v / turns for k, v in tables.inserted.items() if v},
+        "hot": {name: [tables.hot.get(name, 0), updated]
+                for name, updated in tables.updated.items() if updated},
+        "top_statements": sorted(((c, q[:160]) for t, c, q in st.rows if t), reverse=True)[:40],
+    }
+
+
+__all__ = ["Block", "Flush", "Observer", "Statements", "TableWatch", "Tables", "database_of",
+           "flush", "flusher", "measured", "per_turn", "with_database"]

@@ -41,7 +41,7 @@ from django.db import connection  # noqa: E402
 
 from bench import pgstats  # noqa: E402
 from bench.client import ClientCost, capture  # noqa: E402
-from bench.common import X_FLOOR, interleave, num, save, summary, table  # noqa: E402
+from bench.common import X_FLOOR, interleave, num, save, server_tables, summary, table  # noqa: E402
 from bench.floor import PostgresFloor, SqliteFloor  # noqa: E402
 from bench.workload import STEPS_PER_TURN, T5  # noqa: E402
 from tests.stepcost import TurnCost, measure  # noqa: E402
@@ -97,38 +97,12 @@ def split() -> dict[str, Any]:
 
 def server_side(observer: pgstats.Observer, database: str, url: str, prefix: str,
                 turn: Any, flush_with: Any, turns: int) -> dict[str, Any]:
-    """Two blocks of ``turns`` turns: right after a CHECKPOINT (full-page writes), then steady."""
-    watch = pgstats.TableWatch(url, prefix)
-    try:
-        blocks = []
-        for checkpoint in (True, False):
-            with pgstats.measured(observer, database, tables=watch, checkpoint=checkpoint,
-                                  flush_with=[flush_with]) as out:
-                for _ in range(turns):
-                    turn()
-            blocks.append(out[0])
-    finally:
-        watch.close()
-    cold, steady = blocks
-    st, tables = steady.statements, steady.tables
-    assert tables is not None
-    hot = {name: (tables.hot.get(name, 0), updated) for name, updated in tables.updated.items()
-           if updated}
-    return {
-        "statements": st.sent / turns, "fk": st.fk / turns, "nested": st.nested / turns,
-        "begin": st.begin / turns,
-        "commit": st.commit / turns, "savepoint": st.savepoint / turns,
-        "round_trips_step": st.sent / turns / STEPS_PER_TURN,
-        "xacts": steady.xact_commit / turns,
-        "wal": steady.wal_bytes / turns, "wal_cold": cold.wal_bytes / turns,
-        "fpi": steady.wal_fpi / turns, "fpi_cold": cold.wal_fpi / turns,
-        "index_entries": tables.index_entries / turns,
-        "partial_index_entries": tables.partial_index_entries / turns,
-        "index_bytes": tables.index_bytes / turns,
-        "inserted": {k: v / turns for k, v in tables.inserted.items() if v},
-        "hot": {k: list(v) for k, v in hot.items()},
-        "top_statements": sorted(((c, q[:160]) for t, c, q in st.rows if t), reverse=True)[:40],
-    }
+    def block() -> None:
+        for _ in range(turns):
+            turn()
+
+    return pgstats.per_turn(observer, database, url, prefix, block, [pgstats.flusher(flush_with)],
+                            turns, STEPS_PER_TURN)
 
 
 def main() -> None:
@@ -198,26 +172,7 @@ def render(data: dict[str, Any]) -> str:
     out = [f"**Per step, {data['version']}** ({data['rounds']} interleaved rounds of workload "
            f"T, median{where})", ""]
     if server:
-        rows = [[s["label"], num(s["median"], 3), f"{s['ratio']:.1f}",
-                 f"{num(s['server']['statements'], 1)} (+{num(s['server']['fk'], 1)})",
-                 num(s["server"]["round_trips_step"], 1), num(s["server"]["xacts"], 1),
-                 num(s["server"]["wal"])] for s in systems.values()]
-        out.append(table(["system", "ms/step", X_FLOOR, "statements/turn sent (+FK checks)",
-                          "round trips/step", "commits/turn", "WAL B/turn"], rows,
-                         right=range(1, 7)))
-        rows = []
-        for s in systems.values():
-            sv = s["server"]
-            hot = "; ".join(f"{name.removeprefix('turnkit_')} {h}/{u}"
-                            for name, (h, u) in sorted(sv["hot"].items())) or "-"
-            rows.append([s["label"], num(sv["begin"], 1), num(sv["commit"], 1),
-                         num(sv["wal_cold"]), f"{num(sv['fpi'], 1)} / {num(sv['fpi_cold'], 1)}",
-                         f"{num(sv['index_entries'])} ({num(sv['partial_index_entries'])})",
-                         num(sv["index_bytes"]), hot])
-        out += ["", table(["system", "BEGIN/turn", "COMMIT/turn", "WAL B/turn after CHECKPOINT",
-                           "FPI/turn steady / after CHECKPOINT",
-                           "index entries/turn ≤ (partial)", "index B/turn",
-                           "HOT/updates in block"], rows, right=range(1, 7))]
+        out.append(server_tables(list(systems.values())))
     else:
         rows = [[s["label"], num(s["median"], 3), f"{s['ratio']:.1f}",
                  num(s["client"]["statements"]), num(s["client"]["round_trips"] / STEPS_PER_TURN,
