@@ -8,7 +8,11 @@
 #                          build/screenshots/, and docs/img/ with TURNKIT_DOCS_SCREENSHOTS=1)
 #   make test-e2e          e2e tier (throwaway PostgreSQL + Redis)
 #   make test PYTEST_ARGS='-x -k claim'   extra pytest arguments, passed to every tier
-#   make bench             per-step overhead against the floor (throwaway PostgreSQL)
+#   make bench             per step against the floor (PostgreSQL and SQLite), growth of one
+#                          conversation, throughput on Celery workers (throwaway PostgreSQL +
+#                          Redis); a markdown report at the end (bench/README.md)
+#   make bench-peers       LangGraph and DBOS side by side with the floor and turnkit-django
+#                          (installs them into .venv-peers, never into .venv)
 #   make lint | docs | demo | venv | clean | distclean
 
 SHELL := /bin/bash
@@ -23,12 +27,15 @@ PYTEST_ARGS ?=
 
 # The install is redone when the content of pyproject.toml changes or .venv is missing.
 VENV_STAMP := build/venv-$(shell sha256sum pyproject.toml | cut -c1-16).stamp
+# The peers of `make bench-peers` live in a virtual environment of their own.
+PEERS_VENV := .venv-peers
+PEERS_STAMP := build/peers-$(shell sha256sum bench/peers-requirements.txt | cut -c1-16).stamp
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help venv test test-unit test-integration test-browser test-e2e lint docs demo bench clean distclean FORCE
+.PHONY: help venv venv-peers test test-unit test-integration test-browser test-e2e lint docs demo bench bench-peers clean distclean FORCE
 
 help:
 	@sed -n '1,/^$$/s/^# \{0,1\}//p' Makefile
@@ -42,6 +49,16 @@ $(VENV_STAMP): $(if $(wildcard $(BIN)/python),,FORCE)
 	fi
 	$(BIN)/python -m pip install --quiet --editable '.[$(EXTRAS)]'
 	@mkdir -p build && rm -f build/venv-*.stamp && touch $@
+
+venv-peers: $(PEERS_STAMP)
+
+$(PEERS_STAMP): $(if $(wildcard $(PEERS_VENV)/bin/python),,FORCE)
+	@if [ ! -x $(PEERS_VENV)/bin/python ]; then \
+		echo "creating $(PEERS_VENV) with $$(command -v $(PYTHON))"; \
+		$(PYTHON) -m venv $(PEERS_VENV) || { rm -rf $(PEERS_VENV); exit 1; }; \
+	fi
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r bench/peers-requirements.txt
+	@mkdir -p build && rm -f build/peers-*.stamp && touch $@
 
 lint: venv
 	$(BIN)/ruff check .
@@ -69,6 +86,9 @@ test-e2e: venv
 bench: venv
 	bash scripts/bench.sh
 
+bench-peers: venv venv-peers
+	bash scripts/bench.sh peers
+
 demo: venv
 	$(BIN)/python example_project/demo.py
 
@@ -78,6 +98,6 @@ clean:
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(PEERS_VENV)
 
 FORCE:

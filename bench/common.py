@@ -44,15 +44,22 @@ def summary(samples: Sequence[float]) -> dict[str, float]:
             "n": len(ordered)}
 
 
+def _git(*args: str) -> str:
+    out = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                         check=True, timeout=10)
+    return out.stdout.strip()
+
+
 def git_commit() -> str:
+    """The package's code that was measured: the last commit touching turnkit_django/."""
     try:
-        out = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h %cs %s"],
-                             capture_output=True, text=True, check=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--",
-                                "turnkit_django"], capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() + (" (+ uncommitted changes)" if dirty.stdout.strip() else "")
+        package = _git("log", "-1", "--format=%h %cs %s", "--", "turnkit_django")
+        head = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--", "turnkit_django")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    return (f"{package} (checkout {head}"
+            + (", with uncommitted changes in turnkit_django/)" if dirty else ")"))
 
 
 def machine() -> dict[str, Any]:

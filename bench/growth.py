@@ -37,17 +37,15 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from bench import pgstats  # noqa: E402
-from bench.common import num, save, table  # noqa: E402
+from bench import pgstats, render  # noqa: E402
+from bench.common import save  # noqa: E402
+from bench.render import CHECKS, WINDOW  # noqa: E402
 from bench.workload import CHAT, CHAT_COMPACTING, SMALL_CONTEXT  # noqa: E402
 from turnkit_django import Agent  # noqa: E402
 from turnkit_django.agents.compaction import options_for  # noqa: E402
 from turnkit_django.handles import ConversationHandle  # noqa: E402
 from turnkit_django.runtime.compaction import choose, estimate  # noqa: E402
 from turnkit_django.store.transcript import visible_chat  # noqa: E402
-
-WINDOW = 5
-CHECKS = 20  # compaction checks timed at the end (median)
 
 
 def ask(conv: ConversationHandle, n: int) -> tuple[float, float]:
@@ -138,32 +136,7 @@ def main() -> None:
     observer.close()
     data = {"asks": asks, "small_context": SMALL_CONTEXT, "curves": curves}
     save("growth", data)
-    print(render(data))
-
-
-def render(data: dict[str, Any]) -> str:
-    curves = data["curves"]
-    out = [f"**Growth of one conversation** (ask N of {data['asks']}, each ask model, tool, "
-           f"model; median of the {WINDOW} asks before N, ask 1 over {WINDOW} fresh "
-           "conversations)", ""]
-    rows = []
-    for name, c in curves.items():
-        first = c["points"][0]["cpu_ms"]
-        for p in c["points"]:
-            rows.append([name, p["ask"], num(p["cpu_ms"], 1), f"{p['cpu_ms'] / first:.2f}",
-                         num(p["wall_ms"], 1), p["statements"], num(p["message_rows_read"])])
-    out.append(table(["curve", "ask", "client CPU ms/ask", "\N{MULTIPLICATION SIGN} ask 1",
-                      "wall ms/ask", "statements sent", "message rows read"], rows,
-                     right=range(1, 7)))
-    rows = [[name, c["check"]["messages"], num(c["check"]["estimated_tokens"]),
-             num(c["check"]["estimate_ms"], 2), num(c["check"]["choose_ms"], 2),
-             num(c["check"]["check_ms"], 2), "yes" if c["check"]["cut_found"] else "no"]
-            for name, c in curves.items()]
-    out += ["", f"One compaction check after ask {data['asks']} (median of {CHECKS}; the small "
-            f"context: {data['small_context']}):", "",
-            table(["curve", "visible messages", "estimated tokens", "estimate ms", "choose ms",
-                   "check ms", "cut found"], rows, right=range(1, 6))]
-    return "\n".join(out)
+    print(render.growth(data))
 
 
 if __name__ == "__main__":

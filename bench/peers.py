@@ -31,8 +31,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import pgstats
-from bench.common import REPO, save, server_tables, summary
+from bench import pgstats, render
+from bench.common import REPO, save, summary
 from bench.floor import STEPS_PER_TURN
 
 #: name: (label, database, tables of its own, runs in the project's .venv)
@@ -136,17 +136,7 @@ def main() -> None:
             runner.close()
         observer.close()
     save("peers", data)
-    print(render(data))
-
-
-def render(data: dict[str, Any]) -> str:
-    versions = sorted({f"{k} {v}" for s in data["systems"].values()
-                       for k, v in s["versions"].items()})
-    return "\n".join([
-        f"**Peers, PostgreSQL {data['settings']['server_version']}** ({data['rounds']} "
-        "interleaved rounds of workload T, median; server columns from "
-        f"{data['stats_turns']} turns of each system alone)", "",
-        server_tables(list(data["systems"].values())), "", "Versions: " + ", ".join(versions)])
+    print(render.peers(data))
 
 
 if __name__ == "__main__":

@@ -39,16 +39,17 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from bench import pgstats  # noqa: E402
+from bench import pgstats, render  # noqa: E402
 from bench.client import ClientCost, capture  # noqa: E402
-from bench.common import X_FLOOR, interleave, num, save, server_tables, summary, table  # noqa: E402
+from bench.common import interleave, save, summary  # noqa: E402
 from bench.floor import PostgresFloor, SqliteFloor  # noqa: E402
+from bench.render import BACKGROUND, INLINE  # noqa: E402
 from bench.workload import STEPS_PER_TURN, T5  # noqa: E402
 from tests.stepcost import TurnCost, measure  # noqa: E402
 from turnkit_django.models import Turn  # noqa: E402
 from turnkit_django.services import run_turn  # noqa: E402
 
-FLOOR, INLINE, BACKGROUND = "floor", "inline", "background"
+FLOOR = "floor"
 LABELS = {
     FLOOR: "floor: {driver}, one transaction per step (INSERT + UPDATE)",
     INLINE: "turnkit-django inline (`agent.run`)",
@@ -161,39 +162,7 @@ def main() -> None:
     data = {"vendor": vendor, "version": version, "rounds": rounds, "stats_turns": stats_turns,
             "systems": results, **server}
     save("steps" if vendor == "postgresql" else "sqlite", data)
-    print(render(data))
-
-
-def render(data: dict[str, Any]) -> str:
-    """The markdown tables of one run (bench/report.py prints them again at the end)."""
-    systems = data["systems"]
-    server = all("server" in s for s in systems.values())
-    where = f"; server columns from {data['stats_turns']} turns" if server else ""
-    out = [f"**Per step, {data['version']}** ({data['rounds']} interleaved rounds of workload "
-           f"T, median{where})", ""]
-    if server:
-        out.append(server_tables(list(systems.values())))
-    else:
-        rows = [[s["label"], num(s["median"], 3), f"{s['ratio']:.1f}",
-                 num(s["client"]["statements"]), num(s["client"]["round_trips"] / STEPS_PER_TURN,
-                                                      1),
-                 num(s["client"]["transactions"])] for s in systems.values()]
-        out.append(table(["system", "ms/step", X_FLOOR, "statements/turn (client)",
-                          "sent/step (client)", "transactions/turn (client)"], rows,
-                         right=range(1, 6)))
-    split_ = systems[INLINE].get("split")
-    if split_:
-        inline, background = systems[INLINE]["client"], systems[BACKGROUND]["client"]
-        out += ["", f"Client side (Django's connection): inline {inline['statements']} "
-                f"statements + {inline['round_trips'] - inline['statements']} BEGIN/COMMIT/"
-                f"savepoints per turn, {inline['transactions']} transactions; background "
-                f"{background['statements']} + "
-                f"{background['round_trips'] - background['statements']}, "
-                f"{background['transactions']} transactions. One inline turn: {split_['model']} "
-                f"statements per model step, {split_['tool']} per tool call, "
-                f"{split_['setup']} to create and claim it; {split_['setup_commits']} + "
-                f"{split_['step_commits']} commits."]
-    return "\n".join(out)
+    print(render.steps(data))
 
 
 if __name__ == "__main__":

@@ -41,9 +41,9 @@ import redis  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from bench import pgstats  # noqa: E402
+from bench import pgstats, render  # noqa: E402
 from bench.celery_app import QUEUE  # noqa: E402  (the default Celery app from here on)
-from bench.common import OUT, REPO, num, save, table  # noqa: E402
+from bench.common import OUT, REPO, save  # noqa: E402
 from bench.tasks import bare_step, create_tables  # noqa: E402
 from bench.workload import T3  # noqa: E402
 from turnkit_django.models import Turn  # noqa: E402
@@ -199,32 +199,7 @@ def main() -> None:
     bench.observer.close()
     data = {"n": n, "rounds": rounds, "results": results}
     save("throughput", data)
-    print(render(data))
-
-
-def _mean(blocks: list[dict[str, Any]], key: str) -> float:
-    return sum(b[key] for b in blocks) / len(blocks)
-
-
-def render(data: dict[str, Any]) -> str:
-    rows = []
-    for children, blocks in data["results"].items():
-        bare, turns = _mean(blocks["bare"], "per_s"), _mean(blocks["turns"], "per_s")
-        rows.append([children, num(bare, 1), num(turns, 1), f"{turns / bare:.2f}",
-                     num(_mean(blocks["bare"], "statements"), 1),
-                     f"{num(_mean(blocks['turns'], 'statements_submit'), 1)} + "
-                     f"{num(_mean(blocks['turns'], 'statements_run'), 1)}",
-                     f"{sum(b['completed'] for b in blocks['turns'])}/"
-                     f"{data['n'] * len(blocks['turns'])}"])
-    return "\n".join([
-        f"**Background throughput on Celery workers** ({data['n']} tasks or turns of model, "
-        f"tool, model queued at once per block, {data['rounds']} blocks each, alternating; one "
-        "worker process, prefork; PostgreSQL + Redis)", "",
-        table(["children", "bare tasks/s", "turns/s", "turns/s ÷ tasks/s",
-               "statements/bare task", "statements/turn (submit + worker)", "turns completed"],
-              rows, right=range(0, 6)),
-        "", "Statements: what the clients sent (BEGIN, COMMIT and Django's health check "
-        "included; foreign-key checks not)."])
+    print(render.throughput(data))
 
 
 if __name__ == "__main__":
