@@ -19,22 +19,56 @@ OUT = Path(os.environ.get("TURNKIT_BENCH_OUT", REPO / "build" / "bench"))
 
 
 def interleave(systems: dict[str, Callable[[], None]], rounds: int, *,
-               per: dict[str, int] | None = None) -> dict[str, list[float]]:
+               per: dict[str, int] | None = None,
+               server_cpu: dict[str, Callable[[], float | None]] | None = None,
+               ) -> dict[str, dict[str, Any]]:
     """Time one call of each system per round, alternating them (the order rotates every round,
-    so drift on a loaded machine hits all alike); return milliseconds per unit for each.
+    so drift on a loaded machine hits all alike).
 
-    ``per[name]``: what one call is worth (steps per turn), dividing its time.
+    Returns, per system: ``wall`` (milliseconds per unit of each call, ``per[name]`` units a
+    call: steps per turn), and the CPU per unit over all calls, less sensitive to a loaded
+    machine than the wall clock: ``cpu_ms`` of this process (``time.process_time``) and
+    ``server_cpu_ms`` of its database backends (``server_cpu[name]()``: their CPU seconds so
+    far, or None when unknown).
     """
     names = list(systems)
-    samples: dict[str, list[float]] = {name: [] for name in names}
+    out: dict[str, dict[str, Any]] = {name: {"wall": [], "cpu": 0.0, "server": 0.0}
+                                      for name in names}
+    known = dict.fromkeys(names, True)
     for index in range(rounds):
         shift = index % len(names)
         for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
+            probe = (server_cpu or {}).get(name)
+            server_before = probe() if probe else None
+            cpu, start = time.process_time(), time.perf_counter()
             systems[name]()
             elapsed = (time.perf_counter() - start) * 1000
-            samples[name].append(elapsed / (per or {}).get(name, 1))
-    return samples
+            out[name]["cpu"] += time.process_time() - cpu
+            server_after = probe() if probe else None
+            if server_before is None or server_after is None:
+                known[name] = False
+            else:
+                out[name]["server"] += server_after - server_before
+            out[name]["wall"].append(elapsed / (per or {}).get(name, 1))
+    for name in names:
+        units = rounds * (per or {}).get(name, 1)
+        out[name]["cpu_ms"] = out[name].pop("cpu") * 1000 / units
+        server = out[name].pop("server")
+        out[name]["server_cpu_ms"] = server * 1000 / units if known[name] else None
+    return out
+
+
+def process_cpu(pids: Sequence[int]) -> float | None:
+    """CPU seconds (user + system) the processes ``pids`` used so far, from /proc (the server
+    must run on this machine; None when a process cannot be read)."""
+    total = 0
+    try:
+        for pid in pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def summary(samples: Sequence[float]) -> dict[str, float]:
@@ -106,15 +140,25 @@ def num(value: float | None, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
+CPU_HEADER = "CPU ms/step client / server"
+
+
+def cpu(system: dict[str, Any]) -> str:
+    """A system's CPU per step: this process's (its client), and its database backends'."""
+    client, server = system.get("cpu_ms"), system.get("server_cpu_ms")
+    return f"{num(client, 2)} / {num(server, 2)}"
+
+
 def server_tables(systems: Sequence[dict[str, Any]]) -> str:
     """The two tables of systems measured on PostgreSQL: each a dict with ``label``,
     ``median`` (ms/step), ``ratio`` (to the floor) and ``server`` (bench.pgstats.per_turn)."""
     rows = [[s["label"], num(s["median"], 3), f"{s['ratio']:.1f}",
              f"{num(s['server']['statements'], 1)} (+{num(s['server']['fk'], 1)})",
              num(s["server"]["round_trips_step"], 1), num(s["server"]["xacts"], 1),
-             num(s["server"]["wal"])] for s in systems]
+             num(s["server"]["wal"]), cpu(s)] for s in systems]
     main = table(["system", "ms/step", X_FLOOR, "statements/turn sent (+FK checks)",
-                  "round trips/step", "commits/turn", "WAL B/turn"], rows, right=range(1, 7))
+                  "round trips/step", "commits/turn", "WAL B/turn", CPU_HEADER], rows,
+                 right=range(1, 8))
     rows = []
     for s in systems:
         sv = s["server"]
@@ -130,5 +174,20 @@ def server_tables(systems: Sequence[dict[str, Any]]) -> str:
     return "\n".join([main, "", detail])
 
 
-__all__ = ["OUT", "REPO", "X_FLOOR", "git_commit", "interleave", "load", "machine", "num", "save",
-           "server_tables", "summary", "table"]
+__all__ = [
+    "CPU_HEADER",
+    "OUT",
+    "REPO",
+    "X_FLOOR",
+    "cpu",
+    "git_commit",
+    "interleave",
+    "load",
+    "machine",
+    "num",
+    "process_cpu",
+    "save",
+    "server_tables",
+    "summary",
+    "table",
+]

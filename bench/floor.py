@@ -42,6 +42,10 @@ class PostgresFloor:
     def connection(self) -> Any:
         return self.conn
 
+    @property
+    def backend_pid(self) -> int:
+        return int(self.conn.info.backend_pid)
+
     def step(self) -> None:
         with self.conn.cursor() as cursor:
             cursor.execute("INSERT INTO bench_floor_log (cursor_id, payload) VALUES (1, %s)",

@@ -4,7 +4,8 @@
 answers one JSON line on stdout:
 
 * ``{"op": "turns", "n": N}``: run N turns of workload T (model, tool, model, tool, model with an
-  instant fake model); answers the milliseconds of each;
+  instant fake model); answers the milliseconds of each, and the CPU milliseconds of this
+  process for all of them;
 * ``{"op": "flush"}``: publish the statistics of its database connections (see
   bench/pgstats.py); answers the transactions that took;
 * ``{"op": "info"}``: versions; ``{"op": "quit"}``.
@@ -120,11 +121,12 @@ def main() -> None:
         op = command["op"]
         if op == "turns":
             times = []
+            cpu = time.process_time()
             for _ in range(int(command["n"])):
                 start = time.perf_counter()
                 runner.turn()
                 times.append((time.perf_counter() - start) * 1000)
-            reply: dict[str, Any] = {"ms": times}
+            reply: dict[str, Any] = {"ms": times, "cpu_ms": (time.process_time() - cpu) * 1000}
         elif op == "flush":
             reply = {"xacts": runner.flush()}
         elif op == "info":

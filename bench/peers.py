@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import pgstats, render
-from bench.common import REPO, save, summary
+from bench.common import REPO, process_cpu, save, summary
 from bench.floor import STEPS_PER_TURN
 
 #: name: (label, database, tables of its own, runs in the project's .venv)
@@ -75,8 +75,8 @@ class Runner:
         self.proc.stdin.flush()
         return self.read()
 
-    def turns(self, n: int) -> list[float]:
-        return list(self.call("turns", n=n)["ms"])
+    def turns(self, n: int) -> dict[str, Any]:
+        return self.call("turns", n=n)
 
     def close(self) -> None:
         assert self.proc.stdin is not None
@@ -87,6 +87,18 @@ class Runner:
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait()
+
+
+def per_step(seconds: list[float | None], steps: int) -> float | None:
+    known = [s for s in seconds if s is not None]
+    return sum(known) * 1000 / steps if len(known) == len(seconds) else None
+
+
+def backend_cpu(observer: pgstats.Observer, database: str) -> float | None:
+    """CPU seconds so far of the server processes connected to ``database``."""
+    pids = [pid for (pid,) in observer.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = %s", [database])]
+    return process_cpu(pids)
 
 
 def main() -> None:
@@ -110,11 +122,21 @@ def main() -> None:
             runners[name] = Runner(name, python, db_url)
             runners[name].turns(3)  # warm up
         samples: dict[str, list[float]] = {name: [] for name in names}
+        cpu = dict.fromkeys(names, 0.0)
+        server: dict[str, list[float | None]] = {name: [] for name in names}
         for index in range(rounds):
             shift = index % len(names)
             for name in names[shift:] + names[:shift]:
-                samples[name] += [ms / STEPS_PER_TURN for ms in runners[name].turns(1)]
-        times = {name: summary(s) for name, s in samples.items()}
+                before = backend_cpu(observer, SYSTEMS[name][1])
+                reply = runners[name].turns(1)
+                after = backend_cpu(observer, SYSTEMS[name][1])
+                samples[name] += [ms / STEPS_PER_TURN for ms in reply["ms"]]
+                cpu[name] += reply["cpu_ms"]
+                server[name].append(None if before is None or after is None else after - before)
+        steps = rounds * STEPS_PER_TURN
+        times = {name: {**summary(s), "cpu_ms": cpu[name] / steps,
+                        "server_cpu_ms": per_step(server[name], steps)}
+                 for name, s in samples.items()}
         floor_ms = times["floor"]["median"]
         results: dict[str, Any] = {}
         for name in names:

@@ -30,10 +30,11 @@ def steps(data: dict[str, Any]) -> str:
         rows = [[s["label"], num(s["median"], 3), f"{s['ratio']:.1f}",
                  num(s["client"]["statements"]), num(s["client"]["round_trips"] / STEPS_PER_TURN,
                                                       1),
-                 num(s["client"]["transactions"])] for s in systems.values()]
+                 num(s["client"]["transactions"]), num(s.get("cpu_ms"), 2)]
+                for s in systems.values()]
         out.append(table(["system", "ms/step", X_FLOOR, "statements/turn (client)",
-                          "sent/step (client)", "transactions/turn (client)"], rows,
-                         right=range(1, 6)))
+                          "sent/step (client)", "transactions/turn (client)",
+                          "CPU ms/step (one process)"], rows, right=range(1, 7)))
     split_ = systems[INLINE].get("split")
     if split_:
         inline, background = systems[INLINE]["client"], systems[BACKGROUND]["client"]
@@ -89,16 +90,19 @@ def throughput(data: dict[str, Any]) -> str:
                      f"{num(_mean(blocks['turns'], 'statements_submit'), 1)} + "
                      f"{num(_mean(blocks['turns'], 'statements_run'), 1)}",
                      f"{sum(b['completed'] for b in blocks['turns'])}/"
-                     f"{data['n'] * len(blocks['turns'])}"])
+                     f"{data['n'] * len(blocks['turns'])}",
+                     num(_mean(blocks["turns"], "left"))])
     return "\n".join([
         f"**Background throughput on Celery workers** ({data['n']} tasks or turns of model, "
         f"tool, model queued at once per block, {data['rounds']} blocks each, alternating; one "
         "worker process, prefork; PostgreSQL + Redis)", "",
         table(["children", "bare tasks/s", "turns/s", "turns/s ÷ tasks/s",
-               "statements/bare task", "statements/turn (submit + worker)", "turns completed"],
-              rows, right=range(0, 6)),
+               "statements/bare task", "statements/turn (submit + worker)", "turns completed",
+               "doorbells left/block"], rows, right=[0, 1, 2, 3, 4, 5, 7]),
         "", "Statements: what the clients sent (BEGIN, COMMIT and Django's health check "
-        "included; foreign-key checks not)."])
+        "included; foreign-key checks not). Doorbells left: `run_turn` messages still queued "
+        "when every turn of the block had finished (rung again for turns that waited in the "
+        "backlog; each costs a task that finds nothing to claim)."])
 
 
 def peers(data: dict[str, Any]) -> str:

@@ -41,7 +41,7 @@ from django.db import connection  # noqa: E402
 
 from bench import pgstats, render  # noqa: E402
 from bench.client import ClientCost, capture  # noqa: E402
-from bench.common import interleave, save, summary  # noqa: E402
+from bench.common import interleave, process_cpu, save, summary  # noqa: E402
 from bench.floor import PostgresFloor, SqliteFloor  # noqa: E402
 from bench.render import BACKGROUND, INLINE  # noqa: E402
 from bench.workload import STEPS_PER_TURN, T5  # noqa: E402
@@ -74,6 +74,15 @@ def check_background() -> None:
     status = Turn.objects.filter(pk=run.id).values_list("status", flat=True).get()
     if status != "completed":
         raise SystemExit(f"the background turn ended {status}")
+
+
+def django_backend() -> list[int]:
+    """The server process behind Django's connection (PostgreSQL only)."""
+    if connection.vendor != "postgresql":
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return [int(cursor.fetchone()[0])]
 
 
 def spread(counts: list[int]) -> str:
@@ -131,8 +140,13 @@ def main() -> None:
         for _ in range(3):
             fn()
     check_background()
-    samples = interleave(systems, rounds, per=dict.fromkeys(systems, STEPS_PER_TURN))
-    times = {name: summary(s) for name, s in samples.items()}
+    backends = {FLOOR: [floor.backend_pid] if isinstance(floor, PostgresFloor) else [],
+                INLINE: django_backend(), BACKGROUND: django_backend()}
+    samples = interleave(systems, rounds, per=dict.fromkeys(systems, STEPS_PER_TURN),
+                         server_cpu={name: (lambda pids=pids: process_cpu(pids))
+                                     for name, pids in backends.items() if pids})
+    times = {name: {**summary(s["wall"]), "cpu_ms": s["cpu_ms"],
+                    "server_cpu_ms": s["server_cpu_ms"]} for name, s in samples.items()}
     floor_ms = times[FLOOR]["median"]
 
     results: dict[str, Any] = {}
