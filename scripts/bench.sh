@@ -11,8 +11,9 @@
 #               needs .venv-peers: `make bench-peers`)
 # Default: steps sqlite growth throughput (what `make bench` runs).
 #
-# PostgreSQL is started with pg_stat_statements loaded (TURNKIT_PG_EXTRA_CONF, read by
-# scripts/services.sh); Redis only for the throughput part. Results go to build/bench/*.json.
+# PostgreSQL is started with pg_stat_statements loaded and no timed checkpoint within a run (the
+# server-side blocks CHECKPOINT themselves) through TURNKIT_PG_EXTRA_CONF, read by
+# scripts/services.sh; Redis only for the throughput part. Results go to build/bench/*.json.
 # Knobs: BENCH_ROUNDS, BENCH_STATS_TURNS, BENCH_GROWTH_ASKS, BENCH_THROUGHPUT_TURNS,
 # BENCH_THROUGHPUT_ROUNDS (see bench/README.md).
 set -euo pipefail
@@ -56,7 +57,8 @@ if want steps || want growth || want throughput || want peers; then
     export TURNKIT_PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'
 pg_stat_statements.track = all
 pg_stat_statements.track_utility = on
-pg_stat_statements.max = 10000"
+pg_stat_statements.max = 10000
+checkpoint_timeout = '30min'"
     services_start_pg
     export TURNKIT_BENCH_DATABASE_URL=$TURNKIT_TEST_DATABASE_URL
 fi
