@@ -123,7 +123,7 @@ def main() -> None:
             runners[name].turns(3)  # warm up
         samples: dict[str, list[float]] = {name: [] for name in names}
         cpu = dict.fromkeys(names, 0.0)
-        server: dict[str, list[float | None]] = {name: [] for name in names}
+        backends: dict[str, list[float | None]] = {name: [] for name in names}
         for index in range(rounds):
             shift = index % len(names)
             for name in names[shift:] + names[:shift]:
@@ -132,23 +132,24 @@ def main() -> None:
                 after = backend_cpu(observer, SYSTEMS[name][1])
                 samples[name] += [ms / STEPS_PER_TURN for ms in reply["ms"]]
                 cpu[name] += reply["cpu_ms"]
-                server[name].append(None if before is None or after is None else after - before)
+                backends[name].append(None if before is None or after is None
+                                      else after - before)
         steps = rounds * STEPS_PER_TURN
         times = {name: {**summary(s), "cpu_ms": cpu[name] / steps,
-                        "server_cpu_ms": per_step(server[name], steps)}
+                        "server_cpu_ms": per_step(backends[name], steps)}
                  for name, s in samples.items()}
         floor_ms = times["floor"]["median"]
         results: dict[str, Any] = {}
         for name in names:
             label, database, prefix, _ = SYSTEMS[name]
             runner = runners[name]
-            server = pgstats.per_turn(
+            counts = pgstats.per_turn(
                 observer, database, pgstats.with_database(url, database), prefix,
                 lambda runner=runner: runner.turns(stats_turns),  # type: ignore[misc]
                 [lambda runner=runner: int(runner.call("flush")["xacts"])], stats_turns,
                 STEPS_PER_TURN)
             results[name] = {"label": label, **times[name],
-                             "ratio": times[name]["median"] / floor_ms, "server": server,
+                             "ratio": times[name]["median"] / floor_ms, "server": counts,
                              "versions": runner.call("info")["info"]}
             print(f"  measured {name}", flush=True)
         data = {"rounds": rounds, "stats_turns": stats_turns, "settings": observer.settings(),
