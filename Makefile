@@ -1,19 +1,22 @@
 # turnkit-django development tasks. `make test` is the whole suite (what .ci/run calls); it works
 # on a fresh clone: it creates .venv, installs what is missing and starts its own servers.
 #
-#   make test              lint + docs + unit, integration/concurrency, browser and e2e tiers
+#   make test              lint + docs + unit, integration/concurrency, browser and e2e tiers on
+#                          Django 5.2 / Python 3.11 (.venv), then unit and integration/concurrency
+#                          again on Django 6.1 / Python 3.12 (.venv-django61)
 #   make test-unit         unit tier only (SQLite in memory)
 #   make test-integration  integration + concurrency tiers (throwaway PostgreSQL)
 #   make test-browser      the admin in headless Chromium (throwaway PostgreSQL; screenshots in
 #                          build/screenshots/, and docs/img/ with TURNKIT_DOCS_SCREENSHOTS=1)
 #   make test-e2e          e2e tier (throwaway PostgreSQL + Redis)
+#   make test-django61     unit + integration/concurrency tiers on Django 6.1 / Python 3.12
 #   make test PYTEST_ARGS='-x -k claim'   extra pytest arguments, passed to every tier
 #   make bench             per step against the floor (PostgreSQL and SQLite), growth of one
 #                          conversation, throughput on Celery workers (throwaway PostgreSQL +
 #                          Redis); a markdown report at the end (bench/README.md)
 #   make bench-peers       LangGraph and DBOS side by side with the floor and turnkit-django
 #                          (installs them into .venv-peers, never into .venv)
-#   make lint | docs | demo | venv | clean | distclean
+#   make lint | docs | demo | venv | venv-peers | venv-django61 | clean | distclean
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -31,11 +34,20 @@ VENV_STAMP := build/venv-$(shell sha256sum pyproject.toml | cut -c1-16).stamp
 PEERS_VENV := .venv-peers
 PEERS_STAMP := build/peers-$(shell sha256sum bench/peers-requirements.txt | cut -c1-16).stamp
 
+# The second supported stack: the newest Django, which needs Python >= 3.12 (found by
+# scripts/find-python.sh: PATH, then pyenv's versions; override with PYTHON312=...).
+VENV61 := .venv-django61
+DJANGO61 := Django>=6.1,<6.2
+EXTRAS61 := test,dev,anthropic,celery,redis,postgres
+VENV61_STAMP := build/django61-$(shell { cat pyproject.toml; echo '$(EXTRAS61) $(DJANGO61)'; } \
+	| sha256sum | cut -c1-16).stamp
+
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help venv venv-peers test test-unit test-integration test-browser test-e2e lint docs demo bench bench-peers clean distclean FORCE
+.PHONY: help venv venv-peers venv-django61 test test-unit test-integration test-browser \
+	test-e2e test-django61 lint docs demo bench bench-peers clean distclean FORCE
 
 help:
 	@sed -n '1,/^$$/s/^# \{0,1\}//p' Makefile
@@ -60,6 +72,17 @@ $(PEERS_STAMP): $(if $(wildcard $(PEERS_VENV)/bin/python),,FORCE)
 	$(PEERS_VENV)/bin/python -m pip install --quiet -r bench/peers-requirements.txt
 	@mkdir -p build && rm -f build/peers-*.stamp && touch $@
 
+venv-django61: $(VENV61_STAMP)
+
+$(VENV61_STAMP): $(if $(wildcard $(VENV61)/bin/python),,FORCE)
+	@if [ ! -x $(VENV61)/bin/python ]; then \
+		python312=$$(bash scripts/find-python.sh 3.12) || exit 1; \
+		echo "creating $(VENV61) with $$python312"; \
+		$$python312 -m venv $(VENV61) || { rm -rf $(VENV61); exit 1; }; \
+	fi
+	$(VENV61)/bin/python -m pip install --quiet --editable '.[$(EXTRAS61)]' '$(DJANGO61)'
+	@mkdir -p build && rm -f build/django61-*.stamp && touch $@
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy turnkit_django
@@ -68,7 +91,7 @@ lint: venv
 docs: venv
 	$(BIN)/mkdocs build --strict --site-dir build/site
 
-test: lint docs
+test: lint docs venv-django61
 	bash scripts/run-tests.sh all -- $(PYTEST_ARGS)
 
 test-unit: venv
@@ -82,6 +105,9 @@ test-browser: venv
 
 test-e2e: venv
 	bash scripts/run-tests.sh e2e -- $(PYTEST_ARGS)
+
+test-django61: venv venv-django61
+	bash scripts/run-tests.sh unit-django61 integration-django61 -- $(PYTEST_ARGS)
 
 bench: venv
 	bash scripts/bench.sh
@@ -98,6 +124,6 @@ clean:
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) $(PEERS_VENV)
+	rm -rf $(VENV) $(VENV61) $(PEERS_VENV)
 
 FORCE:

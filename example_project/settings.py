@@ -179,8 +179,8 @@ CELERY_RESULT_BACKEND = None
 # Below the visibility timeout; a turn's own deadline (TIMEOUT) normally ends it first.
 CELERY_TASK_TIME_LIMIT = int(TURNKIT["TIMEOUT"]) * 2
 CELERY_TASK_ROUTES = {"turnkit.*": {"queue": TURNKIT["QUEUE"]}}
-CELERY_IMPORTS = ["turnkit_django.celery"]
-# turnkit's reconcile entry is merged in by example_project/celery.py (beat_schedule()).
+# turnkit's tasks are found by app.autodiscover_tasks() and its reconcile entry merged in by
+# example_project/celery.py (beat_schedule()).
 CELERY_BEAT_SCHEDULE: dict[str, Any] = {}
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 

@@ -3,19 +3,22 @@
 #
 # Usage: scripts/run-tests.sh [TIER...] [-- PYTEST_ARGS...]
 #   TIER: all (default) | unit | integration (integration + concurrency) | browser | e2e
+#         | unit-django61 | integration-django61
 #
 #   unit         pytest tests/unit                            SQLite in memory, no servers
 #   integration  pytest tests/integration tests/concurrency   + TURNKIT_TEST_DATABASE_URL
 #   browser      pytest tests/browser                         + PostgreSQL, headless Chromium
 #   e2e          pytest tests/e2e                             + TURNKIT_TEST_REDIS_URL
+#   *-django61   the same tier with .venv-django61 (Django 6.1 / Python 3.12)
+#   all          unit integration browser e2e unit-django61 integration-django61
 #
 # The browser tier drives Debian's /usr/bin/chromium with Playwright (installed with apt-get
 # when missing, like the servers; never `playwright install`) under tests.browser.settings, and
 # saves its screenshots in build/screenshots/.
 #
 # Starts only the servers the chosen tiers need (scripts/services.sh) and stops them on exit,
-# whatever happens (failure, Ctrl-C). Coverage accumulates across tiers (build/.coverage) and is
-# reported at the end. Stops at the first failing tier.
+# whatever happens (failure, Ctrl-C). Coverage accumulates across the reference tiers
+# (build/.coverage) and is reported at the end. Stops at the first failing tier.
 #
 # A tier that collects no tests (pytest exit 5) FAILS. When PYTEST_ARGS are given (they may
 # filter with -k/-m), an empty tier is only reported, but then at least one tier must run tests.
@@ -24,27 +27,33 @@ set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo" || exit 1
 PYTHON=${TURNKIT_PYTHON:-$repo/.venv/bin/python}
+PYTHON61=${TURNKIT_PYTHON_DJANGO61:-$repo/.venv-django61/bin/python}
 
 tiers=()
 pytest_args=()
 while [ $# -gt 0 ]; do
     case $1 in
         --) shift; pytest_args=("$@"); break ;;
-        all) tiers+=(unit integration browser e2e) ;;
-        unit | integration | browser | e2e) tiers+=("$1") ;;
+        all) tiers+=(unit integration browser e2e unit-django61 integration-django61) ;;
+        unit | integration | browser | e2e | unit-django61 | integration-django61) tiers+=("$1") ;;
         -h | --help) sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
-        *) echo "run-tests: unknown tier '$1' (unit, integration, browser, e2e, all)" >&2; exit 2 ;;
+        *) echo "run-tests: unknown tier '$1' (unit, integration, browser, e2e, unit-django61," \
+                "integration-django61, all)" >&2; exit 2 ;;
     esac
     shift
 done
 [ ${#tiers[@]} -eq 0 ] && tiers=(unit integration browser e2e)
 
+want() { [[ " ${tiers[*]} " == *" $1 "* ]]; }
+
 if [ ! -x "$PYTHON" ]; then
     echo "run-tests: $PYTHON not found; run 'make venv' first" >&2
     exit 2
 fi
-
-want() { [[ " ${tiers[*]} " == *" $1 "* ]]; }
+if { want unit-django61 || want integration-django61; } && [ ! -x "$PYTHON61" ]; then
+    echo "run-tests: $PYTHON61 not found; run 'make venv-django61' first" >&2
+    exit 2
+fi
 
 # Servers, stopped on any exit. INT/TERM go through exit so the EXIT trap runs once.
 # shellcheck source=scripts/services.sh
@@ -55,7 +64,7 @@ trap 'services_stop_started' EXIT
 trap 'echo "run-tests: interrupted" >&2; exit 130' INT
 trap 'echo "run-tests: terminated" >&2; exit 143' TERM HUP
 
-if want integration || want browser || want e2e; then
+if want integration || want browser || want e2e || want integration-django61; then
     services_start_pg || { echo "run-tests: could not start PostgreSQL" >&2; exit 1; }
 fi
 if want browser; then
@@ -77,19 +86,22 @@ mkdir -p "$repo/build"
 summary=()
 ran_tests=""
 
-# run_tier NAME EMPTY_OK [VAR=VALUE...] -- PYTEST_PATHS...
+# run_tier NAME EMPTY_OK PYTHON [VAR=VALUE...] -- PYTEST_PATHS...
 run_tier() {
-    local name=$1 empty_ok=$2 start rc
-    shift 2
+    local name=$1 empty_ok=$2 python=$3 start rc
+    shift 3
     local -a envs=()
     while [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift
     echo
     echo "==================== tier: $name ($*) ===================="
+    echo "    $("$python" -c 'import sys, django; print("Python %d.%d.%d" % sys.version_info[:3], "/ Django", django.__version__)')"
     [ ${#envs[@]} -gt 0 ] && printf '    %s\n' "${envs[@]}"
     start=$SECONDS
-    env "${envs[@]}" "$PYTHON" -m pytest "$@" \
-        --cov=turnkit_django --cov-report= --cov-append "${pytest_args[@]}"
+    # Coverage is measured on the reference stack only (it doubles the time of a tier).
+    local -a cov=(--cov=turnkit_django --cov-report= --cov-append)
+    [[ $name == *-django61 ]] && cov=()
+    env "${envs[@]}" "$python" -m pytest "$@" "${cov[@]}" "${pytest_args[@]}"
     rc=$?
     local took=$((SECONDS - start))s
     case $rc in
@@ -132,25 +144,32 @@ finish() {  # RC
 }
 
 failed=""
-for tier in unit integration browser e2e; do
+for tier in unit integration browser e2e unit-django61 integration-django61; do
     want "$tier" || continue
     case $tier in
         unit)
-            run_tier unit no -- tests/unit || failed=$tier
+            run_tier unit no "$PYTHON" -- tests/unit || failed=$tier
             ;;
         integration)
-            run_tier integration no "TURNKIT_TEST_DATABASE_URL=$db_url" \
+            run_tier integration no "$PYTHON" "TURNKIT_TEST_DATABASE_URL=$db_url" \
                 -- tests/integration tests/concurrency || failed=$tier
             ;;
         browser)
-            run_tier browser no "TURNKIT_TEST_DATABASE_URL=$db_url" \
+            run_tier browser no "$PYTHON" "TURNKIT_TEST_DATABASE_URL=$db_url" \
                 "DJANGO_SETTINGS_MODULE=tests.browser.settings" \
                 "TURNKIT_CHROMIUM=${TURNKIT_CHROMIUM:-/usr/bin/chromium}" \
                 -- tests/browser || failed=$tier
             ;;
         e2e)
-            run_tier e2e no "TURNKIT_TEST_DATABASE_URL=$db_url" "TURNKIT_TEST_REDIS_URL=$redis_url" \
-                -- tests/e2e || failed=$tier
+            run_tier e2e no "$PYTHON" "TURNKIT_TEST_DATABASE_URL=$db_url" \
+                "TURNKIT_TEST_REDIS_URL=$redis_url" -- tests/e2e || failed=$tier
+            ;;
+        unit-django61)
+            run_tier unit-django61 no "$PYTHON61" -- tests/unit || failed=$tier
+            ;;
+        integration-django61)
+            run_tier integration-django61 no "$PYTHON61" "TURNKIT_TEST_DATABASE_URL=$db_url" \
+                -- tests/integration tests/concurrency || failed=$tier
             ;;
     esac
     if [ -n "$failed" ]; then

@@ -1,13 +1,12 @@
-"""An in-memory dispatcher for background tests, so no Celery broker is needed.
+"""The suite's in-memory dispatcher: ``turnkit_django.testing``'s shared one, under old names.
 
 ``TURNKIT["DISPATCHER"] = "tests.dispatch.record"`` makes every doorbell (submit, reconcile,
-maintenance) append the turn id here instead of sending a Celery message. Tests read what was
+maintenance) append the turn id instead of sending a Celery message. Tests read what was
 dispatched with :func:`recorded` and run the turns themselves with ``services.run_turn``.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,27 +14,14 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
+from turnkit_django.testing import in_memory_dispatcher
+
 DISPATCHER = "tests.dispatch.record"
 
-_lock = threading.Lock()
-_recorded: list[str] = []
-
-
-def record(turn_id: str) -> None:
-    """The dispatcher: remember ``turn_id`` (thread-safe)."""
-    with _lock:
-        _recorded.append(turn_id)
-
-
-def recorded() -> list[str]:
-    """Every turn id dispatched since the last :func:`clear`, in dispatch order."""
-    with _lock:
-        return list(_recorded)
-
-
-def clear() -> None:
-    with _lock:
-        _recorded.clear()
+#: The dispatcher itself (a callable taking the turn id).
+record = in_memory_dispatcher
+recorded = in_memory_dispatcher.dispatched
+clear = in_memory_dispatcher.clear
 
 
 def override_turnkit(**values: Any) -> override_settings:

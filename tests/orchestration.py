@@ -14,7 +14,7 @@ import pytest
 
 from tests.dispatch import override_turnkit
 from tests.helpers import expire_lease
-from turnkit_django import Agent, failpoints
+from turnkit_django import Agent, failpoints, services
 from turnkit_django.clients.base import ModelRequest
 from turnkit_django.messages import load_parts
 from turnkit_django.models import Conversation, Delivery, Message, ToolExecution, Turn, Wait
@@ -148,12 +148,28 @@ def recover(turn_id: str) -> None:
     assert turn_id in reconcile().recovered
 
 
+def fan_out_and_join(root_id: str, capture: Callable[..., Any]) -> list[Turn]:
+    """Run a background root until it waits, then its children (newest first, so they finish
+    out of call order), then the root again; return the children in creation order.
+    ``capture`` is pytest-django's ``django_capture_on_commit_callbacks``."""
+    with capture(execute=True):
+        services.run_turn(root_id)
+    children = list(Turn.objects.filter(parent_turn_id=root_id).order_by("created_at"))
+    for child in reversed(children):
+        with capture(execute=True):
+            services.run_turn(child.pk)
+    with capture(execute=True):
+        services.run_turn(root_id)
+    return children
+
+
 __all__ = [
     "DENIALS",
     "allow",
     "answering",
     "crash_at",
     "deny",
+    "fan_out_and_join",
     "policy",
     "policy_calls",
     "recover",

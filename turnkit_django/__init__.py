@@ -15,6 +15,7 @@ from .exceptions import (
     CompactionError,
     ConfigurationError,
     DeliveryConflict,
+    EvaluationError,
     InputError,
     InvalidTransition,
     LostClaim,
@@ -26,7 +27,9 @@ from .exceptions import (
 )
 
 if TYPE_CHECKING:
-    from .agents import Audit, Prompt, Skill, Violation, check_output_policy, register
+    from .agents import Audit, Prompt, Skill, SubAgentTool, Violation, check_output_policy, register
+    from .agents.tool_policy import ToolCall
+    from .clients.evaluation import Choice, Evaluation, Score, YesNo
     from .handles import Agent, Run, load_conversation, load_run, load_turn
     from .handles import ConversationHandle as Conversation
     from .handles import TurnHandle as Turn
@@ -56,6 +59,12 @@ _LAZY = {
     "Audit": ("agents", "Audit"),
     "Prompt": ("agents", "Prompt"),
     "check_output_policy": ("agents", "check_output_policy"),
+    "SubAgentTool": ("agents", "SubAgentTool"),
+    "ToolCall": ("agents.tool_policy", "ToolCall"),
+    "YesNo": ("clients.evaluation", "YesNo"),
+    "Choice": ("clients.evaluation", "Choice"),
+    "Score": ("clients.evaluation", "Score"),
+    "Evaluation": ("clients.evaluation", "Evaluation"),
 }
 
 
@@ -72,10 +81,13 @@ __all__ = [
     "Audit",
     "AuthorizationError",
     "BudgetExceeded",
+    "Choice",
     "CompactionError",
     "ConfigurationError",
     "Conversation",
     "DeliveryConflict",
+    "Evaluation",
+    "EvaluationError",
     "InputError",
     "InvalidTransition",
     "LostClaim",
@@ -83,14 +95,18 @@ __all__ = [
     "ModelError",
     "Prompt",
     "Run",
+    "Score",
     "Skill",
+    "SubAgentTool",
     "Tool",
+    "ToolCall",
     "ToolContext",
     "ToolError",
     "Turn",
     "TurnkitError",
     "Violation",
     "WaitError",
+    "YesNo",
     "check_output_policy",
     "drain",
     "load_conversation",

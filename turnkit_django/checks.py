@@ -1,61 +1,64 @@
 """System checks: every misconfiguration we can detect has an id and a hint.
 
-Errors ``turnkit.E0xx`` stop ``manage.py``; warnings ``turnkit.W0xx`` are printed.
+Errors ``turnkit.E0xx`` stop ``manage.py``; warnings ``turnkit.W0xx`` are printed. Every check
+also carries the tag ``turnkit``, so ``manage.py check --tag turnkit`` runs only these. None of
+them touches the database: they read settings, the agent registry, the installed provider SDK and
+the Celery app, and they never raise, whatever ``settings.TURNKIT`` holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import date, datetime
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
+from django.utils import timezone
 
 from .agents.compaction import check_options as check_compaction
+from .agents.registry import registered_agents
 from .clients import default_client
 from .clients.cost import validate_rates
-from .conf import DEFAULTS, turnkit_settings
+from .conf import problems, turnkit_settings
+from .exceptions import ConfigurationError
+
+try:  # optional SDK: the Celery checks are skipped without it
+    import celery
+    import celery.local
+    import celery.signals
+except ImportError:  # pragma: no cover - celery is an optional extra
+    celery = None  # type: ignore[assignment]
+
+TAG = "turnkit"
+RUN_TURN = "turnkit.run_turn"
+TASK_MODULES = frozenset({"turnkit_django.tasks", "turnkit_django.celery"})
 
 
-def _user() -> dict[str, Any]:
-    value = getattr(settings, "TURNKIT", None)
-    return value if isinstance(value, dict) else {}
+def _setting(key: str) -> Any:
+    """The validated value of ``key``, or None when it is invalid (reported by check_settings)."""
+    try:
+        return getattr(turnkit_settings, key)
+    except ConfigurationError:
+        return None
 
 
-@register(Tags.compatibility)
+# --------------------------------------------------------------------------- settings
+
+
+@register(Tags.compatibility, TAG)
 def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    messages: list[CheckMessage] = []
-    raw = getattr(settings, "TURNKIT", None)
-    if raw is not None and not isinstance(raw, dict):
-        return [Error("settings.TURNKIT must be a dict.", hint="TURNKIT = {'LEASE': 60, ...}",
-                      id="turnkit.E002")]
-    for key in sorted(set(_user()) - set(DEFAULTS)):
-        close = [k for k in DEFAULTS if k.replace("_", "") == key.upper().replace("_", "")]
-        hint = f"Did you mean {close[0]!r}?" if close else (
-            "Known keys: " + ", ".join(sorted(DEFAULTS)))
-        messages.append(Error(f"Unknown TURNKIT setting {key!r}.", hint=hint, id="turnkit.E001"))
-
-    def number(name: str, *, minimum: float = 0, integer: bool = False) -> float | None:
-        value = _user().get(name, DEFAULTS[name])
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and value > minimum
-        if integer:
-            ok = ok and isinstance(value, int)
-        if not ok:
-            kind = "a positive integer" if integer else "a positive number of seconds"
-            messages.append(Error(f"TURNKIT[{name!r}] must be {kind}, got {value!r}.",
-                                  hint=f"Default: {DEFAULTS[name]!r}.", id="turnkit.E003"))
-            return None
-        return float(value)
-
-    heartbeat = number("HEARTBEAT_INTERVAL")
-    lease = number("LEASE")
-    reconcile = number("RECONCILE_INTERVAL")
-    number("TIMEOUT")
-    for name in ("MAX_ITERATIONS", "MAX_TOOL_EXECUTIONS", "MAINTENANCE_BATCH_SIZE",
-                 "MAX_RECOVERY_ATTEMPTS", "MAX_DEPTH"):
-        number(name, minimum=-1 if name in ("MAX_DEPTH", "MAX_RECOVERY_ATTEMPTS") else 0,
-               integer=True)
+    """Report unknown keys and bad values (E001-E008, E011-E013, E020)."""
+    found = problems()
+    messages: list[CheckMessage] = [Error(p.message, hint=p.hint, id=p.id) for p in found]
+    if any(p.id == "turnkit.E002" for p in found):
+        return messages
+    bad = {p.key for p in found}
+    heartbeat, lease, reconcile = (None if key in bad else _setting(key) for key in
+                                   ("HEARTBEAT_INTERVAL", "LEASE", "RECONCILE_INTERVAL"))
     if heartbeat and lease and lease < 3 * heartbeat:
         messages.append(Error(
             f"TURNKIT['LEASE'] ({lease:g}s) must be at least 3 x HEARTBEAT_INTERVAL "
@@ -69,35 +72,26 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
             f"({lease:g}s).",
             hint="Reconcile more often than the lease so dead workers are noticed in time.",
             id="turnkit.E005"))
-    number("PROMPT_DATA_MAX_CHARS", integer=True)
-    try:
-        check_compaction(_user().get("COMPACTION", DEFAULTS["COMPACTION"]), "TURNKIT['COMPACTION']")
-    except Exception as exc:
-        messages.append(Error(str(exc), hint="Use True, False, or a dict such as "
-                              "{'context_limit': 128000, 'threshold': 0.75}.", id="turnkit.E020"))
-    for problem in validate_rates(_user().get("COST_RATES", {})):
-        messages.append(Error(problem, hint="Rates are USD per million tokens: "
-                              "{'input': '3', 'output': '15', 'cache_read': '0.3', "
-                              "'cache_write': '3.75'}.", id="turnkit.E006"))
-    for name in ("CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER"):
+    if "COMPACTION" not in bad:
         try:
-            getattr(turnkit_settings, name)
-        except Exception as exc:
-            messages.append(Error(str(exc), hint=f"Fix the import path in TURNKIT[{name!r}].",
-                                  id="turnkit.E007"))
-    by_name = _user().get("MAX_TOOL_EXECUTIONS_BY_NAME", {})
-    if not isinstance(by_name, dict) or not all(
-        isinstance(v, int) and v >= 0 for v in by_name.values()
-    ):
-        messages.append(Error("TURNKIT['MAX_TOOL_EXECUTIONS_BY_NAME'] must map tool names to "
-                              "non-negative integers.", hint="{'search_docs': 3}",
-                              id="turnkit.E008"))
+            check_compaction(_setting("COMPACTION"), "TURNKIT['COMPACTION']")
+        except ConfigurationError as exc:
+            messages.append(Error(str(exc), hint="Use True, False, or a dict such as "
+                                  "{'context_limit': 128000, 'threshold': 0.75}.",
+                                  id="turnkit.E020"))
+    if "COST_RATES" not in bad:
+        for problem in validate_rates(_setting("COST_RATES")):
+            messages.append(Error(
+                f"TURNKIT['COST_RATES']: {problem}.",
+                hint="Rates are USD per million tokens: {'input': '3', 'output': '15', "
+                     "'cache_read': '0.3', 'cache_write': '3.75'}.", id="turnkit.E006"))
     return messages
 
 
-@register(Tags.database)
+@register(Tags.compatibility, TAG)
 def check_sqlite_mode(app_configs: Sequence[Any] | None = None,
                       **kwargs: Any) -> list[CheckMessage]:
+    """Require IMMEDIATE transactions on SQLite (E010); reads settings only, not the database."""
     messages: list[CheckMessage] = []
     for alias in settings.DATABASES:
         conn = connections[alias]
@@ -113,10 +107,87 @@ def check_sqlite_mode(app_configs: Sequence[Any] | None = None,
     return messages
 
 
-@register(Tags.compatibility, deploy=True)
+# --------------------------------------------------------------------------- models
+
+
+def sdk_deprecations() -> dict[str, str]:
+    """The installed ``anthropic`` SDK's own table of deprecated models: name -> end-of-life.
+
+    Empty when the SDK is not installed or has no such table (then nothing is reported).
+    """
+    try:
+        from anthropic._data import DEPRECATED_MODELS  # noqa: PLC0415 - optional SDK
+    except ImportError:
+        try:  # older SDKs kept the table next to the Messages resource
+            from anthropic.resources.messages import DEPRECATED_MODELS  # noqa: PLC0415
+        except ImportError:
+            return {}
+    return dict(DEPRECATED_MODELS)
+
+
+def end_of_life(text: str) -> date | None:
+    """Parse the SDK's end-of-life text ("November 30th, 2026"); None if it is not a date."""
+    cleaned = re.sub(r"(\d+)(st|nd|rd|th)\b", r"\1", text.strip())
+    for pattern in ("%B %d, %Y", "%b %d, %Y", "%Y-%m-%d"):
+        try:
+            return datetime.strptime(cleaned, pattern).date()
+        except ValueError:
+            continue
+    return None
+
+
+def configured_models() -> dict[str, str]:
+    """Every model name the project configures, with where: DEFAULT_MODEL and agents' models."""
+    models: dict[str, str] = {}
+    default = _setting("DEFAULT_MODEL")
+    if default:
+        models[default] = "TURNKIT['DEFAULT_MODEL']"
+    compaction = _setting("COMPACTION")
+    if isinstance(compaction, dict) and isinstance(compaction.get("model"), str):
+        models.setdefault(compaction["model"], "TURNKIT['COMPACTION']['model']")
+    for name, agent in sorted(registered_agents().items()):
+        if agent.model:
+            models.setdefault(agent.model, f"agent {name!r}")
+    return models
+
+
+def model_messages(models: dict[str, str], table: dict[str, str],
+                   today: date) -> list[CheckMessage]:
+    """W004 for models the SDK lists as deprecated, W005 for those past their end of life."""
+    messages: list[CheckMessage] = []
+    for model, where in models.items():
+        if model not in table:
+            continue
+        eol = end_of_life(table[model])
+        hint = ("Switch to a current model (turnkit's default is "
+                "'claude-sonnet-5-5'); see the provider's model deprecations page.")
+        if eol is not None and eol <= today:
+            messages.append(Warning(
+                f"{where} is {model!r}, which reached end of life on {eol:%Y-%m-%d} according "
+                "to the installed anthropic SDK: requests for it fail.", hint=hint,
+                id="turnkit.W005"))
+        else:
+            messages.append(Warning(
+                f"{where} is {model!r}, which the installed anthropic SDK lists as deprecated "
+                f"(end of life: {table[model]}).", hint=hint, id="turnkit.W004"))
+    return messages
+
+
+@register(Tags.compatibility, TAG)
+def check_models(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """Warn about configured models that the provider SDK marks deprecated or retired."""
+    return model_messages(configured_models(), sdk_deprecations(), timezone.now().date())
+
+
+# --------------------------------------------------------------------------- deploy
+
+
+@register(Tags.compatibility, TAG, deploy=True)
 def check_client_credentials(app_configs: Sequence[Any] | None = None,
                              **kwargs: Any) -> list[CheckMessage]:
     """Warn when the configured model client has no credentials (deploy checks only)."""
+    if any(p.key == "CLIENT" or p.id == "turnkit.E002" for p in problems()):
+        return []  # reported by check_settings
     try:
         client = default_client()
     except Exception as exc:
@@ -132,16 +203,123 @@ def check_client_credentials(app_configs: Sequence[Any] | None = None,
                          "worker process.", id="turnkit.W003")]
 
 
-@register(Tags.compatibility, deploy=True)
+# --------------------------------------------------------------------------- Celery
+
+
+def _celery_app() -> Any:
+    """The Celery app this process sends through (thread-local current, else the default)."""
+    proxy: Any = celery.current_app
+    return proxy._get_current_object()
+
+
+def _is_fallback(app: Any) -> bool:
+    """True for the app Celery makes up when the project loaded none (main name "default")."""
+    return app.main in (None, "default")
+
+
+def _names(value: Any) -> list[str]:
+    if not value:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
+
+
+def worker_task_modules(app: Any) -> set[str] | None:
+    """The task modules a worker of ``app`` imports at start, or None if that cannot be told.
+
+    That is ``imports`` and ``include``, and ``<package>.<related_name>`` for every
+    ``app.autodiscover_tasks()`` call (packages default to the installed Django apps). Nothing is
+    imported: this only reads the app's configuration.
+    """
+    modules = set(_names(app.conf.imports)) | set(_names(app.conf.include))
+    try:
+        signal: Any = celery.signals.import_modules
+        autodiscover: Any = celery.Celery._autodiscover_tasks  # type: ignore[attr-defined]
+        for receiver in signal._live_receivers(app):
+            fun = getattr(receiver, "fun", None)
+            if getattr(fun, "__func__", None) is not autodiscover:
+                continue
+            packages, related_name = (*tuple(receiver.args), None, "tasks")[:2]
+            if callable(packages):
+                packages = packages()
+            if not packages:
+                packages = [pkg for fixup in getattr(app, "_fixups", ())
+                            if hasattr(fixup, "autodiscover_tasks")
+                            for pkg in fixup.autodiscover_tasks()]
+            modules.update(f"{p}.{related_name}" if related_name else str(p) for p in packages)
+    except Exception:  # a Celery whose internals differ: do not guess
+        return None
+    return modules
+
+
+def _defines_run_turn(module_names: Iterable[str]) -> bool:
+    """True when one of the (already imported) modules holds the ``turnkit.run_turn`` task."""
+    for name in module_names:
+        module = sys.modules.get(name)
+        for value in vars(module).values() if module is not None else ():
+            if isinstance(value, celery.Task | celery.local.Proxy):
+                try:
+                    if getattr(value, "name", None) == RUN_TURN:
+                        return True
+                except Exception:  # noqa: S112 - a proxy that cannot resolve is not our task
+                    continue
+    return False
+
+
+def broker_problem(app: Any) -> str | None:
+    """Why the app's broker transport cannot be loaded (a missing client library), or None."""
+    try:
+        with app.connection_for_write() as connection:
+            connection.transport  # noqa: B018 - loads the transport and its client library
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+@register(Tags.compatibility, TAG)
+def check_celery_app(app_configs: Sequence[Any] | None = None,
+                     **kwargs: Any) -> list[CheckMessage]:
+    """Warn when ``submit()`` cannot reach a worker that knows ``turnkit.run_turn`` (W006-W008)."""
+    if celery is None or _setting("DISPATCHER") is not None:
+        return []  # no Celery, or turns are dispatched some other way
+    if any(p.key == "DISPATCHER" or p.id == "turnkit.E002" for p in problems()):
+        return []
+    app = _celery_app()
+    if _is_fallback(app):
+        return [Warning(
+            "submit() would send turns through Celery's default app (amqp://localhost), because "
+            "no project Celery app is loaded in this process.",
+            hint="Load your Celery app when Django starts: in the project package's __init__.py "
+                 "add `from .celery import app as celery_app`. Or set TURNKIT['DISPATCHER'] if "
+                 "you do not run turns on Celery.",
+            id="turnkit.W006")]
+    messages: list[CheckMessage] = []
+    scheme = str(app.conf.broker_url or "amqp://").split("://", 1)[0]
+    problem = broker_problem(app)
+    if problem:
+        messages.append(Warning(
+            f"The Celery broker ({scheme}://) cannot be used: {problem}.",
+            hint="Install its client library: pip install 'turnkit-django[redis]' for redis://, "
+                 "or the celery extra named for your broker.",
+            id="turnkit.W008"))
+    modules = worker_task_modules(app)
+    if modules is not None and not (modules & TASK_MODULES) and not _defines_run_turn(modules):
+        messages.append(Warning(
+            f"The Celery app {app.main!r} does not load {RUN_TURN}: its workers would discard "
+            "every background turn as an unregistered task.",
+            hint="Call app.autodiscover_tasks() in your Celery module (it finds "
+                 "turnkit_django.tasks), or add 'turnkit_django.tasks' to CELERY_IMPORTS.",
+            id="turnkit.W007"))
+    return messages
+
+
+@register(Tags.compatibility, TAG, deploy=True)
 def check_celery(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """Warn when the project's Celery app will not run reconciliation or route our tasks."""
-    try:
-        from celery import current_app  # noqa: PLC0415 - celery is an optional extra
-    except ImportError:  # pragma: no cover
+    if celery is None:  # pragma: no cover - celery is an optional extra
         return []
-    app = current_app._get_current_object()  # type: ignore[attr-defined]
-    if app.main in (None, "default", "__main__") and not app.conf.get("beat_schedule"):
-        return []  # no project Celery app configured in this process
+    app = _celery_app()
+    if _is_fallback(app) and not app.conf.get("beat_schedule"):
+        return []  # no project Celery app configured in this process (W006 says so)
     messages: list[CheckMessage] = []
     tasks = {entry.get("task") for entry in (app.conf.beat_schedule or {}).values()}
     if "turnkit.reconcile" not in tasks:
@@ -151,16 +329,17 @@ def check_celery(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> lis
                  "run `manage.py turnkit_reconcile --loop`; without it turns whose worker died "
                  "are never recovered.",
             id="turnkit.W001"))
-    queue = turnkit_settings.QUEUE
+    queue = _setting("QUEUE")
     routes = app.conf.task_routes or {}
     routed = isinstance(routes, dict) and any(
         key in routes and (routes[key] or {}).get("queue") == queue
         for key in ("turnkit.*", "turnkit.reconcile", "turnkit.maintain")
     )
-    if not routed and app.conf.task_default_queue != queue:
+    if queue and not routed and app.conf.task_default_queue != queue:
         messages.append(Warning(
             f"turnkit's maintenance tasks are not routed to the queue {queue!r}.",
             hint=f"Add task_routes = {{'turnkit.*': {{'queue': {queue!r}}}}} and start workers "
                  f"with -Q {queue}.",
             id="turnkit.W002"))
     return messages
+

@@ -1,15 +1,24 @@
-"""The ``TURNKIT`` settings dict, read lazily through one object.
+"""The ``TURNKIT`` settings dict, read lazily through one typed object.
 
-``from turnkit_django.conf import turnkit_settings`` then ``turnkit_settings.LEASE``. Values are
-read from ``django.conf.settings.TURNKIT`` on first access and cached; the cache is dropped when
-the setting changes (``override_settings`` works). Keys in ``IMPORT_STRINGS`` may be given as dotted
-paths and are imported on first access. Unknown keys are reported by the system check
-``turnkit.E001`` rather than at import time, so a typo cannot stop ``manage.py`` from starting.
+``from turnkit_django.conf import turnkit_settings`` then ``turnkit_settings.LEASE`` (a
+``float``). Values are read from ``django.conf.settings.TURNKIT`` on first access, validated,
+normalised (numbers of seconds become ``float``, ``MAX_SPEND`` a ``Decimal``) and cached; the cache
+is dropped when the setting changes (``override_settings`` works). Keys in ``IMPORT_STRINGS`` may be
+given as dotted paths and are imported on first access.
+
+Nothing here raises at import time. A bad value raises :class:`InvalidSetting` (a
+``ConfigurationError``) when it is read, and the system checks (``turnkit_django.checks``) report
+every bad value with its id through :func:`problems`, so a typo cannot stop ``manage.py`` from
+starting.
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
+import difflib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
@@ -19,7 +28,7 @@ from django.utils.module_loading import import_string
 from .exceptions import ConfigurationError
 
 DEFAULTS: dict[str, Any] = {
-    "DEFAULT_MODEL": "claude-sonnet-4-5",
+    "DEFAULT_MODEL": "claude-sonnet-5-5",
     "CLIENT": "turnkit_django.clients.AnthropicClient",
     "MAX_ITERATIONS": 25,
     "MAX_DEPTH": 3,
@@ -43,39 +52,274 @@ DEFAULTS: dict[str, Any] = {
     # turn stops renewing its lease, so reconcile hands the turn to another worker.
     "TOOL_TIMEOUT": None,
     "MODEL_TIMEOUT": None,
+    # callable(usage, model) -> Decimal | number | None pricing a model call before COST_RATES
+    # (None: use the rates); import path or callable.
+    "COST_CALCULATOR": None,
 }
 
-IMPORT_STRINGS = frozenset({"CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER"})
+IMPORT_STRINGS = frozenset({"CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER", "COST_CALCULATOR"})
+
+#: Seconds settings: positive, finite, and at most ten years (so deadlines stay representable).
+SECONDS = ("TIMEOUT", "HEARTBEAT_INTERVAL", "LEASE", "RECONCILE_INTERVAL")
+OPTIONAL_SECONDS = ("TOOL_TIMEOUT", "MODEL_TIMEOUT")  # the same, or None
+MAX_SECONDS = 10 * 365 * 24 * 3600
+#: Count settings and their smallest allowed value; the largest is a database integer's.
+COUNTS = {"MAX_ITERATIONS": 1, "MAX_TOOL_EXECUTIONS": 1, "MAINTENANCE_BATCH_SIZE": 1,
+          "PROMPT_DATA_MAX_CHARS": 1, "MAX_DEPTH": 0, "MAX_RECOVERY_ATTEMPTS": 0}
+MAX_COUNT = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class SettingProblem:
+    """One bad ``TURNKIT`` value: its system check id, a message naming key and value, a hint."""
+
+    id: str
+    key: str
+    message: str
+    hint: str
+
+
+class InvalidSetting(ConfigurationError):
+    """A ``TURNKIT`` value that cannot be used; ``problem`` says which and how to fix it."""
+
+    def __init__(self, problem: SettingProblem) -> None:
+        self.problem = problem
+        super().__init__(f"{problem.message} {problem.hint}")
+
+
+def _invalid(id_: str, key: str, value: Any, expected: str, hint: str) -> InvalidSetting:
+    return InvalidSetting(SettingProblem(
+        id_, key, f"TURNKIT[{key!r}] must be {expected}; got {value!r}.", hint))
+
+
+def _seconds(key: str, value: Any) -> float:
+    ok = (isinstance(value, int | float) and not isinstance(value, bool)
+          and math.isfinite(value) and 0 < value <= MAX_SECONDS)
+    if not ok:
+        raise _invalid("turnkit.E003", key, value, "a positive number of seconds",
+                       f"Use a number such as {DEFAULTS[key] or 60!r}"
+                       f"{' (the default)' if DEFAULTS[key] else ', or None for no limit'}.")
+    return float(value)
+
+
+def _optional_seconds(key: str, value: Any) -> float | None:
+    return None if value is None else _seconds(key, value)
+
+
+def _count(key: str, value: Any) -> int:
+    minimum = COUNTS[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
+        expected = "a positive integer" if minimum else "an integer >= 0"
+        raise _invalid("turnkit.E003", key, value, expected,
+                       f"Use a whole number such as {DEFAULTS[key]!r} (the default).")
+    return value
+
+
+def _spend(key: str, value: Any) -> Decimal | None:
+    if value is None:
+        return None
+    amount: Decimal | None = None
+    if isinstance(value, Decimal | int | float | str) and not isinstance(value, bool):
+        try:
+            amount = Decimal(str(value).strip())
+        except InvalidOperation:
+            amount = None
+    if amount is None or not amount.is_finite() or amount < 0:
+        raise _invalid("turnkit.E011", key, value, "None or an amount of USD >= 0",
+                       "Use a decimal string such as '5.00', or None for no cap.")
+    return amount
+
+
+def _by_name(key: str, value: Any) -> Mapping[str, int]:
+    if not isinstance(value, Mapping):
+        raise _invalid("turnkit.E008", key, value, "a dict of tool name -> maximum executions",
+                       "For example {'search_docs': 3}.")
+    for name, cap in value.items():
+        if not isinstance(name, str) or not name:
+            raise _invalid("turnkit.E008", key, value, "keyed by tool names (strings)",
+                           f"The entry {name!r}: {cap!r} is not keyed by a tool name.")
+        if isinstance(cap, bool) or not isinstance(cap, int) or not 0 <= cap <= MAX_COUNT:
+            raise InvalidSetting(SettingProblem(
+                "turnkit.E008", key,
+                f"TURNKIT[{key!r}][{name!r}] must be an integer >= 0; got {cap!r}.",
+                f"For example {{{name!r}: 3}}; 0 forbids the tool."))
+    return dict(value)
+
+
+def _text(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid("turnkit.E012", key, value, "a non-empty string",
+                       f"For example {DEFAULTS[key]!r} (the default).")
+    return value
+
+
+def _mapping(id_: str, hint: str) -> Callable[[str, Any], Mapping[str, Any]]:
+    def clean(key: str, value: Any) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise _invalid(id_, key, value, "a dict", hint)
+        return value
+
+    return clean
+
+
+def _compaction(key: str, value: Any) -> bool | Mapping[str, Any]:
+    if value is None:
+        return True
+    if not isinstance(value, bool | Mapping):
+        raise _invalid("turnkit.E020", key, value, "True, False or a dict of options",
+                       "For example {'context_limit': 128000, 'threshold': 0.75}.")
+    return value
+
+
+def _imported(key: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return import_string(value)
+    except Exception as exc:  # ImportError, or anything the imported module raised
+        raise InvalidSetting(SettingProblem(
+            "turnkit.E007", key, f"TURNKIT[{key!r}] = {value!r} could not be imported: {exc}",
+            f"Fix the dotted path in TURNKIT[{key!r}] (module.attribute), or pass the object."
+        )) from exc
+
+
+def _client(key: str, value: Any) -> object:
+    obj = _imported(key, value)
+    if not callable(obj) and not hasattr(obj, "complete"):
+        raise _invalid("turnkit.E013", key, value,
+                       "a client (an object with complete(request)), a client class or factory, "
+                       "or the import path of one",
+                       "For example 'turnkit_django.clients.AnthropicClient'.")
+    return obj
+
+
+def _callable(hint: str) -> Callable[[str, Any], Any]:
+    def clean(key: str, value: Any) -> Any:
+        obj = _imported(key, value)
+        if obj is not None and not callable(obj):
+            raise _invalid("turnkit.E013", key, value, "None, a callable or its import path", hint)
+        return obj
+
+    return clean
+
+
+CLEANERS: dict[str, Callable[[str, Any], Any]] = {
+    **dict.fromkeys(SECONDS, _seconds),
+    **dict.fromkeys(OPTIONAL_SECONDS, _optional_seconds),
+    **dict.fromkeys(COUNTS, _count),
+    "DEFAULT_MODEL": _text,
+    "QUEUE": _text,
+    "CLIENT": _client,
+    "AUTHORIZATION_POLICY": _callable("For example 'myapp.policies.allow' taking "
+                                      "(action, *, principal, **resources)."),
+    "DISPATCHER": _callable("For example 'turnkit_django.testing.in_memory_dispatcher', or a "
+                            "function taking (turn_id)."),
+    "MAX_SPEND": _spend,
+    "MAX_TOOL_EXECUTIONS_BY_NAME": _by_name,
+    "COST_RATES": _mapping("turnkit.E006", "Rates are USD per million tokens: "
+                           "{'my-model': {'input': '3', 'output': '15'}}."),
+    "COMPACTION": _compaction,
+    "COST_CALCULATOR": _callable("For example 'myapp.costs.price' taking (usage, model) and "
+                                 "returning a Decimal, a number or None."),
+}
+
+
+def _as_is(key: str, value: Any) -> Any:
+    """A key without a cleaner yet (tests/unit/test_settings_checks.py requires one)."""
+    return value
+
+
+def raw_settings() -> Mapping[Any, Any]:
+    """Return ``settings.TURNKIT`` as given (missing or None: empty); raise if it is no dict."""
+    value = getattr(settings, "TURNKIT", None)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidSetting(SettingProblem(
+            "turnkit.E002", "TURNKIT", f"settings.TURNKIT must be a dict; got {value!r}.",
+            "Write TURNKIT = {'LEASE': 60, ...} (keys as in the settings reference)."))
+    return value
+
+
+def suggest(key: object) -> str | None:
+    """Return the known key closest to an unknown one (``LEASES`` -> ``LEASE``), if any."""
+    if not isinstance(key, str):
+        return None
+    wanted = key.upper().replace("-", "_").replace(" ", "_")
+    if wanted in DEFAULTS:
+        return wanted
+    squashed = {k.replace("_", ""): k for k in DEFAULTS}
+    if wanted.replace("_", "") in squashed:
+        return squashed[wanted.replace("_", "")]
+    close = difflib.get_close_matches(wanted, DEFAULTS, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def problems() -> list[SettingProblem]:
+    """Every bad value in ``settings.TURNKIT``, one problem per key (never raises)."""
+    try:
+        raw = raw_settings()
+    except InvalidSetting as exc:
+        return [exc.problem]
+    found: list[SettingProblem] = []
+    for key in sorted(set(raw) - set(DEFAULTS), key=repr):
+        close = suggest(key)
+        found.append(SettingProblem(
+            "turnkit.E001", str(key), f"Unknown TURNKIT setting {key!r}.",
+            f"Did you mean {close!r}?" if close else "Known keys: " + ", ".join(sorted(DEFAULTS))
+            + "."))
+    for key, clean in CLEANERS.items():
+        try:
+            clean(key, raw.get(key, DEFAULTS[key]))
+        except InvalidSetting as exc:
+            found.append(exc.problem)
+    return found
 
 
 class TurnkitSettings:
-    """Attribute access to the merged ``TURNKIT`` settings with defaults."""
+    """Typed attribute access to the merged ``TURNKIT`` settings with defaults.
+
+    The annotations below have no class values, so every read goes through ``__getattr__``
+    (validated, normalised, cached) while type checkers see the precise type of each key.
+    """
+
+    DEFAULT_MODEL: str
+    CLIENT: object  # a client instance, or a class or factory that returns one
+    MAX_ITERATIONS: int
+    MAX_DEPTH: int
+    MAX_TOOL_EXECUTIONS: int
+    MAX_TOOL_EXECUTIONS_BY_NAME: Mapping[str, int]
+    MAX_SPEND: Decimal | None
+    TIMEOUT: float
+    HEARTBEAT_INTERVAL: float
+    LEASE: float
+    RECONCILE_INTERVAL: float
+    MAX_RECOVERY_ATTEMPTS: int
+    MAINTENANCE_BATCH_SIZE: int
+    AUTHORIZATION_POLICY: Callable[..., object] | None
+    COST_RATES: Mapping[str, Any]
+    QUEUE: str
+    DISPATCHER: Callable[[str], object] | None
+    COMPACTION: bool | Mapping[str, Any]
+    PROMPT_DATA_MAX_CHARS: int
+    TOOL_TIMEOUT: float | None
+    MODEL_TIMEOUT: float | None
+    COST_CALCULATOR: Callable[..., object] | None
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] = {}
 
     @property
-    def user_settings(self) -> dict[str, Any]:
-        value = getattr(settings, "TURNKIT", None) or {}
-        if not isinstance(value, dict):
-            raise ConfigurationError("settings.TURNKIT must be a dict")
-        return value
+    def user_settings(self) -> Mapping[Any, Any]:
+        return raw_settings()
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         if name.startswith("_") or name not in DEFAULTS:
             raise AttributeError(f"unknown turnkit setting {name!r}")
         if name in self._cache:
             return self._cache[name]
-        value = self.user_settings.get(name, DEFAULTS[name])
-        if name in IMPORT_STRINGS and isinstance(value, str):
-            try:
-                value = import_string(value)
-            except ImportError as exc:
-                raise ConfigurationError(
-                    f"TURNKIT[{name!r}] = {value!r} could not be imported: {exc}"
-                ) from exc
-        if name == "MAX_SPEND" and value is not None:
-            value = Decimal(str(value))
+        clean = CLEANERS.get(name, _as_is)
+        value = clean(name, raw_settings().get(name, DEFAULTS[name]))
         self._cache[name] = value
         return value
 

@@ -37,6 +37,11 @@ EVENT_TYPES = (
     "message.created",
     "delivery.delivered",
     "sub_agent.delegated",
+    "evaluation.requested",
+    "evaluation.completed",
+    "evaluation.failed",
+    "output_policy.revision",
+    "output_policy.completed",
 )
 
 #: Sent for every event.

@@ -15,6 +15,7 @@
     ├── CompactionError         a manual compaction could not summarise (e.g. empty summary)
     ├── DeliveryConflict        a delivery key is already used for a different message
     ├── AtomicBlockError        inline execution was asked for inside transaction.atomic()
+    ├── EvaluationError         a structured evaluation got no valid answer (``status`` says why)
     └── InvalidTransition       the operation is not allowed in the turn's current status
 """
 
@@ -126,6 +127,33 @@ class AtomicBlockError(TurnkitError):
         )
 
 
+class EvaluationError(TurnkitError):
+    """A structured evaluation got no valid answer.
+
+    ``status``: ``unavailable`` (the provider did not take the request, or refused it),
+    ``malformed`` (it answered, but not in the schema; the usage is kept and charged),
+    ``uncertain`` (it may have taken the request: a timeout, a 5xx, a lost connection),
+    ``interrupted`` (an attempt left unfinished by a worker that died, not replayed). The
+    message names the provider and the HTTP status, never a key or a provider's body.
+    """
+
+    STATUSES = ("unavailable", "malformed", "uncertain", "interrupted")
+
+    def __init__(self, message: str, *, status: str, retryable: bool = False,
+                 retry_after: float | None = None, usage: Any = None, model: str = "",
+                 http_status: int | None = None, reported_cost: str | None = None) -> None:
+        if status not in self.STATUSES:
+            raise ValueError(f"EvaluationError status must be one of {self.STATUSES}")
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.usage = usage
+        self.model = model
+        self.http_status = http_status
+        self.reported_cost = reported_cost
+        super().__init__(message)
+
+
 class InvalidTransition(TurnkitError):
     """The requested operation is not allowed in the turn's current status."""
 
@@ -143,6 +171,7 @@ __all__ = [
     "CompactionError",
     "ConfigurationError",
     "DeliveryConflict",
+    "EvaluationError",
     "InputError",
     "InvalidTransition",
     "LostClaim",

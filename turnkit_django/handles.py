@@ -8,70 +8,30 @@ package the handle classes are ``TurnHandle`` and ``ConversationHandle`` (the mo
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Self, TypedDict, Unpack
+from typing import Any, Self, Unpack
 
 from django.db import transaction
-from django.db.models import Model, QuerySet, Sum
+from django.db.models import QuerySet
 
 from . import services
 from .agents import AgentDefinition, Audit, get_agent
-from .agents.definition import Schema
 from .authorization import authorize
 from .clients import ModelRequest, Usage
 from .events import EventCallback
 from .exceptions import InvalidTransition
 from .messages import TextPart
 from .models import Conversation, Delivery, Message, ToolExecution, Turn
-from .runtime import execute, preview, refuse_atomic_block
+from .options import ConversationOptions, RunOptions, TurnOptions, task_parts
+from .options import only as _only
+from .runtime import execute, execute_new, preview, refuse_atomic_block
 from .runtime.handles import provide
+from .runtime.running import RunningTurn
+from .services.costs import CostBreakdown
 from .states import TERMINAL_TURN_STATUSES, TurnStatus
-from .store import append_input
+from .store import append_input, reload
 
 _UNSET: Any = object()
-
-
-class ConversationOptions(TypedDict, total=False):
-    """Options of a new conversation (``agent.conversation(...)``, and of a run's)."""
-
-    principal: Any
-    context: dict[str, Any]
-    metadata: dict[str, Any]
-    subject: Model | None
-    model: str | None
-
-
-class TurnOptions(TypedDict, total=False):
-    """Options of one turn (``conv.ask(...)``, ``conv.prepare_turn(...)``)."""
-
-    principal: Any
-    context: dict[str, Any]
-    output_schema: Schema
-    thinking: dict[str, Any] | bool | None
-    prompt_mode: str | None
-    model: str | None
-    compaction: bool | dict[str, Any] | None
-
-
-class RunOptions(TurnOptions, total=False):
-    """Options of a run (``agent.run(...)``, ``prepare``, ``submit``)."""
-
-    input: Any
-    on_event: EventCallback | None
-    metadata: dict[str, Any]
-    subject: Model | None
-
-
-def _only(method: str, options: Mapping[str, object], allowed: type) -> None:
-    """Raise TypeError naming every option ``method`` does not take (nothing is ignored)."""
-    known: frozenset[str] = allowed.__required_keys__ | allowed.__optional_keys__  # type: ignore[attr-defined]
-    unknown = sorted(set(options) - known)
-    if unknown:
-        names = ", ".join(repr(name) for name in unknown)
-        raise TypeError(f"{method}() got unexpected keyword argument{'s' * (len(unknown) > 1)} "
-                        f"{names}; it takes {', '.join(sorted(known))}")
 
 
 def _agent_for(row: Turn, agent: AgentDefinition | None) -> AgentDefinition:
@@ -86,13 +46,6 @@ def _authorize_read(conversation: Conversation, principal: Any) -> None:
                   conversation_principal=conversation.principal)
 
 
-def _task_parts(task: str, input: Any) -> list[TextPart]:
-    if input is None:
-        return [TextPart(task)]
-    rendered = json.dumps(input, indent=2, sort_keys=True, default=str)
-    return [TextPart(f"Task: {task}\n\nInput:\n{rendered}")]
-
-
 class Agent(AgentDefinition):
     """A named agent: instructions, model, tools, sub-agents and limits, and how to use it.
 
@@ -104,7 +57,7 @@ class Agent(AgentDefinition):
         """Run a bounded task inline, in this process, and return the finished Run."""
         _only("run", options, RunOptions)
         refuse_atomic_block("agent.run()")
-        return Run.create(self, task, **options).execute()
+        return Run.start(self, task, **options)
 
     def prepare(self, task: str, **options: Unpack[RunOptions]) -> Run:
         """Create a pending run without executing or submitting it."""
@@ -121,13 +74,19 @@ class Agent(AgentDefinition):
         _only("conversation", options, ConversationOptions)
         return ConversationHandle.create(self, **options)
 
+    def cost_breakdown(self) -> CostBreakdown:
+        """Usage and cost of every turn this agent ran, per model and per turn."""
+        return services.cost_breakdown(agent_name=self.name)
 
-class TurnHandle:
+
+class TurnHandle(RunningTurn):
     """A turn of a conversation: one unit of agent work with its own status and output."""
 
-    def __init__(self, row: Turn, agent: AgentDefinition | None = None) -> None:
+    def __init__(self, row: Turn, agent: AgentDefinition | None = None,
+                 running: Any = None) -> None:
         self.row = row
         self._agent = agent
+        self._running = running  # the claimed turn's context, in tools and output policies
         self._on_event: EventCallback | None = None
 
     # -- identity and status -----------------------------------------------------------
@@ -178,8 +137,13 @@ class TurnHandle:
         """The output policies' verdict, when the agent has output policies."""
         return None if self.row.audit is None else Audit.from_json(self.row.audit)
 
+    def cost_breakdown(self) -> CostBreakdown:
+        """Usage and cost per model (a run's: per model and per turn of its tree)."""
+        return services.cost_breakdown(turn_id=self.row.pk)
+
     def refresh(self) -> Self:
-        self.row.refresh_from_db()
+        """Read the turn's row again (its status, output, usage...)."""
+        reload(self.row)
         return self
 
     # -- reads -----------------------------------------------------------------------
@@ -248,11 +212,23 @@ class Run(TurnHandle):
         validated = agent.validate_input(input)
         # Runs default to task mode unless the agent chose its own mode.
         mode = prompt_mode or agent.prompt_mode or "task"
-        row = services.new_turn(agent, _task_parts(task, validated), prompt_mode=mode,
+        row = services.new_turn(agent, task_parts(task, validated), prompt_mode=mode,
                                 **options)
         run = cls(row, agent)
         run._on_event = on_event
         return run
+
+    @classmethod
+    def start(cls, agent: AgentDefinition, task: str, *, input: Any = None,
+              on_event: EventCallback | None = None, prompt_mode: str | None = None,
+              **options: Any) -> Run:
+        """Create the run claimed by this process and execute it inline (``agent.run``)."""
+        _only("Run.start", {**options, "input": input, "on_event": on_event,
+                            "prompt_mode": prompt_mode}, RunOptions)
+        parts = task_parts(task, agent.validate_input(input))
+        mode = prompt_mode or agent.prompt_mode or "task"
+        row = execute_new(agent, parts, on_event=on_event, prompt_mode=mode, **options)
+        return cls(row, agent).refresh()
 
     @property
     def root_turn_id(self) -> str:
@@ -274,17 +250,14 @@ class Run(TurnHandle):
 
     @property
     def usage(self) -> Usage:
-        total = Usage()
-        for usage in self.turns().values_list("usage", flat=True):
-            total = total + Usage.from_dict(usage)
-        return total
+        return self.cost_breakdown().usage
 
     @property
     def cost(self) -> Decimal | None:
-        agg = self.turns().aggregate(total=Sum("cost"))
-        if self.turns().filter(cost_unknown=True).exists():
-            return None
-        return agg["total"] or Decimal(0)
+        return self.cost_breakdown().cost
+
+    def cost_breakdown(self) -> CostBreakdown:
+        return services.cost_breakdown(self.row.root_turn_id)
 
     def __repr__(self) -> str:
         return f"<Run {self.row.pk} {self.row.status}>"
@@ -329,6 +302,9 @@ class ConversationHandle:
         _only("ask", options, TurnOptions)
         if not submit:
             refuse_atomic_block("conversation.ask()")
+            row = execute_new(self.agent, [TextPart(text)], conversation=self.row,
+                              on_event=on_event, **options)
+            return TurnHandle(row, self.agent).refresh()
         with transaction.atomic():
             self.say(text)
             turn = self.prepare_turn(**options)
@@ -336,16 +312,23 @@ class ConversationHandle:
                 return turn.submit()
         return turn.execute(on_event=on_event)
 
-    def messages(self, after: int = 0, *, principal: Any = _UNSET) -> QuerySet[Message]:
-        """Messages with a sequence greater than ``after``, in order (a cursor read).
+    def messages(self, after: int = 0, *, principal: Any = _UNSET,
+                 include_private: bool = False) -> QuerySet[Message]:
+        """Messages with a sequence greater than ``after``, in order (a cursor read), without
+        thinking, provider-only parts and dynamic context unless ``include_private``.
 
         With ``principal=`` the ``read_messages`` action is authorized first.
         """
         _authorize_read(self.row, principal)
-        return Message.objects.after(self.row.pk, after)
+        rows = Message.objects.after(self.row.pk, after)
+        return rows if include_private else rows.provider_safe()
 
     def turns(self) -> QuerySet[Turn]:
         return Turn.objects.filter(conversation_id=self.row.pk).order_by("created_at")
+
+    def cost_breakdown(self) -> CostBreakdown:
+        """Usage and cost of the conversation's turns (not their sub-agents'), per model."""
+        return services.cost_breakdown(conversation_id=self.row.pk)
 
     def send_message(self, other: ConversationHandle | Conversation, text: str, *, key: str,
                      principal: Any = None, source_turn: Any = None) -> Delivery:
@@ -378,7 +361,8 @@ class ConversationHandle:
                                              keep_last=keep_last, client=client)
 
     def refresh(self) -> Self:
-        self.row.refresh_from_db()
+        """Read the turn's row again (its status, output, usage...)."""
+        reload(self.row)
         return self
 
     def __repr__(self) -> str:

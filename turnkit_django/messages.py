@@ -33,6 +33,14 @@ class MessageKind(models.TextChoices):
     CONTEXT_SUMMARY = "context_summary"
 
 
+#: A snapshot of the dynamic part of the system prompt, kept in the history for clients that
+#: want it there (prompt caching); a kind of its own, not among the model field's choices.
+DYNAMIC_CONTEXT = "dynamic_context"
+#: Part kinds that are for the provider only (reasoning, opaque replay data): cursor reads for
+#: applications leave them out.
+PRIVATE_PART_KINDS = frozenset({"thinking", "provider"})
+
+
 @dataclass(frozen=True)
 class TextPart:
     text: str
@@ -173,6 +181,8 @@ def text_of(parts: Sequence[Part]) -> str:
 
 
 __all__ = [
+    "DYNAMIC_CONTEXT",
+    "PRIVATE_PART_KINDS",
     "ChatMessage",
     "DataPart",
     "MessageKind",

@@ -170,10 +170,15 @@ class Turn(models.Model):
         return self.root_turn_id == self.id
 
     def envelope(self) -> dict[str, Any]:
-        """The compact result another turn receives for this one (a join, a callback)."""
-        return {"agent": self.agent_name, "conversation_id": self.conversation_id,
-                "turn_id": self.pk, "status": self.status, "output_text": self.output_text,
-                "output_data": self.output_data, "error": self.error}
+        """The compact result another turn receives for this one (a join, a callback), with
+        the output metadata its tools or policies set for the output."""
+        envelope = {"agent": self.agent_name, "conversation_id": self.conversation_id,
+                    "turn_id": self.pk, "status": self.status, "output_text": self.output_text,
+                    "output_data": self.output_data, "error": self.error}
+        metadata = (self.state or {}).get("output_metadata")
+        if metadata is not None:
+            envelope["output_metadata"] = metadata
+        return envelope
 
 
 class Lease(models.Model):

@@ -6,12 +6,15 @@ filters by hand, so each rule ("the lane is busy", "the messages a turn sees") i
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import models
 from django.db.models import Exists, OuterRef, Q
+from django.db.models.query import ModelIterable
 
+from .messages import DYNAMIC_CONTEXT, PRIVATE_PART_KINDS
 from .states import (
     ACTIVE_TURN_STATUSES,
     BUSY_TURN_STATUSES,
@@ -110,6 +113,16 @@ class TurnQuerySet(models.QuerySet):
                 root_turn__options__cancel_cascade=True))
 
 
+class _ProviderSafe(ModelIterable):
+    """Rows with the provider-only parts taken out of ``content`` (in memory, never saved)."""
+
+    def __iter__(self) -> Iterator[Any]:
+        for message in super().__iter__():
+            message.content = [part for part in message.content or []
+                               if part.get("kind") not in PRIVATE_PART_KINDS]
+            yield message
+
+
 class MessageQuerySet(models.QuerySet):
     def visible_to(self, turn: Turn) -> MessageQuerySet:
         """The messages ``turn`` sees: its conversation up to its frozen input, plus its own."""
@@ -125,6 +138,13 @@ class MessageQuerySet(models.QuerySet):
         """A cursor read: the conversation's messages with a greater sequence, in order."""
         return self.filter(conversation_id=conversation_id, sequence__gt=sequence).order_by(
             "sequence")
+
+    def provider_safe(self) -> MessageQuerySet:
+        """What applications show: no dynamic context snapshots, and thinking and opaque
+        provider parts removed from each row's content (in memory; the rows are unchanged)."""
+        rows = self.exclude(kind=DYNAMIC_CONTEXT)
+        rows._iterable_class = _ProviderSafe
+        return rows
 
 
 class ToolExecutionQuerySet(models.QuerySet):

@@ -179,9 +179,10 @@ class Cluster:
         return env
 
     def start(self, count: int = 2, *, pool: str = "prefork", timeout: float = 45,
-              env: dict[str, str] | None = None) -> list[Worker]:
-        """Start ``count`` workers and wait until each is consuming (``env``: extra variables,
-        such as :func:`skewed_clock`)."""
+              env: dict[str, str] | None = None,
+              app: str = "tests.celery_app") -> list[Worker]:
+        """Start ``count`` workers of the Celery module ``app``; wait until each is consuming
+        (``env``: extra variables, such as :func:`skewed_clock`)."""
         started = []
         for _ in range(count):
             self._count += 1
@@ -189,7 +190,7 @@ class Cluster:
             log = self.root / f"{name}.log"
             command = [
                 *_DIE_WITH_PARENT,
-                sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
+                sys.executable, "-m", "celery", "-A", app, "worker",
                 "-Q", QUEUE, f"--pool={pool}", "--concurrency=1", "-n", f"{name}@%h",
                 "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
             ]

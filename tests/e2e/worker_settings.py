@@ -22,8 +22,14 @@ E2E_TURNKIT = {
     "RECONCILE_INTERVAL": 1.0,
     "MAX_RECOVERY_ATTEMPTS": 2,
     "MAINTENANCE_BATCH_SIZE": 100,
+    # The parity scenarios' priced models (tests/testapp/parity_agents.py): $1 an input token.
+    "COST_RATES": {"e2e-priced": {"input": "1000000", "output": "0"},
+                   "e2e-judge": {"input": "1", "output": "1"}},
 }
 TURNKIT = E2E_TURNKIT
+
+# For Celery modules configured from Django settings (tests/e2e/autodiscover_celery.py).
+CELERY_BROKER_URL = os.environ.get("TURNKIT_TEST_REDIS_URL", "memory://")
 
 DATABASES = copy.deepcopy(DATABASES)
 _default = DATABASES["default"]

@@ -106,4 +106,5 @@ def _ledger_event(sender: Any, event: Event, **kwargs: Any) -> None:
 
 any_event.connect(_ledger_event, dispatch_uid="turnkit-e2e-ledger")
 
-from . import tree_agents  # noqa: E402, F401 -- the orchestration scenarios register their agents
+# The orchestration (tree_agents) and TurnKit-parity (issue 16) scenarios register their agents.
+from . import parity_agents, tree_agents  # noqa: E402, F401

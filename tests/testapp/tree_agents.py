@@ -1,8 +1,9 @@
 """Agents of the e2e orchestration scenarios, registered in every process with ``agents.py``.
 
 They answer from a script in their input, like ``e2e_scripted`` (:mod:`tests.testapp.agents`),
-and a step may also be ``{"calls": [{"call": tool, "args": {...}}, ...]}``: several tool calls in
-one response (a fan-out). A sub-agent's task is its own script, so a test scripts a whole tree:
+and a step may also be ``{"calls": [{"call": tool, "args": {...}}, ...], "usage": {...}}``:
+several tool calls in one response (a fan-out), with the response's usage. A sub-agent's task
+is its own script, so a test scripts a whole tree:
 
 * ``e2e_orchestrator`` delegates to ``e2e_child`` (a sub-agent tool taking ``task``);
 * ``e2e_child`` has the effect tools and ``launch_agent`` for its own sub-agent ``e2e_leaf``.
@@ -30,8 +31,9 @@ def respond(request: ModelRequest) -> Entry:
     if entry.get("gate"):
         gate(entry["gate"], turn=turn_id, step=step)
     record("model.done", turn=turn_id, step=step)
-    if "calls" in entry:
-        return [call(c["call"], id=f"call_{turn_id}_{step}_{i}", **c.get("args", {}))
+    if "calls" in entry:  # the response's usage, when given, rides on its first call
+        return [call(c["call"], id=f"call_{turn_id}_{step}_{i}",
+                     usage=entry.get("usage") if i == 0 else None, **c.get("args", {}))
                 for i, c in enumerate(entry["calls"])]
     if "call" in entry:
         return call(entry["call"], id=f"call_{turn_id}_{step}", **entry.get("args", {}))

@@ -1,33 +1,162 @@
-"""Deploy checks for the project's Celery app: beat must reconcile, tasks must reach our queue."""
+"""Checks on the project's Celery app: a project app is loaded, it knows turnkit's tasks, its
+broker can be loaded (W006-W008); beat reconciles and tasks reach our queue (deploy: W001, W002).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+import types
+from collections.abc import Callable, Iterator
 
 import pytest
 from celery import Celery
 from django.core.checks import run_checks
+from django.test import override_settings
 
+from tests.dispatch import DISPATCHER
 from turnkit_django.celery import beat_schedule
+from turnkit_django.checks import TAG, worker_task_modules
+
+# Apps stay referenced for the whole session: Celery keys signal receivers by id(app), and a
+# collected app's id could be reused by the next test's app.
+_APPS: list[Celery] = []
 
 
 @pytest.fixture
-def project_app() -> Iterator[Celery]:
-    app = Celery("project", set_as_current=True)
-    yield app
+def make_app() -> Iterator[Callable[..., Celery]]:
+    def make(main: str = "project", **conf: object) -> Celery:
+        app = Celery(main, set_as_current=True)
+        app.conf.update({"broker_url": "memory://", **conf})
+        _APPS.append(app)
+        return app
+
+    yield make
     Celery("default", set_as_current=True)
 
 
-def deploy_ids() -> set[str]:
-    return {m.id for m in run_checks(include_deployment_checks=True)}
+def ids(*, deploy: bool = False) -> set[str]:
+    return {m.id for m in run_checks(tags=[TAG], include_deployment_checks=deploy)}
 
 
-def test_missing_beat_entry_and_route_are_warnings(project_app):
-    ids = deploy_ids()
-    assert {"turnkit.W001", "turnkit.W002"} <= ids
+def messages(check_id: str) -> list[str]:
+    return [f"{m.msg} {m.hint}" for m in run_checks(tags=[TAG]) if m.id == check_id]
 
 
-def test_recommended_configuration_passes(project_app):
-    project_app.conf.beat_schedule = beat_schedule()
-    project_app.conf.task_routes = {"turnkit.*": {"queue": "turnkit"}}
-    assert not {"turnkit.W001", "turnkit.W002"} & deploy_ids()
+# --------------------------------------------------------------------------- W006
+
+
+def test_no_project_app_means_submit_goes_through_celerys_default_app(make_app):
+    make_app("default")  # what celery.current_app is when no project app was loaded
+    (text,) = messages("turnkit.W006")
+    assert "default app" in text and "__init__.py" in text and "celery_app" in text
+
+
+def test_a_dispatcher_setting_silences_the_celery_checks(make_app, settings):
+    make_app("default")
+    settings.TURNKIT = {**settings.TURNKIT, "DISPATCHER": DISPATCHER}
+    assert not {"turnkit.W006", "turnkit.W007", "turnkit.W008"} & ids()
+
+
+# --------------------------------------------------------------------------- W007
+
+
+def test_an_app_that_loads_no_turnkit_module_is_a_warning(make_app):
+    make_app()
+    (text,) = messages("turnkit.W007")
+    assert "turnkit.run_turn" in text and "autodiscover_tasks()" in text
+
+
+@pytest.mark.parametrize(
+    "configure",
+    [
+        lambda app: app.autodiscover_tasks(),
+        lambda app: app.autodiscover_tasks(lambda: ["tests.testapp", "turnkit_django"]),
+        lambda app: app.autodiscover_tasks(["turnkit_django"], force=False),
+        lambda app: app.conf.update(imports=["turnkit_django.celery"]),
+        lambda app: app.conf.update(include=("turnkit_django.tasks",)),
+    ],
+    ids=["autodiscover", "autodiscover-callable", "autodiscover-list", "imports-alias",
+         "include"],
+)
+def test_an_app_whose_workers_import_our_tasks_passes(make_app, configure):
+    app = make_app()
+    configure(app)
+    assert "turnkit.W007" not in ids()
+    assert {"turnkit_django.tasks", "turnkit_django.celery"} & worker_task_modules(app)
+
+
+def test_autodiscovery_of_other_packages_or_names_does_not_count(make_app):
+    app = make_app()
+    app.autodiscover_tasks(["tests.testapp"])
+    app.autodiscover_tasks(related_name="jobs")
+    assert worker_task_modules(app) == {"tests.testapp.tasks", "turnkit_django.jobs",
+                                        "tests.testapp.jobs", *_installed("jobs")}
+    assert "turnkit.W007" in ids()
+
+
+def _installed(related: str) -> set[str]:
+    from django.apps import apps
+
+    return {f"{config.name}.{related}" for config in apps.get_app_configs()}
+
+
+def test_a_project_module_that_re_exports_run_turn_counts(make_app, monkeypatch):
+    from turnkit_django.tasks import run_turn
+
+    module = types.ModuleType("project_tasks")
+    module.run_turn = run_turn  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "project_tasks", module)
+    make_app(imports=["project_tasks"])
+    assert "turnkit.W007" not in ids()
+
+
+# --------------------------------------------------------------------------- W008
+
+
+def test_a_broker_whose_library_is_missing_is_a_warning(make_app):
+    make_app(broker_url="mongodb://localhost/celery", imports=["turnkit_django.tasks"])
+    (text,) = messages("turnkit.W008")
+    assert "mongodb://" in text and "pymongo" in text
+
+
+@pytest.mark.parametrize("missing", ["redis", "packaging"])
+def test_redis_without_its_client_libraries_is_a_warning(make_app, monkeypatch, missing):
+    """The issue's worker crash: `[celery]` without `[redis]` lacks `packaging` and `redis`."""
+    for name in [missing, *(n for n in sys.modules if n.startswith(f"{missing}."))]:
+        monkeypatch.setitem(sys.modules, name, None)  # `import <name>` then fails, as if missing
+    monkeypatch.delitem(sys.modules, "kombu.transport.redis", raising=False)  # imported anew
+    make_app(broker_url="redis://localhost:6379/0", imports=["turnkit_django.tasks"])
+    (text,) = messages("turnkit.W008")
+    assert "The Celery broker (redis://) cannot be used" in text
+    assert "pip install 'turnkit-django[redis]'" in text
+
+
+def test_an_installed_broker_library_passes_without_connecting(make_app):
+    make_app(broker_url="redis://127.0.0.1:1/0", imports=["turnkit_django.tasks"])  # no server
+    assert not {"turnkit.W006", "turnkit.W007", "turnkit.W008"} & ids()
+
+
+# --------------------------------------------------------------------------- deploy
+
+
+def test_missing_beat_entry_and_route_are_deploy_warnings(make_app):
+    make_app(imports=["turnkit_django.tasks"])
+    assert {"turnkit.W001", "turnkit.W002"} <= ids(deploy=True)
+    assert not {"turnkit.W001", "turnkit.W002"} & ids()
+
+
+def test_recommended_configuration_passes(make_app):
+    app = make_app()
+    app.autodiscover_tasks()
+    app.conf.beat_schedule = beat_schedule()
+    app.conf.task_routes = {"turnkit.*": {"queue": "turnkit"}}
+    assert not {m for m in ids(deploy=True) if m.startswith("turnkit.W00")} - {"turnkit.W003"}
+
+
+def test_routes_to_another_queue_follow_the_queue_setting(make_app):
+    app = make_app(imports=["turnkit_django.tasks"])
+    app.conf.beat_schedule = beat_schedule()
+    app.conf.task_routes = {"turnkit.*": {"queue": "agents"}}
+    assert "turnkit.W002" in ids(deploy=True)
+    with override_settings(TURNKIT={"QUEUE": "agents"}):
+        assert "turnkit.W002" not in ids(deploy=True)

@@ -101,11 +101,13 @@ def test_validate_rates_reports_problems() -> None:
     )
     assert problems == [
         "COST_RATES['a'] has unknown keys ['outptu']",
-        "COST_RATES['a']['input'] is negative",
-        "COST_RATES['b'] must be a dict",
-        "COST_RATES['c']['input'] is not a number",
+        "COST_RATES['a']['input'] = '-1' is negative",
+        "COST_RATES['b'] = '3' must be a dict",
+        "COST_RATES['c']['input'] = 'x' is not a number",
         "COST_RATES['d']['long_prompt'] needs a 'threshold' (prompt tokens)",
         "COST_RATES['e']['long_prompt'] has unknown keys ['long_prompt']",
-        "COST_RATES['e']['long_prompt']['long_prompt'] is not a number",
+        "COST_RATES['e']['long_prompt']['long_prompt'] = {} is not a number",
     ]
+    assert validate_rates({"f": {"input": "Infinity"}}) == [
+        "COST_RATES['f']['input'] = 'Infinity' is not a number"]
     assert validate_rates([]) == ["COST_RATES must be a dict of model name -> rates"]

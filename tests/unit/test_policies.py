@@ -182,6 +182,17 @@ def test_revision_loop_fixes_the_output_within_the_bound(valid_transcript: Any) 
     valid_transcript(run.conversation_id)
 
 
+def test_revisions_and_the_verdict_are_announced(django_capture_on_commit_callbacks) -> None:
+    client = ScriptedClient([reply("Plan \u2014 ship it."), reply("Plan: ship it.")])
+    events: list[Any] = []
+    with django_capture_on_commit_callbacks(execute=True):
+        Agent("memo", output_policy=no_em_dash, output_retries=2, client=client).run(
+            "Write", on_event=events.append)
+    assert [(e.type, e.payload) for e in events if e.type.startswith("output_policy.")] == [
+        ("output_policy.revision", {"violation_count": 1, "attempt": 1}),
+        ("output_policy.completed", {"clean": True, "violation_count": 0})]
+
+
 def test_revisions_stop_at_output_retries_then_fail() -> None:
     client = ScriptedClient([reply("a \u2014 1"), reply("a \u2014 2"), reply("unused")])
     run = Agent("memo", output_policy=no_em_dash, output_retries=1, client=client).run("Write")

@@ -197,14 +197,19 @@ def test_openai_turn_sends_tool_calls_and_paired_tool_messages(
             for t in preview.tools
         ],
     }
-    system = {"role": "system", "content": preview.instructions}
+    # The system message is the stable prompt only; the dynamic part is a snapshot message
+    # in the history (appended once), so the cached prefix grows from step to step.
+    system = {"role": "system", "content": preview.stable_instructions}
     question = {"role": "user", "content": TASK}
-    assert wire.bodies[0] == {**head, "messages": [system, question]}
+    snapshot = {"role": "user", "content": preview.messages[-1].text}
+    assert preview.dynamic_instructions == "" and "## Environment" in snapshot["content"]
+    assert wire.bodies[0] == {**head, "messages": [system, question, snapshot]}
     assert wire.bodies[1] == {
         **head,
         "messages": [
             system,
             question,
+            snapshot,
             {"role": "assistant", "content": "Checking both orders.", "tool_calls": calls},
             {
                 "role": "tool",

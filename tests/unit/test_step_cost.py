@@ -60,9 +60,9 @@ def test_a_five_step_turn_commits_once_per_step():
     assert [s.kind for s in cost.spans] == ["setup", "model", "tool", "model", "tool", "model"]
     assert_one_commit(cost.of("model"), MODEL_STEP)
     assert_one_commit(cost.of("tool"), TOOL_CALL)
-    # Creation, claim (with the first iteration reserved), then one commit per step.
-    assert cost.commits == 2 + 5
-    assert cost.of("setup")[0].commits == 2
+    # Creation with the claim (the first iteration reserved), then one commit per step.
+    assert cost.commits == 1 + 5
+    assert cost.of("setup")[0].commits == 1
 
 
 def test_a_batch_of_calls_commits_once_per_call():
@@ -74,4 +74,4 @@ def test_a_batch_of_calls_commits_once_per_call():
     first, second, last = cost.of("tool")
     assert_one_commit([first, second], TOOL_CALL_STARTING_THE_NEXT)
     assert_one_commit([last], TOOL_CALL)
-    assert cost.commits == 2 + 5
+    assert cost.commits == 1 + 5

@@ -12,19 +12,21 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..clients import Client, default_client
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError, InputError
 from ..limits import Limits, resolve_limits
-from ..tools.base import Tool, ToolContext
+from ..tools.base import Tool
 from . import policies, prompting
 from .compaction import check_options as check_compaction
 from .jsonschema import problems
 from .skills import LOAD_SKILL, LoadSkillTool, Skill, as_skills, check_keys
+from .subagents import SubAgentTool
+from .tool_policy import ToolPolicy, check_tool_policy
 
 if TYPE_CHECKING:
     from ..events import EventCallback
@@ -72,33 +74,13 @@ def check_name(name: Any) -> str:
     """Return ``name`` if it can name an agent (and the tool a parent calls it by)."""
     if not isinstance(name, str) or not name.strip():
         raise ConfigurationError("an agent needs a non-empty name")
-    if not AGENT_NAME.match(name):
+    if not AGENT_NAME.fullmatch(name):
         raise ConfigurationError(
             f"agent name {name!r} is not allowed: use 1-64 letters, digits, '_' or '-', "
             "starting with a letter (sub-agents become tools, and providers only accept such "
             "tool names)"
         )
     return name
-
-
-class TaskArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    task: str = Field(description="The complete task for the sub-agent; it sees nothing else.")
-
-
-class SubAgentTool(Tool):
-    """Exposes an agent as a tool named after it, taking one ``task`` string."""
-
-    Args = TaskArgs
-    builtin: ClassVar[str | None] = "sub_agent"
-
-    def __init__(self, agent: AgentDefinition) -> None:
-        self.agent = agent
-        self.name = agent.name
-        self.description = agent.description or f"Delegate a task to the {agent.name} agent."
-
-    def call(self, ctx: ToolContext, args: Any) -> Any:  # pragma: no cover - runtime handles it
-        raise NotImplementedError("sub-agent calls are executed by the runtime")
 
 
 class AgentDefinition:
@@ -137,6 +119,8 @@ class AgentDefinition:
         output_retries: int = 0,
         context_contributors: Sequence[Callable[[Any], Any]] = (),
         compaction: bool | dict[str, Any] | None = None,
+        orchestrator: bool = False,
+        tool_policy: ToolPolicy | None = None,
     ) -> None:
         self.name = check_name(name)
         self.instructions = instructions
@@ -158,7 +142,12 @@ class AgentDefinition:
         check_thinking(thinking, f"agent {name!r}")
         self.thinking = thinking
         prompting.check_options(name, prompt_mode, system_prompt)
-        self.prompt_mode = prompt_mode
+        if not isinstance(orchestrator, bool):
+            raise ConfigurationError(f"agent {name!r}: orchestrator must be True or False")
+        self.orchestrator = orchestrator
+        # An orchestrator works a task to its end: the task prompt mode unless one is chosen.
+        self.prompt_mode = prompt_mode or ("task" if orchestrator else None)
+        self.tool_policy = check_tool_policy(name, tool_policy)
         self.system_prompt = system_prompt
         self.on_event = on_event
         self.skills = as_skills(skills, agent=name, option="skills")
@@ -186,6 +175,12 @@ class AgentDefinition:
         seen: dict[str, Tool] = {}
         skill_tools = [t for s in (*self.skills, *self.available_skills) for t in s.tools]
         builtin = [self._load_skill] if self.available_skills else []
+        for sub in self.sub_agents:
+            if not isinstance(sub, AgentDefinition):
+                raise ConfigurationError(
+                    f"agent {self.name!r}: sub_agents takes agents, got {sub!r}; list a "
+                    "SubAgentTool (typed delegation) in tools=[...] instead"
+                )
         for item in [*self.tools, *skill_tools, *builtin,
                      *(SubAgentTool(a) for a in self.sub_agents)]:
             if not isinstance(item, Tool):
@@ -222,17 +217,24 @@ class AgentDefinition:
             table[sub.name] = SubAgentTool(sub)
         return table
 
+    def delegates(self) -> list[AgentDefinition]:
+        """The agents this one delegates to: its sub-agents and the agents of its typed
+        sub-agent tools (its own and its skills')."""
+        tools = [*self.tools, *(t for s in (*self.skills, *self.available_skills)
+                                for t in s.tools)]
+        return [*self.sub_agents, *(t.agent for t in tools if isinstance(t, SubAgentTool))]
+
     def reachable_agents(self) -> Iterable[AgentDefinition]:
-        """Every agent reachable through sub-agents, depth first."""
+        """Every agent reachable through sub-agents and sub-agent tools, depth first."""
         seen: set[int] = {id(self)}
-        stack = list(self.sub_agents)
+        stack = self.delegates()
         while stack:
             agent = stack.pop()
             if id(agent) in seen:
                 continue
             seen.add(id(agent))
             yield agent
-            stack.extend(agent.sub_agents)
+            stack.extend(agent.delegates())
 
     def fingerprint(self) -> str:
         """A digest of the definition, to tell a re-import from a conflicting definition."""
@@ -245,6 +247,7 @@ class AgentDefinition:
             "skills": [s.key for s in self.skills],
             "available_skills": [s.key for s in self.available_skills],
             "limits": {k: str(v) for k, v in self.limit_overrides.items()},
+            "orchestrator": self.orchestrator,
         }
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 

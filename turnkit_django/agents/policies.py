@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..clients.base import Client, ModelRequest, ModelResponse
-from ..exceptions import ConfigurationError
+from ..exceptions import BudgetExceeded, ConfigurationError, LostClaim
 from ..messages import ChatMessage, TextPart
 from .prompting import data_block, escape, render_value
 from .skills import Skill
@@ -122,12 +122,15 @@ class Policy:
         return self._check is None
 
     def run(self, output: Any, text: str, data: Any, turn: Any) -> list[Violation]:
-        """Run a local policy; an exception in it counts as a violation (and is logged)."""
+        """Run a local policy; an exception in it counts as a violation (and is logged), except
+        a lost claim or a budget error (an evaluation it made), which stop the turn."""
         if self._check is None:
             raise TypeError(f"policy {self.name!r} is judged by a model, not run locally")
         context = {"turn": turn, "output_text": text, "output_data": data}
         try:
             result = self._check(output, **{k: context[k] for k in self._keywords})
+        except (LostClaim, BudgetExceeded):
+            raise  # the turn stops (revoked, or out of time or money): not a verdict
         except Exception as exc:
             logger.exception("output policy %r raised", self.name)
             return [Violation(self.name, f"the policy raised {type(exc).__name__}: {exc}",

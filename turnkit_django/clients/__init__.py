@@ -11,7 +11,9 @@ from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
 from .anthropic import AnthropicClient
 from .base import BaseClient, Client, ModelRequest, ModelResponse, ToolSpec, Usage
+from .evaluation import EvaluationRequest, Evaluator, EvaluatorReply
 from .openai import OpenAIClient
+from .openai_evaluator import OpenAIEvaluator
 
 _lock = threading.Lock()
 _default: Client | None = None
@@ -56,9 +58,13 @@ __all__ = [
     "AnthropicClient",
     "BaseClient",
     "Client",
+    "EvaluationRequest",
+    "Evaluator",
+    "EvaluatorReply",
     "ModelRequest",
     "ModelResponse",
     "OpenAIClient",
+    "OpenAIEvaluator",
     "ToolSpec",
     "Usage",
     "build_client",

@@ -22,12 +22,17 @@ requests_blocked = threading.Event()
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts of one or more model responses."""
+    """Token counts of one or more model responses.
+
+    ``thinking_tokens`` is the part of ``output_tokens`` the model spent reasoning, when the
+    provider reports it (providers bill it as output); it is not added to ``total_tokens``.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    thinking_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -44,6 +49,7 @@ class Usage:
             self.output_tokens + other.output_tokens,
             self.cache_read_tokens + other.cache_read_tokens,
             self.cache_write_tokens + other.cache_write_tokens,
+            self.thinking_tokens + other.thinking_tokens,
         )
 
     def as_dict(self) -> dict[str, int]:
@@ -52,6 +58,7 @@ class Usage:
             "output_tokens": self.output_tokens,
             "cache_read_tokens": self.cache_read_tokens,
             "cache_write_tokens": self.cache_write_tokens,
+            "thinking_tokens": self.thinking_tokens,
         }
 
     @classmethod
@@ -154,6 +161,9 @@ class BaseClient:
     supports_thinking: ClassVar[bool] = False
     supports_structured_output: ClassVar[bool] = True
     supports_prompt_caching: ClassVar[bool] = False
+    #: Wants the dynamic part of the prompt as ``dynamic_context`` messages in the history, so
+    #: its instructions stay byte-stable for the provider's prefix cache.
+    dynamic_context_in_history: ClassVar[bool] = False
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         raise NotImplementedError

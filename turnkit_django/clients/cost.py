@@ -1,7 +1,11 @@
 """Cost of model usage from per-model rates (USD per million tokens).
 
-Rates come from ``TURNKIT["COST_RATES"]`` first, then the built-in table. A model with no rate,
-or usage of a token kind the rate does not price, has an *unknown* cost (``None``), never zero.
+A call's cost is, in order: the cost the provider reported; else what
+``TURNKIT["COST_CALCULATOR"]`` (``callable(usage, model)``) returns, unless it returns None;
+else the rates, from ``TURNKIT["COST_RATES"]`` first, then the built-in table. A model with no
+rate, or usage of a token kind the rate does not price, has an *unknown* cost (``None``), never
+zero. A rate may price ``thinking`` tokens apart from the rest of the output (they are a part of
+``output_tokens``); without a ``thinking`` rate they cost what output costs.
 
 A rate may carry a ``long_prompt`` band, ``{"threshold": N, "input": ..., ...}``: a call whose
 prompt (input + cache read + cache write tokens) is over ``threshold`` is priced entirely at the
@@ -13,15 +17,18 @@ undated name; nothing else is guessed from a prefix (``gpt-5.4-pro`` is not ``gp
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ..conf import turnkit_settings
 from .base import Usage
 
-RATE_KEYS = ("input", "output", "cache_read", "cache_write")
+logger = logging.getLogger("turnkit_django.cost")
+
+RATE_KEYS = ("input", "output", "cache_read", "cache_write", "thinking")
 BAND_KEY = "long_prompt"
 _MILLION = Decimal(1_000_000)
 _SNAPSHOT = re.compile(r"^(?P<name>.+?)-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
@@ -120,10 +127,39 @@ def _prompt_tokens(usage: Usage) -> int:
     return usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
 
 
+def _calculated(model: str, usage: Usage) -> tuple[bool, Decimal | None]:
+    """Ask ``COST_CALCULATOR``: (answered, cost). It runs before the step that charges the
+    call (never inside a transaction); a failure must not end the step: it is logged and the
+    cost is unknown."""
+    calculator = turnkit_settings.COST_CALCULATOR
+    if calculator is None:
+        return False, None
+    try:
+        value = calculator(usage, model)
+    except Exception:
+        logger.exception("TURNKIT['COST_CALCULATOR'] raised for model %r; cost unknown", model)
+        return True, None
+    if value is None:
+        return False, None
+    try:
+        cost = Decimal(str(value)) if not isinstance(value, bool) else None
+    except InvalidOperation:
+        cost = None
+    if cost is None or not cost.is_finite() or cost < 0:
+        logger.error("TURNKIT['COST_CALCULATOR'] returned %r for model %r; return a "
+                     "non-negative number of USD or None (use COST_RATES); cost unknown",
+                     value, model)
+        return True, None
+    return True, cost.quantize(Decimal("0.00000001"))
+
+
 def compute_cost(model: str, usage: Usage, reported: str | None = None) -> Decimal | None:
     """Return the cost of one call's ``usage`` on ``model`` in USD, or None when unknown."""
     if reported is not None:
         return Decimal(str(reported))
+    answered, calculated = _calculated(model, usage)
+    if answered:
+        return calculated
     rates = rates_for(model)
     if rates is None:
         return None
@@ -136,6 +172,9 @@ def compute_cost(model: str, usage: Usage, reported: str | None = None) -> Decim
         "cache_read": usage.cache_read_tokens,
         "cache_write": usage.cache_write_tokens,
     }
+    if rates.get("thinking") is not None:  # a part of the output, priced apart
+        counts["thinking"] = min(usage.thinking_tokens, usage.output_tokens)
+        counts["output"] -= counts["thinking"]
     total = Decimal(0)
     for key, tokens in counts.items():
         if not tokens:
@@ -149,7 +188,7 @@ def compute_cost(model: str, usage: Usage, reported: str | None = None) -> Decim
 
 def _rate_problems(where: str, entry: Any, *, band_allowed: bool) -> list[str]:
     if not isinstance(entry, Mapping):
-        return [f"{where} must be a dict"]
+        return [f"{where} = {entry!r} must be a dict"]
     problems: list[str] = []
     allowed = set(RATE_KEYS) | ({BAND_KEY} if band_allowed else {"threshold"})
     unknown = set(entry) - allowed
@@ -160,10 +199,13 @@ def _rate_problems(where: str, entry: Any, *, band_allowed: bool) -> list[str]:
             problems += _rate_problems(f"{where}[{key!r}]", value, band_allowed=False)
             continue
         try:
-            if Decimal(str(value)) < 0:
-                problems.append(f"{where}[{key!r}] is negative")
+            rate = Decimal(str(value))
+            if not rate.is_finite():
+                raise ArithmeticError(value)
+            if rate < 0:
+                problems.append(f"{where}[{key!r}] = {value!r} is negative")
         except ArithmeticError:
-            problems.append(f"{where}[{key!r}] is not a number")
+            problems.append(f"{where}[{key!r}] = {value!r} is not a number")
     if not band_allowed and "threshold" not in entry:
         problems.append(f"{where} needs a 'threshold' (prompt tokens)")
     return problems

@@ -75,6 +75,7 @@ class OpenAIClient(BaseClient):
     makes_network_requests = True
     supports_structured_output = True
     supports_prompt_caching = True  # automatic on the provider's side
+    dynamic_context_in_history = True  # keeps that cached prefix byte-stable (issue 16)
 
     def __init__(
         self,
@@ -395,6 +396,7 @@ def _text(parts: tuple[Part, ...]) -> str:
 
 def _usage(usage: dict[str, Any]) -> Usage:
     details = usage.get("prompt_tokens_details") or {}
+    completion = usage.get("completion_tokens_details") or {}
     cached = int(details.get("cached_tokens") or 0)
     written = int(details.get("cache_write_tokens") or 0)
     prompt = int(usage.get("prompt_tokens") or 0)
@@ -403,6 +405,7 @@ def _usage(usage: dict[str, Any]) -> Usage:
         output_tokens=int(usage.get("completion_tokens") or 0),
         cache_read_tokens=cached,
         cache_write_tokens=written,
+        thinking_tokens=int(completion.get("reasoning_tokens") or 0),  # part of the output
     )
 
 

@@ -14,6 +14,6 @@
 from __future__ import annotations
 
 from .context import Suspended, TurnContext
-from .loop import execute, preview, refuse_atomic_block
+from .loop import execute, execute_new, preview, refuse_atomic_block
 
-__all__ = ["Suspended", "TurnContext", "execute", "preview", "refuse_atomic_block"]
+__all__ = ["Suspended", "TurnContext", "execute", "execute_new", "preview", "refuse_atomic_block"]

@@ -18,12 +18,13 @@ def limits_of(ledger: Ledger) -> Limits:
     return ledger.limits if ledger.limits is not None else resolve_limits()
 
 
-def check_open(ledger: Ledger) -> None:
-    """Raise if the tree ran out of time (on the database clock) or money."""
+def check_open(ledger: Ledger, *, spend: bool = True) -> None:
+    """Raise if the tree ran out of time (on the database clock) or (unless ``spend`` is
+    False) money."""
     if ledger.deadline_at is not None and ledger.now >= ledger.deadline_at:
         raise BudgetExceeded(TIMEOUT, limit="timeout")
-    spend = limits_of(ledger).max_spend
-    if spend is not None and ledger.spend >= spend:
+    limit = limits_of(ledger).max_spend
+    if spend and limit is not None and ledger.spend >= limit:
         raise BudgetExceeded(SPEND, limit="max_spend")
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..agents import LOAD_SKILL, AgentDefinition
 from ..agents.skills import loaded_keys
+from ..agents.tool_policy import ToolCall, decide
 from ..authorization import is_allowed
 from ..errors import ErrorRecord, invalid_arguments, not_authorized
 from ..exceptions import BudgetExceeded
@@ -54,8 +56,8 @@ def unknown_tool(agent: AgentDefinition, name: str, active: dict[str, Tool]) -> 
 
 
 def precheck(ctx: TurnContext, tool: Tool, call: ToolCallPart) -> tuple[ErrorRecord | None, Any]:
-    """Refuse a call before it runs (unreadable arguments, not authorized, invalid); else
-    return its validated arguments."""
+    """Refuse a call before it runs (unreadable arguments, not authorized, invalid, blocked by
+    the agent's tool policy); else return its validated arguments. Runs no transaction."""
     if call.duplicate_of is not None:
         return ErrorRecord(
             "duplicate_tool_call_id",
@@ -69,9 +71,23 @@ def precheck(ctx: TurnContext, tool: Tool, call: ToolCallPart) -> tuple[ErrorRec
         return not_authorized(f"You are not allowed to call {call.name!r} for this "
                               "principal."), None
     try:
-        return None, tool.validate(call.arguments)
+        args = tool.validate(call.arguments)
     except ValidationError as exc:
         return validation_error(call.name, exc), None
+    refusal = _policy_refusal(ctx, tool, call, args)
+    return (refusal, None) if refusal is not None else (None, args)
+
+
+def _policy_refusal(ctx: TurnContext, tool: Tool, call: ToolCallPart,
+                    args: BaseModel) -> ErrorRecord | None:
+    """Ask the agent's tool policy (the caller holds no lock and no transaction)."""
+    policy = ctx.agent.tool_policy
+    if policy is None:
+        return None
+    context = (ctx.row.options or {}).get("context") or {}
+    return decide(policy, ToolCall(call.name, call.id, copy.deepcopy(call.arguments), args,
+                                   tool, ctx.handle(), copy.deepcopy(ctx.principal),
+                                   copy.deepcopy(context)))
 
 
 __all__ = ["CallOutcome", "precheck", "turn_tools", "unknown_tool"]

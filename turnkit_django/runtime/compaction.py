@@ -27,7 +27,15 @@ from ..agents.compaction import options_for
 from ..agents.prompting import data_block, render_value
 from ..clients import ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded, CompactionError, LostClaim
-from ..messages import ChatMessage, MessageKind, TextPart, ToolCallPart, ToolResultPart, dump_parts
+from ..messages import (
+    DYNAMIC_CONTEXT,
+    ChatMessage,
+    MessageKind,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    dump_parts,
+)
 from . import internal
 from .context import TurnContext
 
@@ -139,6 +147,8 @@ def _clean_cut(visible: Sequence[ChatMessage], cut: int) -> bool:
 def _render(head: Sequence[ChatMessage], max_tool_chars: int) -> str:
     lines = []
     for message in head:
+        if message.kind == DYNAMIC_CONTEXT:
+            continue  # the current snapshot is sent again after the summary
         if _is_summary(message):
             lines.append(f"[earlier summary]\n{message.text.split(BANNER, 1)[-1]}")
             continue
@@ -196,8 +206,9 @@ def compact_turn(ctx: TurnContext, options: dict[str, Any], estimated_tokens: in
     model = options["model"] or ctx.row.model
     response = internal.call(ctx, summary_request(head, options, model, None), "compaction")
     summary = summary_text(response)
+    price = internal.price(response, model)
     with ctx.fenced.atomic() as ledger:
-        fee, delta, cost = internal.charge(ctx, ledger, response, model)
+        fee, delta, cost = internal.charge(ctx, ledger, response, model, price)
         message = ctx.fenced.append(
             "assistant", [TextPart(summary)], kind=SUMMARY_KIND,
             metadata=summary_metadata(rng, options, model, None, True, turn_id=ctx.row.pk,
@@ -206,6 +217,7 @@ def compact_turn(ctx: TurnContext, options: dict[str, Any], estimated_tokens: in
                                       cost=None if cost is None else str(cost)),
         )
         ctx.fenced.record(charge=fee, delta=delta)
+    ctx.row.usage = fee.usage
     internal.completed(ctx, response, model, cost, "compaction")
     ctx.remember(message)
     failpoints.hit("after_compaction_commit")

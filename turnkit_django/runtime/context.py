@@ -6,7 +6,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from .. import shutdown
@@ -53,6 +52,8 @@ class TurnContext:
 
     claim: Claim
     row: Turn
+    #: The claim's fenced writes (it remembers the tree's ledger between steps).
+    fenced: Fenced
     agent: AgentDefinition
     client: Client
     state: TurnState
@@ -65,14 +66,8 @@ class TurnContext:
     batch: dict[str, ToolExecution] | None = None
     started: set[str] = field(default_factory=set)
     child_runner: ChildRunner | None = None
-    #: The call in flight now (read by the heartbeat thread), and the monotonic time at which
-    #: the database clock read ``row.updated_at`` (the claim), to project it without a query.
+    #: The call in flight now (read by the heartbeat thread).
     in_flight: InFlight | None = None
-    claimed_at: float = field(default_factory=time.monotonic)
-
-    @property
-    def fenced(self) -> Fenced:
-        return Fenced(self.claim)
 
     @property
     def conversation(self) -> Conversation:
@@ -120,8 +115,8 @@ class TurnContext:
         if call.limit is not None and waited > call.limit:
             return f"the {call.kind} call {call.name!r} did not return within {call.limit:g}s"
         deadline = self.row.deadline_at
-        now = self.row.updated_at + timedelta(seconds=time.monotonic() - self.claimed_at)
-        if deadline is not None and now >= deadline:
+        now = self.fenced.database_now()
+        if deadline is not None and now is not None and now >= deadline:
             return f"the turn's deadline passed during the {call.kind} call {call.name!r}"
         return None
 
@@ -131,8 +126,9 @@ class TurnContext:
             raise HandBack(self.row.pk)
 
     def handle(self) -> Any:
-        """The public turn handle given to tools, policies and context contributors."""
-        return turn_handle(self.row, self.agent)
+        """The public turn handle given to tools and output policies: it acts as the running
+        turn (evaluations, output metadata) through this context."""
+        return turn_handle(self.row, self.agent, self)
 
 
 __all__ = ["ChildRunner", "HandBack", "InFlight", "Suspended", "TurnContext"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Model
 
 from ..agents import AgentDefinition, schema_json
@@ -13,9 +12,19 @@ from ..agents.compaction import check_options as check_compaction
 from ..agents.definition import check_thinking
 from ..agents.prompting import check_options
 from ..messages import Part
-from ..models import Conversation, ToolExecution, Turn
+from ..models import Conversation, Message, ToolExecution, Turn
 from ..serialization import json_value, snapshot
-from ..store import NewConversation, NewTurn, create_conversation, create_turn
+from ..store import (
+    Claim,
+    Ledger,
+    NewConversation,
+    NewTurn,
+    build_conversation,
+    create_claimed,
+    create_conversation,
+    create_turn,
+)
+from ..store.claims import Prepare
 
 
 def new_conversation(
@@ -30,16 +39,33 @@ def new_conversation(
     parent_execution: ToolExecution | None = None,
 ) -> Conversation:
     """Create a conversation with ``agent``; a ``subject`` row's prompt text is snapshotted."""
+    return create_conversation(conversation_spec(
+        agent, principal=principal, context=context, metadata=metadata, subject=subject,
+        model=model, parent=parent, parent_execution=parent_execution))
+
+
+def conversation_spec(
+    agent: AgentDefinition,
+    *,
+    principal: Any = None,
+    context: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    subject: Model | None = None,
+    model: str | None = None,
+    parent: Turn | None = None,
+    parent_execution: ToolExecution | None = None,
+) -> NewConversation:
+    """What :func:`new_conversation` creates, checked."""
     principal = json_value(principal, "principal")
     subject_prompt = ""
     if subject is not None:
         to_prompt = getattr(subject, "to_prompt", None)
         subject_prompt = str(to_prompt() if callable(to_prompt) else subject)
-    return create_conversation(NewConversation(
+    return NewConversation(
         agent_name=agent.name, model=model or agent.resolved_model(), principal=principal,
         context=snapshot(context or {}, "context"), metadata=dict(metadata or {}),
         subject=subject, subject_prompt=subject_prompt, parent=parent,
-        parent_execution=parent_execution))
+        parent_execution=parent_execution)
 
 
 def turn_options(agent: AgentDefinition, *, output_schema: Any = None, thinking: Any = None,
@@ -62,9 +88,29 @@ def turn_options(agent: AgentDefinition, *, output_schema: Any = None, thinking:
     return options
 
 
-def new_turn(
+def new_turn(agent: AgentDefinition, parts: Sequence[Part] = (), *,
+             message_metadata: dict[str, Any] | None = None, **options: Any) -> Turn:
+    """Create a pending turn (and its conversation and input message when needed).
+
+    ``options`` are those of :func:`turn_spec`.
+    """
+    conversation, spec = turn_spec(agent, **options)
+    return create_turn(spec, conversation, parts, message_metadata=message_metadata)
+
+
+def new_claimed_turn(agent: AgentDefinition, parts: Sequence[Part], worker: str, *,
+                     prepare: Prepare | None = None,
+                     message_metadata: dict[str, Any] | None = None, **options: Any,
+                     ) -> tuple[Claim, Turn, Ledger, Message | None]:
+    """Create a root turn already claimed by ``worker`` (an inline run; see
+    :func:`~turnkit_django.store.create_claimed`); ``options`` as for :func:`turn_spec`."""
+    conversation, spec = turn_spec(agent, **options)
+    return create_claimed(spec, conversation, parts, worker, prepare=prepare,
+                          message_metadata=message_metadata)
+
+
+def turn_spec(
     agent: AgentDefinition,
-    parts: Sequence[Part] = (),
     *,
     conversation: Conversation | None = None,
     parent: Turn | None = None,
@@ -76,14 +122,13 @@ def new_turn(
     prompt_mode: str | None = None,
     model: str | None = None,
     compaction: bool | dict[str, Any] | None = None,
-    message_metadata: dict[str, Any] | None = None,
     options: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
     subject: Model | None = None,
     tree: Turn | None = None,
     turn_id: str | None = None,
-) -> Turn:
-    """Create a pending turn (and its conversation and input message when needed).
+) -> tuple[Conversation, NewTurn]:
+    """A new turn's conversation (unsaved when it is new too) and the turn to create, checked.
 
     ``options`` are extra write-once options recorded with the turn's own; ``metadata`` and
     ``subject`` describe a new conversation and are refused with an existing one. With
@@ -97,24 +142,25 @@ def new_turn(
     turn_config = turn_options(agent, output_schema=output_schema, thinking=thinking,
                                prompt_mode=prompt_mode, compaction=compaction,
                                root=parent is None and tree is None, **(options or {}))
-    with transaction.atomic():
-        if conversation is None:
-            conversation = new_conversation(agent, principal=principal, context=context,
-                                            parent=parent, parent_execution=parent_execution,
-                                            model=model, metadata=metadata, subject=subject)
-        spec = NewTurn(
-            agent_name=agent.name,
-            options=turn_config,
-            model=model or conversation.model or agent.resolved_model(),
-            principal=principal,
-            # A deep copy: later changes to the caller's dict never reach the turn.
-            context=None if context is None else snapshot(context, "context"),
-            parent=parent,
-            parent_execution=parent_execution,
-            tree=tree,
-            id=turn_id,
-        )
-        return create_turn(spec, conversation, parts, message_metadata=message_metadata)
+    if conversation is None:
+        conversation = build_conversation(conversation_spec(
+            agent, principal=principal, context=context, parent=parent,
+            parent_execution=parent_execution, model=model, metadata=metadata,
+            subject=subject))
+    spec = NewTurn(
+        agent_name=agent.name,
+        options=turn_config,
+        model=model or conversation.model or agent.resolved_model(),
+        principal=principal,
+        # A deep copy: later changes to the caller's dict never reach the turn.
+        context=None if context is None else snapshot(context, "context"),
+        parent=parent,
+        parent_execution=parent_execution,
+        tree=tree,
+        id=turn_id,
+    )
+    return conversation, spec
 
 
-__all__ = ["new_conversation", "new_turn", "turn_options"]
+__all__ = ["conversation_spec", "new_claimed_turn", "new_conversation", "new_turn", "turn_options",
+           "turn_spec"]

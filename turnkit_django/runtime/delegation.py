@@ -33,6 +33,21 @@ def launch_refusal(parent: TurnContext, agent_name: str, arguments: Any) -> Erro
                           "principal.")
 
 
+def child_task(tool: SubAgentTool, args: Any) -> tuple[ErrorRecord | None, str]:
+    """Build the child's task from the validated arguments (application code, no transaction
+    open); a failure is the call's failed result."""
+    try:
+        task = tool.task_for(args)
+    except Exception as exc:
+        return ErrorRecord(type(exc).__name__, f"Building the task for {tool.tool_name!r} "
+                                               f"failed: {exc}"), ""
+    if not isinstance(task, str) or not task.strip():
+        return ErrorRecord("invalid_task", f"The task built for {tool.tool_name!r} is "
+                                           f"{type(task).__name__} {task!r:.80}; a sub-agent "
+                                           "tool must build a non-empty string."), ""
+    return None, task
+
+
 def child_of(execution: ToolExecution) -> Turn | None:
     """The child a delegation's execution launched, if it did (one per execution)."""
     return Turn.objects.filter(parent_tool_execution_id=execution.pk).first()
@@ -64,15 +79,19 @@ def child_outcome(child: Turn) -> CallOutcome:
 def run_inline_child(parent: TurnContext, tool: SubAgentTool, call: ToolCallPart,
                      execution: ToolExecution, args: Any) -> CallOutcome:
     """Run a sub-agent synchronously and return its envelope as the tool result."""
+    task = ""
     refusal = launch_refusal(parent, tool.tool_name, call.arguments)
+    if refusal is None:
+        refusal, task = child_task(tool, args)
     if refusal is not None:
         return CallOutcome.failed(refusal)
     try:
-        child = create_child(parent, tool.agent, execution, args.task)
+        child = create_child(parent, tool.agent, execution, task)
     except BudgetExceeded as exc:
         return CallOutcome.failed(budget_exceeded(exc.reason), error=exc)
-    parent.emit("sub_agent.delegated", id=call.id, name=tool.tool_name,
-                child_conversation_id=child.conversation_id, task_chars=len(args.task))
+    parent.emit("sub_agent.delegated", id=call.id, name=tool.tool_name, agent=tool.agent.name,
+                child_turn_id=child.pk, child_conversation_id=child.conversation_id,
+                task_chars=len(task))
     agent = tool.agent
     parent.run_child(child, agent, agent.client or parent.client)
     child.refresh_from_db()
@@ -100,5 +119,5 @@ def inherited_client(row: Turn, agent: AgentDefinition) -> Client | None:
     return None
 
 
-__all__ = ["child_of", "child_outcome", "create_child", "inherited_client", "launch_refusal",
-           "run_inline_child"]
+__all__ = ["child_of", "child_outcome", "child_task", "create_child", "inherited_client",
+           "launch_refusal", "run_inline_child"]

@@ -44,7 +44,7 @@ from ..store.waits import add_edges
 from . import budget
 from .calls import precheck
 from .context import Suspended, TurnContext
-from .delegation import child_outcome, create_child, launch_refusal
+from .delegation import child_outcome, child_task, create_child, launch_refusal
 from .results import delegates, finish
 from .submission import submit
 
@@ -135,10 +135,13 @@ def _precheck(ctx: TurnContext, tool: SubAgentTool,
 def _launch(ctx: TurnContext, call: ToolCallPart, tool: SubAgentTool) -> ToolExecution:
     """Create the call's execution and, unless refused, its submitted child and wait edge."""
     refusal, args = _precheck(ctx, tool, call)
+    task = ""
+    if refusal is None:
+        refusal, task = child_task(tool, args)  # application code: before the transaction
     try:
         if refusal is None:
             try:
-                return _open(ctx, call, tool, args.task, None)
+                return _open(ctx, call, tool, task, None)
             except _Refused as refused:
                 refusal = refused.record
         return _open(ctx, call, tool, None, refusal)
@@ -172,8 +175,9 @@ def _open(ctx: TurnContext, call: ToolCallPart, tool: SubAgentTool, task: str | 
             return execution
         child = submit(create_child(ctx, tool.agent, execution, task, turn_id=child_id))
         add_edges(ctx.row, [child])
-    ctx.emit("sub_agent.delegated", id=call.id, name=call.name, child_turn_id=child.pk,
-             child_conversation_id=child.conversation_id, task_chars=len(task), background=True)
+    ctx.emit("sub_agent.delegated", id=call.id, name=call.name, agent=tool.agent.name,
+             child_turn_id=child.pk, child_conversation_id=child.conversation_id,
+             task_chars=len(task), background=True)
     return execution
 
 

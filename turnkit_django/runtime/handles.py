@@ -15,24 +15,27 @@ from typing import Any
 from ..exceptions import ConfigurationError
 from ..models import Turn
 
-HandleFactory = Callable[[Turn, Any], Any]
+#: ``factory(row, agent, running)``: ``running`` is the TurnContext of the execution that hands
+#: the handle to user code (tools, output policies), or None.
+HandleFactory = Callable[[Turn, Any, Any], Any]
 _factory: HandleFactory | None = None
 
 
 def provide(factory: HandleFactory) -> None:
-    """Set the class (or factory) that wraps a turn row for user code: ``factory(row, agent)``."""
+    """Set the class (or factory) that wraps a turn row for user code."""
     global _factory
     _factory = factory
 
 
-def turn_handle(row: Turn, agent: Any = None) -> Any:
-    """The public handle of ``row`` for a tool, a policy or a context contributor."""
+def turn_handle(row: Turn, agent: Any = None, running: Any = None) -> Any:
+    """The public handle of ``row`` for a tool, a policy or a context contributor; ``running``
+    (the claimed turn's context) lets a tool or a policy act as the running turn."""
     if _factory is None:
         raise ConfigurationError(
             "turnkit_django is not ready: add 'turnkit_django' to INSTALLED_APPS and call "
             "django.setup() before running turns"
         )
-    return _factory(row, agent)
+    return _factory(row, agent, running)
 
 
 __all__ = ["HandleFactory", "provide", "turn_handle"]

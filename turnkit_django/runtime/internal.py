@@ -10,6 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from ..clients import ModelRequest, ModelResponse, Usage
+from ..clients.accounting import add_call
 from ..clients.cost import compute_cost
 from ..conf import turnkit_settings
 from ..store import Charge, Ledger, LedgerDelta
@@ -27,16 +28,28 @@ def call(ctx: TurnContext, request: ModelRequest, purpose: str) -> ModelResponse
         return ctx.client.complete(request)
 
 
-def charge(ctx: TurnContext, ledger: Ledger, response: ModelResponse,
-           model: str) -> tuple[Charge, LedgerDelta, Decimal | None]:
-    """What ``response`` costs the turn and its tree; call inside ``ctx.fenced.atomic()``.
+def price(response: ModelResponse, model: str) -> Decimal | None:
+    """What ``response`` costs (None: unknown); asked before the step that charges it, since
+    a project's ``COST_CALCULATOR`` is its code and runs outside any transaction."""
+    used = response.model or model
+    return compute_cost(used, response.usage, response.reported_cost)
 
-    The in-memory row's usage is updated at once (a failed write ends the execution anyway).
-    """
-    cost = compute_cost(response.model or model, response.usage, response.reported_cost)
-    usage = (Usage.from_dict(ctx.row.usage) + response.usage).as_dict()
-    ctx.row.usage = usage
-    return Charge(usage, cost), budget.spent(ledger, cost), cost
+
+def charge(ctx: TurnContext, ledger: Ledger, response: ModelResponse, model: str,
+           cost: Decimal | None) -> tuple[Charge, LedgerDelta, Decimal | None]:
+    """Charge ``response`` (its :func:`price` ``cost``) to the turn and its tree; call in a
+    fenced step. The caller sets ``ctx.row.usage`` to the charge's usage (totals and the
+    per-model breakdown) once the step committed (a step may be decided twice, see
+    :meth:`~turnkit_django.store.Fenced.step`)."""
+    return charge_usage(ctx, ledger, response.usage, response.model or model, cost)
+
+
+def charge_usage(ctx: TurnContext, ledger: Ledger, usage: Usage, model: str,
+                 cost: Decimal | None) -> tuple[Charge, LedgerDelta, Decimal | None]:
+    """:func:`charge` for a call that is not a model response (None: its cost is unknown);
+    the caller sets ``ctx.row.usage`` to the charge's usage once committed."""
+    record = add_call(ctx.row.usage, usage, model, cost)
+    return Charge(record, cost), budget.spent(ledger, cost), cost
 
 
 def completed(ctx: TurnContext, response: ModelResponse, model: str, cost: Decimal | None,
@@ -47,4 +60,4 @@ def completed(ctx: TurnContext, response: ModelResponse, model: str, cost: Decim
              cost=None if cost is None else str(cost))
 
 
-__all__ = ["call", "charge", "completed"]
+__all__ = ["call", "charge", "charge_usage", "completed", "price"]

@@ -15,6 +15,8 @@ One commit per step: see :mod:`.model` (a response commits with what follows it)
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from typing import Any
 
 from django.db import transaction
 
@@ -25,12 +27,24 @@ from ..conf import turnkit_settings
 from ..errors import ErrorRecord
 from ..events import EventCallback
 from ..exceptions import AtomicBlockError, BudgetExceeded, LostClaim, ModelError, TurnkitError
+from ..messages import ChatMessage, Part
 from ..models import ToolExecution, Turn
 from ..states import Phase, TurnStatus
-from ..store import Claim, Ledger, LedgerDelta, TurnState, claim_turn, visible_chat, worker_identity
+from ..store import (
+    Claim,
+    Fenced,
+    Ledger,
+    LedgerDelta,
+    TurnState,
+    claim_turn,
+    to_chat,
+    visible_chat,
+    worker_identity,
+)
 from . import budget
 from .calls import turn_tools
 from .context import HandBack, Suspended, TurnContext
+from .creation import new_claimed_turn
 from .delegation import inherited_client
 from .heartbeat import Heartbeat
 from .model import build_request, model_step
@@ -94,14 +108,17 @@ def on_claim(turn: Turn, ledger: Ledger) -> tuple[TurnState | None, LedgerDelta]
 
 
 def context(claim: Claim, row: Turn, agent: AgentDefinition, *, client: Client,
-            on_event: EventCallback | None = None) -> TurnContext:
-    """The context of a claimed turn, with the transcript it sees and the tools it may call."""
+            on_event: EventCallback | None = None, ledger: Ledger | None = None,
+            visible: list[ChatMessage] | None = None) -> TurnContext:
+    """The context of a claimed turn, with the transcript it sees and the tools it may call
+    (``ledger``: the tree's ledger as the claim left it; ``visible``: the transcript, when the
+    caller has it)."""
     return TurnContext(
-        claim=claim, row=row, agent=agent, client=client,
+        claim=claim, row=row, fenced=Fenced(claim, ledger), agent=agent, client=client,
         state=TurnState.from_json(row.state),
         # Tools of loaded skills are derived from persisted executions, so a resumed turn agrees.
         tools=turn_tools(agent, row.pk),
-        visible=visible_chat(row),
+        visible=visible if visible is not None else visible_chat(row),
         on_event=on_event if on_event is not None else agent.on_event,
         child_runner=_run_child,
     )
@@ -135,17 +152,44 @@ def execute(
     claimed = claim_turn(turn_id, worker_identity(kind), root_id=root_id, prepare=on_claim)
     if claimed is None:
         return False
-    claim, row = claimed
+    claim, row, ledger = claimed
+    _run_claimed(claim, row, ledger, agent, client, on_event, visible_chat(row))
+    return True
+
+
+def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "inline",
+                client: Client | None = None, on_event: EventCallback | None = None,
+                message_metadata: dict[str, Any] | None = None, **options: Any) -> Turn:
+    """Create a root turn claimed by this process, with ``parts`` as its input, and run it.
+
+    An inline run (``agent.run()``, ``conversation.ask()``): the turn is created with its claim
+    in one write, and in a new conversation its input is all it sees, so nothing is read back
+    before the first model call. ``options`` as for :func:`.creation.turn_spec`.
+    """
+    refuse_atomic_block("executing a turn")
+    claim, row, ledger, message = new_claimed_turn(
+        agent, parts, worker_identity(kind), prepare=on_claim,
+        message_metadata=message_metadata, **options)
+    # The conversation's only message is the input: that is all the turn sees.
+    only_input = message is not None and message.sequence == 1
+    visible = [to_chat(message)] if only_input and message is not None else visible_chat(row)
+    _run_claimed(claim, row, ledger, agent, client, on_event, visible)
+    return row
+
+
+def _run_claimed(claim: Claim, row: Turn, ledger: Ledger, agent: AgentDefinition | None,
+                 client: Client | None, on_event: EventCallback | None,
+                 visible: list[ChatMessage]) -> None:
     resolved = agent if agent is not None and agent.name == row.agent_name else get_agent(
         row.agent_name)
     # A worker rebuilding a sub-agent's turn finds the client of its parent's agent.
     chosen = client or inherited_client(row, resolved) or resolved.resolved_client()
-    ctx = context(claim, row, resolved, client=chosen, on_event=on_event)
+    ctx = context(claim, row, resolved, client=chosen, on_event=on_event, ledger=ledger,
+                  visible=visible)
     ctx.emit("turn.started", status=TurnStatus.RUNNING, model=row.model)
     with shutdown.executing(), Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL),
                                          ctx.overdue):
         run(ctx)
-    return True
 
 
 def _run_child(child: Turn, agent: AgentDefinition, client: Client,
@@ -156,6 +200,11 @@ def _run_child(child: Turn, agent: AgentDefinition, client: Client,
 class _NoClient:
     provider = "none"
 
+    def __init__(self, agent: AgentDefinition, row: Turn) -> None:
+        # The request has the form the turn's own client gets (dynamic context snapshots).
+        real = inherited_client(row, agent) or agent.resolved_client()
+        self.dynamic_context_in_history = getattr(real, "dynamic_context_in_history", False)
+
     def complete(self, request: ModelRequest) -> ModelResponse:  # pragma: no cover
         raise AssertionError("preview never calls the model")
 
@@ -164,7 +213,7 @@ def preview(turn_id: str, agent: AgentDefinition) -> ModelRequest:
     """The exact next model request of a turn, built without calling the model or writing."""
     row = Turn.objects.select_related("conversation").get(pk=turn_id)
     claim = Claim(row.pk, row.root_turn_id, row.conversation_id, row.fence, "preview")
-    return build_request(context(claim, row, agent, client=_NoClient()))
+    return build_request(context(claim, row, agent, client=_NoClient(agent, row)))
 
 
-__all__ = ["context", "execute", "on_claim", "preview", "refuse_atomic_block", "run"]
+__all__ = ["context", "execute", "execute_new", "on_claim", "preview", "refuse_atomic_block", "run"]

@@ -12,15 +12,18 @@ nothing to run.
 from __future__ import annotations
 
 from dataclasses import replace
+from decimal import Decimal
 
 from .. import failpoints
+from ..agents.prompting import Prompt
 from ..clients import ModelRequest, ModelResponse
 from ..conf import turnkit_settings
 from ..exceptions import BudgetExceeded
 from ..messages import MessageKind, distinct_call_ids
+from ..models import Message
 from ..states import Phase, TurnStatus
-from ..store import Candidate
-from . import budget, internal
+from ..store import Candidate, Charge, Ledger, TurnState
+from . import budget, completion, dynamic_context, internal
 from .compaction import auto_compact, project
 from .context import TurnContext
 from .deliveries import callback_decision
@@ -29,16 +32,17 @@ from .prompts import compose
 from .results import Opened, delegates, open_call
 
 
-def build_request(ctx: TurnContext) -> ModelRequest:
-    """The turn's next model request, from its visible messages."""
-    instructions = compose(ctx.agent, ctx.row, ctx.conversation)
+def build_request(ctx: TurnContext, prompt: Prompt | None = None) -> ModelRequest:
+    """The turn's next model request, from its visible messages (and ``prompt``, composed)."""
+    instructions = prompt or compose(ctx.agent, ctx.row, ctx.conversation)
+    messages, dynamic = dynamic_context.apply(ctx, instructions, project(ctx.visible))
     options = ctx.row.options or {}
     return ModelRequest(
         model=ctx.row.model,
-        messages=tuple(project(ctx.visible)),
+        messages=tuple(messages),
         tools=tuple(t.spec() for t in ctx.tools.values()),
         stable_instructions=instructions.stable,
-        dynamic_instructions=instructions.dynamic,
+        dynamic_instructions=dynamic,
         output_schema=options.get("output_schema"),
         thinking=options.get("thinking") or None,
         metadata={"turn_id": ctx.row.pk, "conversation_id": ctx.row.conversation_id,
@@ -48,9 +52,9 @@ def build_request(ctx: TurnContext) -> ModelRequest:
 
 def model_step(ctx: TurnContext) -> None:
     _reserved(ctx)
-    request = build_request(ctx)
+    request = build_request(ctx, dynamic_context.record(ctx))
     if auto_compact(ctx, request):  # a summary was paid for: check time and money again
-        request = build_request(ctx)
+        request = build_request(ctx, dynamic_context.record(ctx))
         with ctx.fenced.atomic() as ledger:
             budget.check_open(ledger)
     ctx.emit("model.requested", model=request.model, tool_names=request.tool_names,
@@ -86,16 +90,19 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
         reservation=None,  # used by this response
         iterations=ctx.state.iterations + 1,
         candidate=Candidate(response.text, response.output_data),
+        output_metadata=None,  # it described the previous candidate
         phase=Phase.TOOLS if calls else Phase.DONE if publish else Phase.OUTPUT,
     )
     first = calls[0] if calls and not delegates(ctx, calls[0]) else None
-    opened: Opened | None = None
     callback: bool | None = None
     if publish:
         failpoints.hit("before_publish")
         callback = callback_decision(ctx.row)  # asked before the lock is taken
-    with ctx.fenced.atomic() as ledger:
-        fee, delta, cost = internal.charge(ctx, ledger, response, ctx.row.model)
+
+    price = internal.price(response, ctx.row.model)
+
+    def step(ledger: Ledger) -> tuple[Message, TurnState, Opened | None, Charge, Decimal | None]:
+        fee, delta, cost = internal.charge(ctx, ledger, response, ctx.row.model, price)
         message = ctx.fenced.append(
             "assistant", response.parts,
             kind=MessageKind.TOOL_CALL if calls else MessageKind.TEXT,
@@ -105,18 +112,26 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
                       "stop_reason": response.stop_reason,
                       "provider": response.provider},
         )
-        state = state.replace(response_message_id=message.pk)
+        recorded = state.replace(response_message_id=message.pk,
+                                 budget_completion_call_id=completion.choose(ctx, ledger, calls))
+        opened = None
         if first is not None:
             try:
-                opened = open_call(ctx, ledger, first, delta)
+                opened = open_call(ctx, ledger, first, delta,
+                                   final_save=first.id == recorded.budget_completion_call_id)
             except BudgetExceeded:
                 pass  # out of time or money: the tools phase fails the turn
         if publish:
-            publish_locked(ctx, state, response.text, response.output_data,
+            publish_locked(ctx, recorded, response.text, response.output_data,
                            callback_allowed=callback, charge=fee, delta=delta)
         else:
-            ctx.fenced.record(state, charge=fee, delta=delta)
-    ctx.state = state
+            ctx.fenced.record(recorded, charge=fee, delta=delta)
+        return message, recorded, opened, fee, cost
+
+    # A background turn's publication also writes its completion (other store functions).
+    message, ctx.state, opened, fee, cost = ctx.fenced.step(
+        step, buffered=not (publish and ctx.background))
+    ctx.row.usage = fee.usage
     ctx.remember(message)
     ctx.batch = {} if calls else None  # its calls have no other executions
     error = None
@@ -124,6 +139,8 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
         ctx.batch = {opened.execution.tool_call_id: opened.execution}
         if opened.denial is not None:
             ctx.remember(opened.denial)
+        else:
+            ctx.started.add(opened.execution.pk)
         error = opened.error
     ctx.emit("model.completed", model=response.model or ctx.row.model,
              tool_call_count=len(calls), usage=response.usage.as_dict(),

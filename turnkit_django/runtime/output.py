@@ -71,9 +71,15 @@ def review(ctx: TurnContext, text: str, data: Any) -> Outcome:
     history = tuple(Audit.from_json(a) for a in ctx.state.audits)
     audit = Audit(tuple(violations), tuple(p.name for p in agent.output_policies),
                   agent.output_policy_mode, revisions, history)
-    if not audit.clean and revisions < agent.output_retries:
+    # After a budget completion no model request is left for a revision: the audit decides.
+    if not audit.clean and revisions < agent.output_retries \
+            and ctx.state.budget_completion_call_id is None:
         _revise(ctx, audit)
+        ctx.emit("output_policy.revision", violation_count=len(audit.violations),
+                 attempt=revisions + 1)
         return Outcome(revised=True)
+    ctx.emit("output_policy.completed", clean=audit.clean,
+             violation_count=len(audit.violations))
     record = audit.as_json()
     if audit.clean or agent.output_policy_mode == "report":
         return Outcome(audit=record)
@@ -94,10 +100,12 @@ def _judged(ctx: TurnContext, policy: Policy, output: Any, key: str) -> list[Vio
     found = verdict(response, policy.name)
     state = ctx.state.replace(judged={**ctx.state.judged,
                                       key: tuple(v.as_json() for v in found)})
+    price = internal.price(response, model)
     with ctx.fenced.atomic() as ledger:
-        fee, delta, cost = internal.charge(ctx, ledger, response, model)
+        fee, delta, cost = internal.charge(ctx, ledger, response, model, price)
         ctx.fenced.record(state, charge=fee, delta=delta)
     ctx.state = state
+    ctx.row.usage = fee.usage
     internal.completed(ctx, response, model, cost, "output_policy")
     return found
 

@@ -1,8 +1,9 @@
 """Composing the system prompt of a turn: stable sections, then the turn's dynamic ones.
 
-Stable sections (agent, instructions, behaviour, loaded skills, available skills, tools) depend
-only on the agent's configuration, so they are byte-identical across requests and runs and a
-provider can cache them. Dynamic sections (subject, live context, environment) depend on the turn.
+Stable sections (the orchestrator preamble, agent, instructions, behaviour, loaded skills,
+available skills, tools) depend only on the agent's configuration, so they are byte-identical
+across requests and runs and a provider can cache them. Dynamic sections (subject, live
+context, environment) depend on the turn.
 """
 
 from __future__ import annotations
@@ -11,7 +12,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ..agents import AgentDefinition
-from ..agents.prompting import BEHAVIOUR, DATA_NOTICE, Prompt, Section, capped, data_block, escape
+from ..agents.prompting import (
+    BEHAVIOUR,
+    DATA_NOTICE,
+    ORCHESTRATOR,
+    Prompt,
+    Section,
+    capped,
+    data_block,
+    escape,
+)
 from ..exceptions import ConfigurationError
 from ..models import Conversation, Turn
 from .handles import turn_handle
@@ -56,6 +66,7 @@ def _stable_sections(agent: AgentDefinition, mode: str) -> list[Section]:
     if agent.description:
         identity += f" {escape(agent.description)}"
     return [
+        Section("orchestrator", ORCHESTRATOR if agent.orchestrator else ""),
         Section("agent", identity),
         Section("instructions", agent.instructions.strip()),
         Section("behaviour", BEHAVIOUR[mode]),

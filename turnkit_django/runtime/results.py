@@ -39,15 +39,16 @@ class Opened:
 
 
 def open_call(ctx: TurnContext, ledger: Ledger, call: ToolCallPart,
-              delta: LedgerDelta) -> Opened:
+              delta: LedgerDelta, *, final_save: bool = False) -> Opened:
     """Under the tree lock: reserve a tool slot and write the call's intent (``running``).
 
     A slot refused by a root-wide limit gives the call its failed result at once (returned with
     the error that fails the turn). Raises BudgetExceeded, writing nothing, when the tree ran out
-    of time or money. The slot's ledger change is added to ``delta``.
+    of time or money (a budget completion's ``final_save`` skips the spend check). The slot's
+    ledger change is added to ``delta``.
     """
     now = ledger.now
-    budget.check_open(ledger)
+    budget.check_open(ledger, spend=not final_save)
     slot, denied = budget.reserve_tool(ledger, call.name)
     if denied is not None:
         denial = budget_exceeded(denied).for_model()
@@ -59,8 +60,7 @@ def open_call(ctx: TurnContext, ledger: Ledger, call: ToolCallPart,
         return Opened(created, message, BudgetExceeded(denied, limit=limit_of(denied)))
     delta.add(slot)
     execution = ctx.fenced.open_execution(call, ToolStatus.RUNNING, started_at=now, attempts=1)
-    ctx.started.add(execution.pk)
-    return Opened(execution)
+    return Opened(execution)  # the caller adds it to ctx.started once committed
 
 
 def skip_locked(ctx: TurnContext, call: ToolCallPart, reason: str) -> Message:
@@ -108,6 +108,11 @@ class Then:
     messages: list[Message] = field(default_factory=list)
     skipped: list[ToolCallPart] = field(default_factory=list)
     error: BudgetExceeded | None = None
+    started: str | None = None  # the next call's execution, when its intent was written
+
+    def fresh(self) -> Then:
+        """A copy to decide in (a step may be decided twice): nothing filled in yet."""
+        return Then(self.rest, self.terminal, dict(self.executions))
 
 
 def _then(ctx: TurnContext, ledger: Ledger, then: Then) -> None:
@@ -130,6 +135,8 @@ def _then(ctx: TurnContext, ledger: Ledger, then: Then) -> None:
         then.executions[then.rest[0].id] = opened.execution
         if opened.denial is not None:
             then.messages.append(opened.denial)
+        else:
+            then.started = opened.execution.pk
         then.error = opened.error
 
 
@@ -149,19 +156,30 @@ def finish(ctx: TurnContext, execution: ToolExecution, call: ToolCallPart, statu
     is_error = status != ToolStatus.COMPLETED
     fields: dict[str, Any] = {"completed_at": timezone.now()}
     fields["error" if is_error else "result"] = content
-    with ctx.fenced.atomic() as ledger:
+
+    def step(ledger: Ledger) -> tuple[Message, Then | None]:
         if not ctx.fenced.move_execution(execution.pk, expected, status, **fields):
             raise LostClaim(ctx.row.pk, ctx.claim.fence)
         message = ctx.fenced.append(
             "tool", [ToolResultPart(call.id, call.name, content, is_error=is_error)],
             kind=MessageKind.TOOL_RESULT, tool_execution_id=execution.pk,
             metadata={"interrupted": True} if interrupted else None)
-        if then is not None:
-            _then(ctx, ledger, then)
-            if then.state is not None:
-                ctx.fenced.record(then.state, delta=then.delta)
+        decided = None if then is None else then.fresh()
+        if decided is not None:
+            _then(ctx, ledger, decided)
+            if decided.state is not None:
+                ctx.fenced.record(decided.state, delta=decided.delta)
             else:
-                ctx.fenced.charge_root(then.delta)
+                ctx.fenced.charge_root(decided.delta)
+        return message, decided
+
+    message, decided = ctx.fenced.step(step)
+    if then is not None and decided is not None:
+        then.executions.update(decided.executions)
+        then.state, then.messages, then.skipped = decided.state, decided.messages, decided.skipped
+        then.error, then.started = decided.error, decided.started
+        if decided.started is not None:
+            ctx.started.add(decided.started)
     execution.status = status
     ctx.remember(message)
     if interrupted:

@@ -30,7 +30,7 @@ from ..states import FINISHED_TOOL_STATUSES, Phase, ToolStatus
 from ..store import LedgerDelta, Terminal
 from ..tools.base import Tool, ToolContext
 from ..tools.coordination import CoordinationTool
-from . import budget, coordination, delegation, fanout
+from . import budget, completion, coordination, delegation, fanout
 from .calls import CallOutcome, precheck, turn_tools, unknown_tool
 from .context import TurnContext
 from .results import Opened, Then, delegates, finish, leave, open_call, skip
@@ -60,6 +60,9 @@ def tools_step(ctx: TurnContext) -> None:
             continue
         if terminal is not None:
             skip(ctx, call, f"the turn ended with {terminal.tool!r}")
+            continue
+        if completion.left_out(ctx, call):
+            skip(ctx, call, completion.SPEND_REACHED)
             continue
         if delegates(ctx, call):
             fanout.run_group(ctx, calls, call, existing)
@@ -91,14 +94,17 @@ def _start(ctx: TurnContext, call: ToolCallPart,
     with ctx.fenced.atomic() as ledger:
         if execution is None:
             delta = LedgerDelta()
-            opened = open_call(ctx, ledger, call, delta)
+            opened = open_call(ctx, ledger, call, delta,
+                               final_save=completion.exempt(ctx, call))
             ctx.fenced.charge_root(delta)
             execution = opened.execution
         else:
-            budget.check_open(ledger)
+            budget.check_open(ledger, spend=not completion.exempt(ctx, call))
             ctx.fenced.restart_execution(execution.pk)
     if opened is not None and opened.denial is not None:
         ctx.remember(opened.denial)
+    elif opened is not None:
+        ctx.started.add(opened.execution.pk)
     if opened is not None and opened.error is not None:
         raise opened.error
     return execution

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .cancellation import CancelReport, cancel, cancel_sweep
 from .compaction import compact_conversation
+from .costs import CostBreakdown, TurnCost, cost_breakdown
 from .deliveries import deliver, send_message, wake
 from .recovery import ReconcileReport, drain, reconcile, release_waiting
 from .retention import prune
@@ -19,11 +20,14 @@ from .waits import add_wait, join_for_inline
 
 __all__ = [
     "CancelReport",
+    "CostBreakdown",
     "ReconcileReport",
+    "TurnCost",
     "add_wait",
     "cancel",
     "cancel_sweep",
     "compact_conversation",
+    "cost_breakdown",
     "deliver",
     "dispatch",
     "dispatch_next_in_lane",

@@ -2,8 +2,8 @@
 
 * :mod:`.locks`: the tree lock (with the tree's budget ledger), the conversation lock, the
   wait-graph lock, the database clock;
-* :mod:`.claims`: claims, heartbeats and :class:`~.claims.Fenced`, the writes a worker makes to
-  the turn it executes;
+* :mod:`.claims`: claims and heartbeats; :mod:`.fenced`: :class:`~.fenced.Fenced`, the writes
+  a worker makes to the turn it executes, and :mod:`.steps`, a step as one statement;
 * :mod:`.turns`: creating conversations and turns, and every status change as a named
   transition (:func:`~.turns.apply_transition`);
 * :mod:`.transcript`: gap-free message sequences, the messages a turn sees, transcript repair;
@@ -16,15 +16,15 @@ A test walks the package's source and fails on an ORM write outside this package
 from __future__ import annotations
 
 from .claims import (
-    Charge,
     Claim,
-    Fenced,
     claim,
     claim_turn,
+    create_claimed,
     heartbeat,
     lease_of,
     worker_identity,
 )
+from .fenced import Charge, Fenced
 from .locks import Ledger, LedgerDelta, database_now, lock_conversation, lock_tree
 from .state import GRANTED, Candidate, Reservation, Terminal, TurnState
 from .transcript import (
@@ -41,8 +41,10 @@ from .turns import (
     NewConversation,
     NewTurn,
     apply_transition,
+    build_conversation,
     create_conversation,
     create_turn,
+    reload,
     revoke,
 )
 
@@ -64,8 +66,10 @@ __all__ = [
     "allocate_sequences",
     "append_input",
     "apply_transition",
+    "build_conversation",
     "claim",
     "claim_turn",
+    "create_claimed",
     "create_conversation",
     "create_turn",
     "database_now",
@@ -74,6 +78,7 @@ __all__ = [
     "lease_of",
     "lock_conversation",
     "lock_tree",
+    "reload",
     "repair",
     "revoke",
     "to_chat",

@@ -51,6 +51,8 @@ class Ledger:
     limits: Limits | None
     #: The database's clock when the lock was taken: every deadline is compared with it.
     now: datetime
+    #: ``limits`` as the root's options store them (the fast path's guard compares it).
+    limits_json: Any = None
 
     @classmethod
     def from_row(cls, root_id: str, row: dict[str, Any]) -> Ledger:
@@ -59,7 +61,7 @@ class Ledger:
                    int(row["tree_iterations"]), int(row["tree_tool_executions"]),
                    {str(k): int(v) for k, v in (row["tree_tool_counts"] or {}).items()},
                    Decimal(row["tree_spend"]), None if raw is None else Limits.from_json(raw),
-                   row["db_now"])
+                   row["db_now"], raw)
 
 
 @dataclass

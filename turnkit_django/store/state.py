@@ -80,6 +80,12 @@ class TurnState:
     judged: Mapping[str, tuple[JsonObject, ...]] = field(default_factory=dict)
     #: The message giving an application wait's joined results to the turn (given once).
     joined_message_id: str | None = None
+    #: The one call that may run after the response that exhausted the spend limit.
+    budget_completion_call_id: str | None = None
+    #: Assessment metadata set for the current candidate (reset by every new model response).
+    output_metadata: JsonObject | None = None
+    #: Structured evaluation receipts, by receipt id (see runtime.evaluations).
+    evaluations: Mapping[str, JsonObject] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> TurnState:
         return replace(self, **changes)
@@ -108,6 +114,12 @@ class TurnState:
             data["judged"] = {key: list(found) for key, found in self.judged.items()}
         if self.joined_message_id is not None:
             data["joined_message_id"] = self.joined_message_id
+        if self.budget_completion_call_id is not None:
+            data["budget_completion_call_id"] = self.budget_completion_call_id
+        if self.output_metadata is not None:
+            data["output_metadata"] = self.output_metadata
+        if self.evaluations:
+            data["evaluations"] = dict(self.evaluations)
         return data
 
     @classmethod
@@ -130,6 +142,9 @@ class TurnState:
             audits=tuple(data.get("audits") or ()),
             judged={str(k): tuple(v) for k, v in (data.get("judged") or {}).items()},
             joined_message_id=data.get("joined_message_id"),
+            budget_completion_call_id=data.get("budget_completion_call_id"),
+            output_metadata=data.get("output_metadata"),
+            evaluations={str(k): v for k, v in (data.get("evaluations") or {}).items()},
         )
 
 

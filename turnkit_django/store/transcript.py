@@ -21,6 +21,7 @@ from ..errors import not_executed, outcome_unknown
 from ..messages import ChatMessage, MessageKind, Part, ToolResultPart, dump_parts, load_parts
 from ..models import Conversation, Message, ToolExecution, Turn
 from ..states import ToolStatus
+from .rows import new_row
 
 
 @dataclass
@@ -34,14 +35,24 @@ class NewMessage:
     fence: int | None = None
 
 
-def allocate_sequences(conversation_id: str, count: int = 1) -> int:
-    """Reserve ``count`` message sequences under the conversation lock; return the first."""
+def allocate_sequences(conversation_id: str, count: int = 1, *, touch: bool = True) -> int:
+    """Reserve ``count`` message sequences under the conversation lock; return the first.
+
+    ``touch`` moves the conversation's ``updated_at`` (idle since) too; a turn's own steps leave
+    it, so their update of the row stays a HOT update, and its terminal write moves it.
+    """
     table = Conversation._meta.db_table
+    touched = ", updated_at = statement_timestamp()" if touch else ""
+    if connection.vendor != "postgresql":
+        touched = ", updated_at = %s" if touch else ""
+    params: list[Any] = [count]
+    if touch and connection.vendor != "postgresql":
+        params.append(timezone.now())
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} SET last_sequence = last_sequence + %s, updated_at = %s "  # noqa: S608
+            f"UPDATE {table} SET last_sequence = last_sequence + %s{touched} "  # noqa: S608
             "WHERE id = %s RETURNING last_sequence",
-            [count, timezone.now(), conversation_id],
+            [*params, conversation_id],
         )
         row = cursor.fetchone()
     if row is None:
@@ -49,16 +60,13 @@ def allocate_sequences(conversation_id: str, count: int = 1) -> int:
     return int(row[0]) - count + 1
 
 
-def insert_messages(conversation_id: str, messages: Sequence[NewMessage]) -> list[Message]:
-    """Append messages with gap-free sequences; the caller holds any tree lock it needs."""
-    if not messages:
-        return []
-    first = allocate_sequences(conversation_id, len(messages))
-    rows = [
-        Message(
+def build_messages(conversation_id: str, messages: Sequence[NewMessage]) -> list[Message]:
+    """The rows of ``messages`` (unsaved, without their sequences yet)."""
+    return [
+        new_row(
+            Message,
             conversation_id=conversation_id,
             turn_id=m.turn_id,
-            sequence=first + i,
             role=m.role,
             kind=m.kind,
             content=dump_parts(m.parts),
@@ -66,13 +74,28 @@ def insert_messages(conversation_id: str, messages: Sequence[NewMessage]) -> lis
             metadata=m.metadata or {},
             fence=m.fence,
         )
-        for i, m in enumerate(messages)
+        for m in messages
     ]
+
+
+def insert_rows(conversation_id: str, rows: list[Message], *, touch: bool = True,
+                ) -> list[Message]:
+    """Number ``rows`` after the conversation's last message and insert them."""
+    if not rows:
+        return rows
+    first = allocate_sequences(conversation_id, len(rows), touch=touch)
+    for index, row in enumerate(rows):
+        row.sequence = first + index
     if len(rows) == 1:
         rows[0].save(force_insert=True)
     else:
         Message.objects.bulk_create(rows)
     return rows
+
+
+def insert_messages(conversation_id: str, messages: Sequence[NewMessage]) -> list[Message]:
+    """Append messages with gap-free sequences; the caller holds any tree lock it needs."""
+    return insert_rows(conversation_id, build_messages(conversation_id, messages))
 
 
 def append_input(conversation_id: str, parts: Sequence[Part], *,
@@ -208,5 +231,6 @@ def repair(turn: Turn, *, reason: str, fence: int | None = None) -> list[ClosedC
     return _with_messages(closed, insert_messages(turn.conversation_id, messages))
 
 
-__all__ = ["ClosedCall", "NewMessage", "allocate_sequences", "append_input", "insert_messages",
+__all__ = ["ClosedCall", "NewMessage", "allocate_sequences", "append_input", "build_messages",
+           "insert_messages", "insert_rows",
            "interrupt_running", "open_tool_calls", "repair", "to_chat", "visible_chat"]

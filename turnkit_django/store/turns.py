@@ -7,14 +7,15 @@ any other status raises :class:`InvalidTransition` and nothing is written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.contenttypes.models import ContentType
-from django.db import transaction
-from django.db.models import Model
+from django.db import connection, transaction
+from django.db.models import Field, Model
 from django.db.models.functions import Now
 
 from ..exceptions import InvalidTransition
@@ -26,6 +27,8 @@ from ..states import TRANSITIONS, TurnStatus
 from .locks import database_now, lock_tree
 from .transcript import ClosedCall, NewMessage, insert_messages, repair
 from .waits import submit_status
+
+M = TypeVar("M", bound=Model)
 
 
 def apply_transition(turn_id: str, name: str, *, expected_fence: int | None = None,
@@ -60,7 +63,8 @@ class NewConversation:
     parent_execution: ToolExecution | None = None
 
 
-def create_conversation(spec: NewConversation) -> Conversation:
+def build_conversation(spec: NewConversation) -> Conversation:
+    """The row of a new conversation, unsaved."""
     fields: dict[str, Any] = {}
     if spec.subject is not None:
         fields.update(subject_type=ContentType.objects.get_for_model(spec.subject),
@@ -68,9 +72,14 @@ def create_conversation(spec: NewConversation) -> Conversation:
     if spec.parent is not None:
         fields.update(parent_conversation_id=spec.parent.conversation_id,
                       parent_turn=spec.parent, parent_tool_execution=spec.parent_execution)
-    return Conversation.objects.create(agent_name=spec.agent_name, model=spec.model,
-                                       principal=spec.principal, context=spec.context,
-                                       metadata=spec.metadata, **fields)
+    return Conversation(agent_name=spec.agent_name, model=spec.model, principal=spec.principal,
+                        context=spec.context, metadata=spec.metadata, **fields)
+
+
+def create_conversation(spec: NewConversation) -> Conversation:
+    conversation = build_conversation(spec)
+    conversation.save(force_insert=True)
+    return conversation
 
 
 @dataclass(frozen=True)
@@ -94,8 +103,11 @@ class NewTurn:
 
 def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part] = (), *,
                 message_metadata: dict[str, Any] | None = None) -> Turn:
-    """Create a pending turn over ``conversation``, with ``parts`` as its new user input."""
+    """Create a pending turn over ``conversation`` (saved first when it is new), with
+    ``parts`` as its new user input."""
     with transaction.atomic(savepoint=False):
+        if conversation._state.adding:
+            conversation.save(force_insert=True)
         if parts:  # its sequence is the last one: the conversation row stays locked until commit
             last = insert_messages(conversation.pk, [NewMessage("user", parts,
                                                                 metadata=message_metadata)])[0]
@@ -103,24 +115,77 @@ def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part]
         else:
             sequence = Conversation.objects.filter(pk=conversation.pk).values_list(
                 "last_sequence", flat=True).get()
-        turn_id = spec.id or new_id("turn")
-        parent = spec.parent
-        above = parent if parent is not None else spec.tree
-        context = spec.context if spec.context is not None else conversation.context or {}
-        return Turn.objects.create(
-            id=turn_id,
-            conversation=conversation,
-            agent_name=spec.agent_name,
-            parent_turn=parent,
-            parent_tool_execution=spec.parent_execution,
-            root_turn_id=above.root_turn_id if above is not None else turn_id,
-            depth=parent.depth + 1 if parent is not None else 0,
-            model=spec.model or conversation.model,
-            options={**spec.options, "context": context},
-            principal=spec.principal if spec.principal is not None else conversation.principal,
-            context_sequence=sequence,
-            deadline_at=above.deadline_at if above is not None else None,
-        )
+        turn = build_turn(spec, conversation, sequence)
+        turn.save(force_insert=True)
+        return turn
+
+
+def build_turn(spec: NewTurn, conversation: Conversation, sequence: int) -> Turn:
+    """The row of a new pending turn whose input ends at ``sequence``, unsaved."""
+    turn_id = spec.id or new_id("turn")
+    parent = spec.parent
+    above = parent if parent is not None else spec.tree
+    context = spec.context if spec.context is not None else conversation.context or {}
+    return Turn(
+        id=turn_id,
+        conversation=conversation,
+        agent_name=spec.agent_name,
+        parent_turn=parent,
+        parent_tool_execution=spec.parent_execution,
+        root_turn_id=above.root_turn_id if above is not None else turn_id,
+        depth=parent.depth + 1 if parent is not None else 0,
+        model=spec.model or conversation.model,
+        options={**spec.options, "context": context},
+        principal=spec.principal if spec.principal is not None else conversation.principal,
+        context_sequence=sequence,
+        deadline_at=above.deadline_at if above is not None else None,
+    )
+
+
+# --------------------------------------------------------------------------- reading back
+
+
+def reload(row: M) -> M:
+    """Read ``row`` again from the database into the same instance (``refresh_from_db()``
+    without its query compilation, for the hot path's one read after a run); raises
+    ``DoesNotExist`` when it is gone."""
+    model = type(row)
+    fields, sql, converters = _reader(model, connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [row.pk])
+        found = cursor.fetchone()
+    if found is None:
+        raise model.DoesNotExist(  # type: ignore[attr-defined]
+            f"{model.__name__} {row.pk!r} no longer exists")
+    for column, value, convert in zip(fields, found, converters, strict=True):
+        for converter, expression in convert:
+            value = converter(value, expression, connection)
+        if column.is_relation and getattr(row, column.attname) != value \
+                and column.is_cached(row):  # type: ignore[attr-defined]
+            column.delete_cached_value(row)  # type: ignore[attr-defined]
+        setattr(row, column.attname, value)
+    row._state.adding, row._state.db = False, connection.alias
+    return row
+
+
+@functools.cache
+def _reader(model: type[Model], vendor: str) -> tuple[tuple[Field[Any, Any], ...], str, tuple[
+        tuple[tuple[Callable[..., Any], Any], ...], ...]]:
+    """The fields of ``model``, the SELECT of one row by primary key, and each column's
+    converters (the backend's, then the field's), as the ORM applies them."""
+    ops = connection.ops
+    table = model._meta.db_table
+    fields = tuple(model._meta.concrete_fields)
+    columns = ", ".join(ops.quote_name(str(f.column)) for f in fields)
+    pk = str(model._meta.pk.column) if model._meta.pk is not None else "id"
+    sql = (f"SELECT {columns} FROM {ops.quote_name(table)} "  # noqa: S608 (identifiers only)
+           f"WHERE {ops.quote_name(pk)} = %s")
+    converters = []
+    for f in fields:
+        col = f.get_col(table)
+        converters.append(tuple((c, col) for c in
+                                [*ops.get_db_converters(col), *f.get_db_converters(connection)]))
+    return fields, sql, tuple(converters)
 
 
 # --------------------------------------------------------------------------- transitions
@@ -216,5 +281,19 @@ def set_options(turn: Turn, **changes: Any) -> None:
     Turn.objects.filter(pk=turn.pk).update(options=turn.options)
 
 
-__all__ = ["NewConversation", "NewTurn", "apply_transition", "create_conversation",
-           "create_turn", "end", "release", "revoke", "set_options", "submit", "touch"]
+__all__ = [
+    "NewConversation",
+    "NewTurn",
+    "apply_transition",
+    "build_conversation",
+    "build_turn",
+    "create_conversation",
+    "create_turn",
+    "end",
+    "release",
+    "reload",
+    "revoke",
+    "set_options",
+    "submit",
+    "touch",
+]

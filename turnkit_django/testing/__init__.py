@@ -3,6 +3,8 @@
 ``ScriptedClient`` answers from a list, in order; ``FunctionClient`` computes each answer from the
 request (deterministic from the transcript, so it works in Celery workers too). ``reply`` and
 ``call`` build the entries. ``block_model_requests()`` makes every real provider client raise.
+``InMemoryDispatcher`` (and its pytest fixture ``turnkit_dispatcher``) keeps submitted turns in
+memory instead of sending them to Celery, and runs them in the test process on request.
 """
 
 from __future__ import annotations
@@ -11,16 +13,28 @@ import contextlib
 import itertools
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+from django.test import TestCase, override_settings
+from django.utils.module_loading import import_string
+
 from ..clients.base import BaseClient, ModelRequest, ModelResponse, Usage
 from ..clients.base import requests_blocked as _blocked
+from ..clients.evaluation import EvaluationRequest, EvaluatorReply
 from ..exceptions import ModelError
 from ..messages import DataPart, Part, TextPart, ToolCallPart
 
+try:  # optional: the fixture exists where pytest does
+    import pytest
+except ImportError:  # pragma: no cover - pytest is not installed in production
+    pytest = None  # type: ignore[assignment]
+
 _call_ids = itertools.count(1)
+#: What a Celery worker runs for a doorbell; resolved on use (it needs Django's app registry).
+WORKER_ENTRY = "turnkit_django.services.run_turn"
 
 
 @dataclass(frozen=True)
@@ -145,6 +159,45 @@ class FunctionClient(BaseClient):
         return to_response(self.respond(request), request)
 
 
+class ScriptedEvaluator:
+    """An evaluator answering from a script, in order; records every request in ``requests``.
+
+    An entry is the raw answers (``{"safe": {"probability": 0.9}}``), an ``EvaluatorReply``
+    (with usage and model), an exception to raise (an ``EvaluationError``), or a callable
+    ``(request) -> entry``. Without usage a reply reports one token per four characters.
+    """
+
+    def __init__(self, script: Iterable[Any] = (), *, identity: str = "scripted-evaluator",
+                 model: str = "scripted") -> None:
+        self.identity = identity
+        self.model = model
+        self._script = list(script)
+        self._lock = threading.Lock()
+        self.requests: list[EvaluationRequest] = []
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)  # the runtime's backoff between attempts: never waits
+
+    def evaluate(self, request: EvaluationRequest) -> EvaluatorReply:
+        with self._lock:
+            self.requests.append(request)
+            if not self._script:
+                raise ModelError(f"ScriptedEvaluator has no answer left for request "
+                                 f"{len(self.requests)}; add more entries to the script")
+            entry = self._script.pop(0)
+        if callable(entry) and not isinstance(entry, BaseException):
+            entry = entry(request)
+        if isinstance(entry, BaseException):
+            raise entry
+        if isinstance(entry, EvaluatorReply):
+            return entry
+        text = json.dumps(entry, default=str)
+        usage = Usage(input_tokens=_estimate(json.dumps(request.candidate, default=str)),
+                      output_tokens=_estimate(text))
+        return EvaluatorReply(entry, usage, self.model, 200)
+
+
 def requests_blocked() -> bool:
     return _blocked.is_set()
 
@@ -173,15 +226,98 @@ def unblock_model_requests() -> None:
     _blocked.clear()
 
 
+# --------------------------------------------------------------------------- dispatch
+
+
+class InMemoryDispatcher:
+    """A ``TURNKIT["DISPATCHER"]`` that remembers turn ids instead of sending Celery messages.
+
+    Every doorbell (``submit()``, ``reconcile()``, maintenance) appends the turn id; tests read
+    :meth:`dispatched` and run the turns in their own process with :meth:`run_dispatched`.
+    Thread-safe. Use the module's :data:`in_memory_dispatcher` (import path
+    ``"turnkit_django.testing.in_memory_dispatcher"``) or the ``turnkit_dispatcher`` fixture.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._turn_ids: list[str] = []
+
+    def __call__(self, turn_id: str) -> None:
+        with self._lock:
+            self._turn_ids.append(turn_id)
+
+    def dispatched(self) -> list[str]:
+        """Every turn id dispatched since the last :meth:`clear`, in order (repeats included)."""
+        with self._lock:
+            return list(self._turn_ids)
+
+    def clear(self) -> None:
+        """Forget what was dispatched."""
+        with self._lock:
+            self._turn_ids.clear()
+
+    def run_dispatched(self, *, limit: int = 100) -> list[str]:
+        """Run the dispatched turns here, as a worker would, until no doorbell is left.
+
+        Turns dispatched while running (the next turn of a conversation, a released waiter, a
+        parent whose children finished) are run too, also inside a test's transaction (their
+        on-commit callbacks are executed). Returns the ids rung, in order; a turn that
+        is not claimable (already finished, or not its lane's turn) is skipped, as in a worker.
+        Raises ``RuntimeError`` after ``limit`` doorbells, which means the turns keep ringing.
+        """
+        run = import_string(WORKER_ENTRY)
+        rung: list[str] = []
+        while True:
+            with self._lock:
+                if not self._turn_ids:
+                    return rung
+                turn_id = self._turn_ids.pop(0)
+            if len(rung) >= limit:
+                raise RuntimeError(f"more than {limit} doorbells; the turns keep re-dispatching")
+            rung.append(turn_id)
+            # Inside a test's transaction nothing commits: run the turn's on-commit work (its
+            # events, the doorbells it rings) at once, as it would run in a worker.
+            with TestCase.captureOnCommitCallbacks(execute=True):
+                run(turn_id)
+
+    @contextlib.contextmanager
+    def installed(self, **turnkit: Any) -> Iterator[InMemoryDispatcher]:
+        """Use this dispatcher (and the other ``TURNKIT`` keys given) inside the block."""
+        current = getattr(settings, "TURNKIT", None) or {}
+        self.clear()
+        try:
+            with override_settings(TURNKIT={**current, **turnkit, "DISPATCHER": self}):
+                yield self
+        finally:
+            self.clear()
+
+
+#: The shared instance: ``TURNKIT["DISPATCHER"] = "turnkit_django.testing.in_memory_dispatcher"``.
+in_memory_dispatcher = InMemoryDispatcher()
+
+if pytest is not None:
+
+    @pytest.fixture
+    def turnkit_dispatcher() -> Iterator[InMemoryDispatcher]:
+        """Dispatch submitted turns into memory for one test; import it in your conftest.py."""
+        with in_memory_dispatcher.installed() as dispatcher:
+            yield dispatcher
+
+
 __all__ = [
     "Call",
     "FunctionClient",
+    "InMemoryDispatcher",
     "Reply",
     "ScriptedClient",
+    "ScriptedEvaluator",
     "block_model_requests",
     "call",
+    "in_memory_dispatcher",
     "reply",
     "requests_blocked",
     "to_response",
     "unblock_model_requests",
 ]
+if pytest is not None:
+    __all__ += ["turnkit_dispatcher"]

@@ -55,6 +55,9 @@ class Tool:
     recovery: Recovery = "unknown"
     #: Seconds a call may take before its turn stops waiting for it (None: TOOL_TIMEOUT).
     timeout: float | None = None
+    #: The one call that may still run from the response that exhausted the spend limit (a
+    #: final save); only on a terminal, replay-safe tool.
+    budget_completion: bool = False
     #: Set on built-in tools the runtime executes itself (sub-agents, coordination tools).
     builtin: ClassVar[str | None] = None
 
@@ -108,6 +111,12 @@ class Tool:
                 f"tool {self.tool_name!r}: timeout must be a positive number of seconds or "
                 f"None, got {timeout!r}"
             )
+        if self.budget_completion and not (self.terminal and self.replay_safe):
+            raise ConfigurationError(
+                f"tool {self.tool_name!r}: budget_completion=True needs terminal=True and "
+                "recovery='replay_safe' (it is the final save after the spend limit, so it must "
+                "end the turn and be safe to run again after a crash)"
+            )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.tool_name!r}>"
@@ -125,6 +134,7 @@ class FunctionTool(Tool):
         terminal: Terminal = False,
         recovery: Recovery = "unknown",
         timeout: float | None = None,
+        budget_completion: bool = False,
     ) -> None:
         self.func = func
         self.name = name or func.__name__
@@ -132,6 +142,7 @@ class FunctionTool(Tool):
         self.terminal = terminal
         self.recovery = recovery
         self.timeout = timeout
+        self.budget_completion = budget_completion
         self.Args, self._takes_ctx = _args_from_signature(func, self.name)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
@@ -186,6 +197,7 @@ def tool(
     terminal: Terminal = False,
     recovery: Recovery = "unknown",
     timeout: float | None = None,
+    budget_completion: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -198,12 +210,14 @@ def tool(
     terminal: Terminal = False,
     recovery: Recovery = "unknown",
     timeout: float | None = None,
+    budget_completion: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a tool. Its docstring is the description given to the model."""
 
     def build(f: Callable[..., Any]) -> FunctionTool:
         built = FunctionTool(f, name=name, description=description, terminal=terminal,
-                             recovery=recovery, timeout=timeout)
+                             recovery=recovery, timeout=timeout,
+                             budget_completion=budget_completion)
         built.check()
         return built
 

@@ -1,0 +1,158 @@
+"""The fast path of a fenced step on PostgreSQL (issue 11): one guarded statement per step.
+
+A step is decided against the ledger the worker last saw and sent as one statement that writes
+only if the fence, the status and that ledger still hold. These tests move each of them between
+the decision and the statement and check that nothing of the step was written, that the step was
+decided again under the tree lock, and that the outcome is the one the lock would have given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
+
+from turnkit_django import Agent, BudgetExceeded, LostClaim, services, store, tool
+from turnkit_django.messages import TextPart
+from turnkit_django.models import Conversation, Message, ToolExecution, Turn
+from turnkit_django.runtime import budget
+from turnkit_django.states import ToolStatus
+from turnkit_django.store import steps
+from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply
+
+pytestmark = [pytest.mark.django_db(transaction=True),
+              pytest.mark.skipif("connection.vendor != 'postgresql'")]
+
+
+def claimed(agent: Agent) -> tuple[store.Fenced, Turn]:
+    run = agent.prepare("go")
+    claim, row, ledger = store.claim_turn(run.id, "test-worker")  # type: ignore[misc]
+    return store.Fenced(claim, ledger), row
+
+
+def rows(turn_id: str) -> dict[str, Any]:
+    turn = Turn.objects.get(pk=turn_id)
+    return {"state": turn.state, "fence": turn.fence, "iterations": turn.tree_iterations,
+            "messages": Message.objects.filter(turn_id=turn_id).count(),
+            "last_sequence": Conversation.objects.get(pk=turn.conversation_id).last_sequence,
+            "executions": list(ToolExecution.objects.filter(turn_id=turn_id).values_list(
+                "status", flat=True))}
+
+
+class Decisions:
+    """A step body that appends a note and reserves an iteration, recording each decision."""
+
+    def __init__(self, fenced: store.Fenced) -> None:
+        self.fenced = fenced
+        self.seen: list[int] = []
+
+    def __call__(self, ledger: store.Ledger) -> Message:
+        self.seen.append(ledger.iterations)
+        delta, _ = budget.reserve_next(ledger)
+        message = self.fenced.append("assistant", [TextPart("note")])
+        self.fenced.record(store.TurnState.from_json({"phase": "model"}), delta=delta)
+        return message
+
+
+def test_a_step_is_one_statement_without_a_transaction_around_it():
+    fenced, row = claimed(Agent("fast-one", client=ScriptedClient([reply("x")])))
+    step = Decisions(fenced)
+
+    with CaptureQueriesContext(connection) as sql:
+        message = fenced.step(step)
+
+    assert [q["sql"][:4] for q in sql.captured_queries] == ["WITH"]
+    assert step.seen == [0]  # decided once, on the ledger the claim left
+    stored = Message.objects.get(pk=message.pk)
+    assert stored.sequence == message.sequence == 2  # after the task's input
+    assert Turn.objects.get(pk=row.pk).tree_iterations == 1
+
+
+def test_a_fence_moved_after_the_decision_writes_nothing():
+    fenced, row = claimed(Agent("fast-fence", client=ScriptedClient([reply("x")])))
+    services.cancel(row)  # another process revokes the claim: the fence moves
+    before = rows(row.pk)
+    step = Decisions(fenced)
+
+    with pytest.raises(LostClaim):
+        fenced.step(step)
+
+    assert rows(row.pk) == before
+    assert len(step.seen) == 1  # the statement refused; the lock then found the fence gone
+
+
+def test_a_ledger_moved_by_another_tree_member_is_decided_again_under_the_lock():
+    agent = Agent("fast-tree", client=ScriptedClient([reply("x")]), max_iterations=3)
+    fenced, root = claimed(agent)
+    task = services.new_turn(agent, [TextPart("side task")], tree=root)
+    other = store.Fenced(*store.claim_turn(task.pk, "other-worker")[::2])  # type: ignore[misc]
+    other.step(Decisions(other))  # the task reserves the tree's first iteration
+
+    step = Decisions(fenced)
+    fenced.step(step)
+
+    # The first decision saw the ledger the claim left (no iteration yet); the statement
+    # refused it, and the decision under the lock saw the task's reservation.
+    assert step.seen == [0, 1]
+    assert Turn.objects.get(pk=root.pk).tree_iterations == 2
+    assert Turn.objects.get(pk=root.pk).state == {"phase": "model"}
+
+
+@pytest.mark.corrupts_data  # an execution answering no call: the statement is tested alone
+def test_a_compare_and_set_that_fails_rolls_the_whole_statement_back():
+    fenced, row = claimed(Agent("fast-cas", client=ScriptedClient([reply("x")])))
+    execution = ToolExecution.objects.create(turn_id=row.pk, tool_call_id="c1",
+                                             tool_name="probe", status=ToolStatus.COMPLETED)
+    before = rows(row.pk)
+    writes = steps.StepWrites(turn={"state": {"phase": "model", "iterations": 9}})
+    writes.messages = store.transcript.build_messages(row.conversation_id, [
+        store.NewMessage("tool", [TextPart("late")], turn_id=row.pk)])
+    writes.moves.append(steps.Move(execution.pk, (ToolStatus.RUNNING,),
+                                   {"status": ToolStatus.FAILED}))
+
+    assert not steps.send(row.pk, row.root_turn_id, row.conversation_id, fenced.claim.fence,
+                          fenced._known, writes)  # type: ignore[arg-type]
+
+    assert rows(row.pk) == before  # the turn's update and the message were rolled back too
+
+
+def test_a_passed_deadline_sends_the_step_under_the_lock():
+    fenced, row = claimed(Agent("fast-deadline", client=ScriptedClient([reply("x")])))
+    Turn.objects.filter(pk=row.pk).update(deadline_at=F("started_at"))  # already past
+    fenced._known.deadline_at = Turn.objects.get(pk=row.pk).deadline_at  # type: ignore[union-attr]
+    writes = steps.StepWrites(turn={"state": {"phase": "model"}})
+
+    assert not steps.send(row.pk, row.root_turn_id, row.conversation_id, fenced.claim.fence,
+                          fenced._known, writes)  # type: ignore[arg-type]
+    with pytest.raises(BudgetExceeded):
+        fenced.step(lambda ledger: budget.check_open(ledger))
+
+
+@tool
+def probe(n: int) -> dict[str, int]:
+    """Return its input."""
+    return {"n": n}
+
+
+def five_steps(request):  # type: ignore[no-untyped-def]
+    done = sum(1 for m in request.messages if m.role == "tool")
+    return call("probe", n=done) if done < 2 else reply("done")
+
+
+def test_every_step_of_a_turn_is_one_round_trip(registered):
+    """The statement budget of a step on PostgreSQL: model → tool → model → tool → model."""
+    from tests.stepcost import measure
+
+    agent = registered(Agent("fast-five", tools=[probe], client=FunctionClient(five_steps)))
+
+    def run(on_event):  # type: ignore[no-untyped-def]
+        assert agent.run("go", on_event=on_event).status == "completed"
+
+    cost = measure(run)
+    steps_ = [s for s in cost.spans if s.kind != "setup"]
+    assert [s.kind for s in steps_] == ["model", "tool", "model", "tool", "model"]
+    for span in steps_:
+        assert [q[:4] for q in span.sql] == ["WITH"], span.sql

@@ -1,0 +1,282 @@
+"""Fenced writes: the only way a worker writes to the turn it executes.
+
+:meth:`Fenced.atomic` opens a short transaction, takes the tree lock, re-reads the fence, and
+raises :class:`LostClaim` when it changed; nothing inside the block is written then.
+:meth:`Fenced.step` decides a step first against the ledger the worker last saw and sends it as
+one guarded statement (:mod:`.steps`), falling back to ``atomic()`` when the guard does not
+hold. Every owned write (messages, tool executions, the turn's state, its terminal status) is a
+method of :class:`Fenced`, used inside one of them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any, TypeVar
+
+from django.db import connection, transaction
+from django.db.models import F
+from django.db.models.functions import Now
+
+from ..exceptions import LostClaim
+from ..messages import MessageKind, Part, ToolCallPart
+from ..models import Conversation, Message, ToolExecution, Turn
+from ..states import ToolStatus, TurnStatus
+from . import steps
+from .claims import Claim
+from .locks import Ledger, LedgerDelta, lock_tree
+from .rows import new_row
+from .state import TurnState
+from .steps import StepWrites
+from .transcript import NewMessage, build_messages, insert_rows
+from .turns import apply_transition
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What a model response costs the turn: its new usage total and its cost (None: unknown)."""
+
+    usage: dict[str, Any]
+    cost: Decimal | None
+
+    def fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {"usage": self.usage}
+        if self.cost is None:
+            fields["cost_unknown"] = True
+        else:
+            fields["cost"] = F("cost") + self.cost
+        return fields
+
+
+#: The fields that end a claim: the fence moves on (no worker holds the new one) and the owner
+#: is cleared. Every end of a claim writes them with the status change, in one statement.
+def _claim_ended() -> dict[str, Any]:
+    return {"fence": F("fence") + 1, "claimed_by": ""}
+
+
+class Fenced:
+    """Fenced writes for one claim: in a :meth:`step`, or inside :meth:`atomic`.
+
+    The claim's worker keeps one per claim: it remembers the tree's ledger as the worker last
+    saw it (at the claim and after each of its own writes), which is what lets :meth:`step`
+    skip the lock when nobody else wrote to the tree meanwhile.
+    """
+
+    def __init__(self, claim: Claim, ledger: Ledger | None = None) -> None:
+        self.claim = claim
+        self._known: Ledger | None = None
+        self._known_at = 0.0  # time.monotonic() when the database clock read known.now
+        self._writes: StepWrites | None = None
+        if ledger is not None:
+            self._remember(ledger, time.monotonic())
+
+    def _remember(self, ledger: Ledger, at: float | None = None) -> None:
+        known = replace(ledger, tool_counts=dict(ledger.tool_counts),
+                        spend=steps.quantized(ledger.spend))
+        if at is None and self._known is not None:  # the clock reading stays the lock's
+            known.now, at = self._known.now, self._known_at
+        self._known, self._known_at = known, at if at is not None else time.monotonic()
+
+    def _projected(self) -> Ledger | None:
+        """The ledger last seen, with the database clock projected to now (never ahead)."""
+        known = self._known
+        if known is None:
+            return None
+        elapsed = timedelta(seconds=time.monotonic() - self._known_at)
+        return replace(known, tool_counts=dict(known.tool_counts), now=known.now + elapsed)
+
+    def database_now(self) -> datetime | None:
+        """The database clock projected from the last lock or claim (None: never read)."""
+        ledger = self._projected()
+        return None if ledger is None else ledger.now
+
+    @contextmanager
+    def atomic(self) -> Iterator[Ledger]:
+        """Open a transaction holding the tree lock; raise LostClaim if the fence moved."""
+        claim = self.claim
+        with transaction.atomic():
+            ledger = lock_tree(claim.root_id)
+            locked_at = time.monotonic()
+            if claim.is_root:
+                fence, status = ledger.fence, ledger.status
+            else:
+                row = Turn.objects.filter(pk=claim.turn_id).values_list("fence", "status").first()
+                fence, status = row if row else (-1, "")
+            if fence != claim.fence or status != TurnStatus.RUNNING:
+                raise LostClaim(claim.turn_id, claim.fence)
+            yield ledger
+        self._remember(ledger, locked_at)
+
+    def step(self, body: Callable[[Ledger], T], *, buffered: bool = True) -> T:
+        """Decide and commit one step: ``body(ledger)`` makes the step's writes and returns.
+
+        On PostgreSQL, with ``buffered``, the body first runs against the ledger this worker
+        last saw, its writes buffered and then sent as one statement guarded by the fence and
+        that ledger (:mod:`.steps`). When the guard does not hold (someone else wrote to the
+        tree, the fence moved, the deadline passed) or the body raises, nothing was written and
+        the body runs again inside :meth:`atomic`, writing as it goes. A body must therefore
+        keep its effects to its writes and its return value. ``buffered=False`` is for a body
+        that uses other store functions (they write at once, under the lock).
+        """
+        ledger = self._projected() if buffered and connection.vendor == "postgresql" else None
+        if ledger is not None:
+            self._writes = writes = StepWrites()
+            try:
+                result = body(ledger)
+            except Exception:  # decided on a view that may be stale: decide again
+                result = _UNDECIDED
+            finally:
+                self._writes = None
+            if result is not _UNDECIDED and self._send(writes):
+                self._remember(ledger)
+                return result
+        with self.atomic() as locked:
+            return body(locked)
+
+    def _send(self, writes: StepWrites) -> bool:
+        claim, known = self.claim, self._known
+        if known is None:
+            return False
+        try:
+            return steps.send(claim.turn_id, claim.root_id, claim.conversation_id, claim.fence,
+                              known, writes)
+        except steps.Unsupported:
+            return False
+
+    # The methods below write at once inside ``atomic()``, or are buffered inside ``step()``.
+
+    def append(self, role: str, parts: Sequence[Part], *, kind: str = MessageKind.TEXT,
+               tool_execution_id: str | None = None, metadata: dict[str, Any] | None = None,
+               ) -> Message:
+        return self.append_many([NewMessage(role, parts, kind, self.claim.turn_id,
+                                            tool_execution_id, metadata)])[0]
+
+    def append_many(self, messages: Iterable[NewMessage]) -> list[Message]:
+        items = []
+        for m in messages:
+            m.fence = self.claim.fence
+            m.turn_id = m.turn_id or self.claim.turn_id
+            items.append(m)
+        rows = build_messages(self.claim.conversation_id, items)
+        if self._writes is not None:
+            self._writes.messages.extend(rows)
+            return rows
+        return insert_rows(self.claim.conversation_id, rows, touch=False)
+
+    def record(self, state: TurnState | None = None, *, charge: Charge | None = None,
+             delta: LedgerDelta | None = None) -> None:
+        """Write the turn's next state (with a response's charge); ``delta`` goes to the root's
+        ledger, in the same statement when the turn is its own root."""
+        fields: dict[str, Any] = {} if state is None else {"state": state.as_json()}
+        if charge is not None:
+            fields.update(charge.fields())
+        self._write(fields, delta)
+
+    def publish(self, state: TurnState, *, text: str, data: Any, charge: Charge | None = None,
+                delta: LedgerDelta | None = None, **extra: Any) -> None:
+        """Complete the turn with its output; the claim ends."""
+        fields = {"state": state.as_json(), "output_text": text, "output_data": data,
+                  "completed_at": Now(), **_claim_ended(), **extra}
+        if charge is not None:
+            fields.update(charge.fields())
+        self._write(fields, delta, transition="publish")
+
+    def fail(self, state: TurnState, *, error: dict[str, Any], **extra: Any) -> None:
+        """Fail the turn with ``error``; the claim ends. Repair its transcript first."""
+        self._write({"state": state.as_json(), "error": error, "completed_at": Now(),
+                     **_claim_ended(), **extra}, None, transition="fail")
+
+    def suspend(self) -> None:
+        """The turn waits for other turns: ``waiting``, claim released (maintenance resumes it)."""
+        self._write(_claim_ended(), None, transition="suspend")
+
+    def hand_back(self, not_started: Iterable[str]) -> None:
+        """Give the turn back (``pending``, claim released) for another worker to resume; the
+        executions in ``not_started`` (intents this worker wrote, calls it never started) go
+        back to ``pending`` so the next worker starts them instead of reporting them unknown."""
+        for execution_id in not_started:
+            self.move_execution(execution_id, [ToolStatus.RUNNING], ToolStatus.PENDING)
+        self._write(_claim_ended(), None, transition="hand_back")
+
+    def _write(self, fields: dict[str, Any], delta: LedgerDelta | None, *,
+               transition: str | None = None) -> None:
+        """The turn's own row (``updated_at`` moves with a status change only, so state
+        writes stay HOT updates); ``delta`` goes to the root's ledger."""
+        writes = self._writes
+        if writes is not None:
+            if (transition and writes.transition) or writes.turn.keys() & fields.keys():
+                raise steps.Unsupported("two writes of one field in a step")
+            writes.turn.update(fields)
+            writes.transition = transition or writes.transition
+            writes.touch = writes.touch or transition in _TERMINAL
+            if delta:
+                writes.delta.add(delta)
+            return
+        root = delta.fields() if delta else {}
+        if root and self.claim.is_root:
+            fields, root = {**fields, **root}, {}
+        if transition is None:
+            if fields:
+                Turn.objects.filter(pk=self.claim.turn_id).update(**fields)
+        else:
+            apply_transition(self.claim.turn_id, transition, updated_at=Now(), **fields)
+            if transition in _TERMINAL:
+                Conversation.objects.filter(pk=self.claim.conversation_id).update(
+                    updated_at=Now())
+        if root:
+            Turn.objects.filter(pk=self.claim.root_id).update(**root)
+
+    def charge_root(self, delta: LedgerDelta) -> None:
+        """Add ``delta`` to the root's ledger (a reservation outside a state write)."""
+        if not delta:
+            return
+        if self._writes is not None:
+            self._writes.delta.add(delta)
+        else:
+            Turn.objects.filter(pk=self.claim.root_id).update(**delta.fields())
+
+    # -- tool executions ----------------------------------------------------------------
+
+    def open_execution(self, call: ToolCallPart, status: str, **fields: Any) -> ToolExecution:
+        """Create the execution row of ``call`` (the intent, or a result decided at once)."""
+        execution = new_row(ToolExecution, turn_id=self.claim.turn_id, fence=self.claim.fence,
+                            tool_call_id=call.id, tool_name=call.name,
+                            arguments=call.arguments, status=status, **fields)
+        if self._writes is not None:
+            self._writes.created.append(execution)
+        else:
+            execution.save(force_insert=True)
+        return execution
+
+    def move_execution(self, execution_id: str, expected: Iterable[str], status: str,
+                       **fields: Any) -> bool:
+        """Compare-and-set a tool execution's status; False if it was not in ``expected``
+        (inside a step, a move that does not hold makes the step decide again under the
+        lock, so it answers True)."""
+        changes = {"status": status, "fence": self.claim.fence, "updated_at": Now(), **fields}
+        if self._writes is not None:
+            self._writes.moves.append(steps.Move(execution_id, tuple(expected), changes))
+            return True
+        return bool(ToolExecution.objects.filter(pk=execution_id, status__in=list(expected))
+                    .update(**changes))
+
+    def restart_execution(self, execution_id: str) -> bool:
+        """Start a pending execution again (a replay-safe call reset by recovery, a wait)."""
+        return self.move_execution(execution_id, [ToolStatus.PENDING, ToolStatus.RUNNING],
+                                   ToolStatus.RUNNING, started_at=Now(),
+                                   attempts=F("attempts") + 1)
+
+
+_UNDECIDED: Any = object()
+
+#: Transitions that end a turn: the conversation's ``updated_at`` (idle since) moves with them.
+_TERMINAL = frozenset({"publish", "fail"})
+
+
+__all__ = ["Charge", "Fenced"]
