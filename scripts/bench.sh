@@ -48,8 +48,10 @@ done
 # shellcheck source=scripts/services.sh
 source scripts/services.sh
 export TURNKIT_SERVICES_OWNER=$$
-services_stop_orphans
-trap services_stop_started EXIT
+# services.sh is written for a shell without errexit (as scripts/run-tests.sh runs it): each
+# call is the left side of a || so that set -e stays off inside it.
+services_stop_orphans || true
+trap 'services_stop_started || true' EXIT
 trap 'echo "bench: interrupted" >&2; exit 130' INT
 trap 'echo "bench: terminated" >&2; exit 143' TERM HUP
 
@@ -59,11 +61,11 @@ pg_stat_statements.track = all
 pg_stat_statements.track_utility = on
 pg_stat_statements.max = 10000
 checkpoint_timeout = '30min'"
-    services_start_pg
+    services_start_pg || { echo "bench: could not start PostgreSQL" >&2; exit 1; }
     export TURNKIT_BENCH_DATABASE_URL=$TURNKIT_TEST_DATABASE_URL
 fi
 if want throughput; then
-    services_start_redis
+    services_start_redis || { echo "bench: could not start Redis" >&2; exit 1; }
     export TURNKIT_BENCH_REDIS_URL=$TURNKIT_TEST_REDIS_URL
 fi
 unset TURNKIT_TEST_DATABASE_URL TURNKIT_TEST_REDIS_URL DJANGO_SETTINGS_MODULE
