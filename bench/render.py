@@ -46,7 +46,7 @@ def steps(data: dict[str, Any]) -> str:
                 f"{background['transactions']} transactions. One inline turn: {split_['model']} "
                 f"statements per model step, {split_['tool']} per tool call, "
                 f"{split_['setup']} to create and claim it; {split_['setup_commits']} + "
-                f"{split_['step_commits']} commits."]
+                f"{split_['step_commits']} transactions (explicit or autocommit)."]
     return "\n".join(out)
 
 

@@ -99,10 +99,14 @@ def split() -> dict[str, Any]:
     """One inline turn split into its steps (client side, BEGIN/COMMIT not counted)."""
     cost: TurnCost = measure(inline_turn)
     setup = cost.of("setup")[0]
+
+    def transactions(span: Any) -> int:  # a statement in autocommit is a transaction too
+        return ClientCost(span.sql).transactions
+
     return {"model": spread([len(s.statements) for s in cost.of("model")]),
             "tool": spread([len(s.statements) for s in cost.of("tool")]),
-            "setup": len(setup.statements), "setup_commits": setup.commits,
-            "step_commits": sum(s.commits for s in cost.spans if s.kind != "setup")}
+            "setup": len(setup.statements), "setup_commits": transactions(setup),
+            "step_commits": sum(transactions(s) for s in cost.spans if s.kind != "setup")}
 
 
 def server_side(observer: pgstats.Observer, database: str, url: str, prefix: str,
