@@ -15,7 +15,7 @@ from .costs import CostBreakdown, TurnCost, cost_breakdown
 from .deliveries import deliver, send_message, wake
 from .recovery import ReconcileReport, drain, reconcile, release_waiting
 from .retention import prune
-from .turns import dispatch, dispatch_next_in_lane, new_conversation, new_turn, run_turn, submit
+from .turns import dispatch, maintain_when_due, new_conversation, new_turn, run_turn, submit
 from .waits import add_wait, join_for_inline
 
 __all__ = [
@@ -30,9 +30,9 @@ __all__ = [
     "cost_breakdown",
     "deliver",
     "dispatch",
-    "dispatch_next_in_lane",
     "drain",
     "join_for_inline",
+    "maintain_when_due",
     "new_conversation",
     "new_turn",
     "prune",
