@@ -3,13 +3,15 @@
 #
 #   make test              lint + docs + unit, integration/concurrency, browser and e2e tiers on
 #                          Django 5.2 / Python 3.11 (.venv), then unit and integration/concurrency
-#                          again on Django 6.1 / Python 3.12 (.venv-django61)
+#                          again on Django 6.1 / Python 3.12 (.venv-django61); not the soak
 #   make test-unit         unit tier only (SQLite in memory)
 #   make test-integration  integration + concurrency tiers (throwaway PostgreSQL)
 #   make test-browser      the admin in headless Chromium (throwaway PostgreSQL; screenshots in
 #                          build/screenshots/, and docs/img/ with TURNKIT_DOCS_SCREENSHOTS=1)
 #   make test-e2e          e2e tier (throwaway PostgreSQL + Redis)
 #   make test-django61     unit + integration/concurrency tiers on Django 6.1 / Python 3.12
+#   make soak              the nemesis soak for SOAK_SECONDS (default 600; SOAK_SEED replays
+#                          a run): faults, a mixed workload, then every invariant (tests/soak)
 #   make test PYTEST_ARGS='-x -k claim'   extra pytest arguments, passed to every tier
 #   make bench             per step against the floor (PostgreSQL and SQLite), growth of one
 #                          conversation, throughput on Celery workers (throwaway PostgreSQL +
@@ -27,6 +29,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS := test,dev,docs,anthropic,celery,redis,postgres
 PYTEST_ARGS ?=
+SOAK_SECONDS ?= 600
 
 # The install is redone when the content of pyproject.toml changes or .venv is missing.
 VENV_STAMP := build/venv-$(shell sha256sum pyproject.toml | cut -c1-16).stamp
@@ -47,7 +50,7 @@ export PIP_NO_INPUT := 1
 export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: help venv venv-peers venv-django61 test test-unit test-integration test-browser \
-	test-e2e test-django61 lint docs demo bench bench-peers clean distclean FORCE
+	test-e2e test-django61 soak lint docs demo bench bench-peers clean distclean FORCE
 
 help:
 	@sed -n '1,/^$$/s/^# \{0,1\}//p' Makefile
@@ -108,6 +111,9 @@ test-e2e: venv
 
 test-django61: venv venv-django61
 	bash scripts/run-tests.sh unit-django61 integration-django61 -- $(PYTEST_ARGS)
+
+soak: venv
+	SOAK_SECONDS=$(SOAK_SECONDS) bash scripts/run-tests.sh soak -- $(PYTEST_ARGS)
 
 bench: venv
 	bash scripts/bench.sh

@@ -8,4 +8,5 @@ urlpatterns = [
     path("agents/inline/", views.run_inline),
     path("agents/inline-non-atomic/", views.run_inline_outside_the_request_transaction),
     path("agents/submit/", views.submit),
+    path("media/<path:path>", views.media),
 ]

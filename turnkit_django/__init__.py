@@ -19,6 +19,7 @@ from .exceptions import (
     InputError,
     InvalidTransition,
     LostClaim,
+    MediaError,
     ModelAccessError,
     ModelError,
     ToolError,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from .handles import TurnHandle as Turn
     from .services import drain, reconcile
     from .tools.base import Tool, ToolContext, tool
+    from .tools.media import ImageTool, ViewMediaTool
 
 __version__ = "0.1.0.dev0"
 
@@ -45,6 +47,8 @@ _LAZY = {
     "Tool": ("tools.base", "Tool"),
     "ToolContext": ("tools.base", "ToolContext"),
     "tool": ("tools.base", "tool"),
+    "ImageTool": ("tools.media", "ImageTool"),
+    "ViewMediaTool": ("tools.media", "ViewMediaTool"),
     "register": ("agents", "register"),
     "Run": ("handles", "Run"),
     "Turn": ("handles", "TurnHandle"),
@@ -88,9 +92,11 @@ __all__ = [
     "DeliveryConflict",
     "Evaluation",
     "EvaluationError",
+    "ImageTool",
     "InputError",
     "InvalidTransition",
     "LostClaim",
+    "MediaError",
     "ModelAccessError",
     "ModelError",
     "Prompt",
@@ -104,6 +110,7 @@ __all__ = [
     "ToolError",
     "Turn",
     "TurnkitError",
+    "ViewMediaTool",
     "Violation",
     "WaitError",
     "YesNo",
