@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('turnkit', '0007_step_guard'),
+        ('turnkit', '0008_write_path_indexes'),
     ]
 
     operations = [
