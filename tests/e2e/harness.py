@@ -182,7 +182,7 @@ class Cluster:
         })
         return env
 
-    def start(self, count: int = 2, *, pool: str = "prefork", timeout: float = 45,
+    def start(self, count: int = 2, *, pool: str = "prefork", timeout: float = 120,
               env: dict[str, str] | None = None,
               app: str = "tests.celery_app") -> list[Worker]:
         """Start ``count`` workers of the Celery module ``app``; wait until each is consuming
