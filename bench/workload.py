@@ -40,14 +40,19 @@ def _tool_results_this_turn(request: ModelRequest) -> int:
     return done
 
 
+#: The usage the instant model reports, as a provider does (without it the fake model estimates
+#: usage from the whole request, a cost of the fake, not of turnkit-django).
+USAGE = {"input_tokens": 100, "output_tokens": 10}
+
+
 def _answer(calls: int, *, reuse_ids: bool = False) -> Any:
     def respond(request: ModelRequest) -> Any:
         if request.metadata.get("purpose") == "compaction":
-            return reply("The user asked questions; the probe answered each one.")
+            return reply("The user asked questions; the probe answered each one.", usage=USAGE)
         done = _tool_results_this_turn(request)
         if done < calls:
-            return call("probe", id=f"call_{done}" if reuse_ids else None, n=done)
-        return reply("done")
+            return call("probe", id=f"call_{done}" if reuse_ids else None, usage=USAGE, n=done)
+        return reply("done", usage=USAGE)
 
     return respond
 
