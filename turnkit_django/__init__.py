@@ -17,7 +17,9 @@ from .exceptions import (
     DeliveryConflict,
     EvaluationError,
     InputError,
+    ApprovalError,
     InvalidTransition,
+    KeyConflict,
     LostClaim,
     ModelAccessError,
     ModelError,
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from .handles import Agent, Run, load_conversation, load_run, load_turn
     from .handles import ConversationHandle as Conversation
     from .handles import TurnHandle as Turn
-    from .services import drain, reconcile
+    from .services import drain, pending_approvals, reconcile
     from .tools.base import Tool, ToolContext, tool
 
 __version__ = "0.1.0.dev0"
@@ -54,6 +56,7 @@ _LAZY = {
     "load_conversation": ("handles", "load_conversation"),
     "reconcile": ("services", "reconcile"),
     "drain": ("services", "drain"),
+    "pending_approvals": ("services", "pending_approvals"),
     "Skill": ("agents", "Skill"),
     "Violation": ("agents", "Violation"),
     "Audit": ("agents", "Audit"),
@@ -77,6 +80,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Agent",
+    "ApprovalError",
     "AtomicBlockError",
     "Audit",
     "AuthorizationError",
@@ -90,6 +94,7 @@ __all__ = [
     "EvaluationError",
     "InputError",
     "InvalidTransition",
+    "KeyConflict",
     "LostClaim",
     "ModelAccessError",
     "ModelError",
@@ -112,6 +117,7 @@ __all__ = [
     "load_conversation",
     "load_run",
     "load_turn",
+    "pending_approvals",
     "reconcile",
     "register",
     "tool",

@@ -9,10 +9,12 @@
 
 from __future__ import annotations
 
+from .approvals import expire_approvals, pending_approvals
 from .cancellation import CancelReport, cancel, cancel_sweep
 from .compaction import compact_conversation
 from .costs import CostBreakdown, TurnCost, cost_breakdown
 from .deliveries import deliver, send_message, wake
+from .inputs import InputStatus, input_status, keyed_input, post, taker
 from .recovery import ReconcileReport, drain, reconcile, release_waiting
 from .retention import prune
 from .turns import dispatch, dispatch_next_in_lane, new_conversation, new_turn, run_turn, submit
@@ -20,6 +22,13 @@ from .waits import add_wait, join_for_inline
 
 __all__ = [
     "CancelReport",
+    "InputStatus",
+    "expire_approvals",
+    "input_status",
+    "keyed_input",
+    "pending_approvals",
+    "post",
+    "taker",
     "CostBreakdown",
     "ReconcileReport",
     "TurnCost",

@@ -126,6 +126,7 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
 def create_claimed(spec: NewTurn, conversation: Conversation, parts: Sequence[Part],
                    worker: str, *, prepare: Prepare | None = None,
                    message_metadata: dict[str, Any] | None = None,
+                   message_key: str | None = None,
                    ) -> tuple[Claim, Turn, Ledger, Message | None]:
     """Create a root turn already claimed by ``worker``: an inline run.
 
@@ -139,7 +140,8 @@ def create_claimed(spec: NewTurn, conversation: Conversation, parts: Sequence[Pa
     message = None
     if parts:
         message = build_messages(conversation.pk, [NewMessage("user", parts,
-                                                              metadata=message_metadata)])[0]
+                                                              metadata=message_metadata,
+                                                              key=message_key)])[0]
     turn = build_turn(spec, conversation, 0)  # its input sequence is allocated below
     raw = (turn.options or {}).get("limits")
     limits = None if raw is None else Limits.from_json(raw)

@@ -36,7 +36,7 @@ from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from ..models import Conversation, Lease, Message, ToolExecution, Turn
+from ..models import Conversation, Event, Lease, Message, ToolExecution, Turn
 from ..states import TRANSITIONS, TurnStatus
 from .locks import Ledger, LedgerDelta
 
@@ -67,6 +67,8 @@ class StepWrites:
     messages: list[Message] = field(default_factory=list)
     created: list[ToolExecution] = field(default_factory=list)
     moves: list[Move] = field(default_factory=list)
+    #: Durable events of the step (see :mod:`.events`).
+    events: list[Event] = field(default_factory=list)
     #: Whether the conversation's ``updated_at`` moves (a turn's terminal write).
     touch: bool = False
 
@@ -268,7 +270,8 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int, know
         own["fence"] = fence  # a no-op assignment: the guard still locks and checks the row
     assignments = _assign(Turn, own, params, db)
     params += [turn_id, fence, TurnStatus.RUNNING]
-    where = "id = %s AND fence = %s AND status = %s"
+    # A pending control (pause, steer) refuses the fast path: the worker sees it under the lock.
+    where = "id = %s AND fence = %s AND status = %s AND NOT controls_pending"
     if turn_id == root_id:
         where += " AND " + _ledger_guard(known, params, db)
     ctes.append(f"t AS (UPDATE {turn_table} SET {assignments} WHERE {where}{guard_source} "
@@ -288,6 +291,12 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int, know
         sequence = f"s.last_sequence - {count - 1 - index}"
         ctes.append(_insert(f"m{index}", message, params, source="s",
                             computed={"sequence": (sequence, [])}))
+    if writes.events:
+        # Ids drawn here, under the tree lock the statement holds: the tree's cursor order.
+        next_id = "nextval(pg_get_serial_sequence(%s, 'id'))"
+        for index, event in enumerate(writes.events):
+            ctes.append(_insert(f"e{index}", event, params, source="t",
+                                computed={"id": (next_id, [Event._meta.db_table])}))
     for index, move in enumerate(writes.moves):
         assignments = _assign(ToolExecution, move.fields, params, db)
         placeholders = ", ".join(["%s"] * len(move.expected))
@@ -326,7 +335,7 @@ def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Le
     first = 0 if last is None else int(last) - len(writes.messages) + 1
     for index, message in enumerate(writes.messages):
         message.sequence = first + index
-    for obj in (*writes.messages, *writes.created):
+    for obj in (*writes.messages, *writes.created, *writes.events):
         obj._state.adding = False
         obj._state.db = db.alias
     return True
