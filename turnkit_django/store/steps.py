@@ -226,6 +226,22 @@ def _insert(name: str, obj: Model, params: list[Any], *, source: str,
             f"jsonb_populate_record(NULL::{table}, {value}) AS r)")
 
 
+def _insert_events(events: list[Event], params: list[Any]) -> str:
+    """One CTE inserting the step's events in order, their ids drawn from the sequence row by
+    row, under the tree lock the statement holds (the tree's cursor order)."""
+    records = []
+    for event in events:
+        event.created_at = event.created_at or timezone.now()
+        records.append({c.column: c.to_json(getattr(event, c.attname))
+                        for c in _columns(Event) if c.name != "id"})
+    params += [json.dumps(records, separators=(",", ":")), Event._meta.db_table]
+    table = _table(Event)
+    return (f"e AS (INSERT INTO {table} SELECT r.* FROM t, jsonb_array_elements(%s::jsonb) "
+            f"WITH ORDINALITY AS x(value, n), jsonb_populate_record(NULL::{table}, x.value || "
+            "jsonb_build_object('id', nextval(pg_get_serial_sequence(%s, 'id')))) AS r "
+            "ORDER BY x.n)")
+
+
 def _ledger_guard(known: Ledger, params: list[Any], db: BaseDatabaseWrapper) -> str:
     """The root row still holds the ledger the step was decided against."""
     counts = _field(Turn, "tree_tool_counts").get_db_prep_save(known.tool_counts, db)
@@ -292,11 +308,7 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int, know
         ctes.append(_insert(f"m{index}", message, params, source="s",
                             computed={"sequence": (sequence, [])}))
     if writes.events:
-        # Ids drawn here, under the tree lock the statement holds: the tree's cursor order.
-        next_id = "nextval(pg_get_serial_sequence(%s, 'id'))"
-        for index, event in enumerate(writes.events):
-            ctes.append(_insert(f"e{index}", event, params, source="t",
-                                computed={"id": (next_id, [Event._meta.db_table])}))
+        ctes.append(_insert_events(writes.events, params))
     for index, move in enumerate(writes.moves):
         assignments = _assign(ToolExecution, move.fields, params, db)
         placeholders = ", ".join(["%s"] * len(move.expected))
