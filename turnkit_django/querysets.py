@@ -163,7 +163,8 @@ class ToolExecutionQuerySet(models.QuerySet):
 
     def approval_expired(self, now: str) -> ToolExecutionQuerySet:
         """Parked calls whose request expired before ``now`` (a stamp, as stored)."""
-        return self.awaiting_approval().filter(approval__expires_at__lt=now)
+        return self.awaiting_approval().filter(approval__has_key="expires_at",
+                                               approval__expires_at__lt=now)
 
 
 class WaitQuerySet(models.QuerySet):

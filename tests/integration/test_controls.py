@@ -344,3 +344,10 @@ def test_events_are_durable_in_order_and_read_after_a_cursor(registered):
     assert "message.created" in later
     ids = list(run.events().values_list("id", flat=True))
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
+
+
+def test_an_approval_without_a_timeout_never_expires(registered):
+    run = refund_agent(registered, "patient").run("refund")
+    services.drain()
+    execution = ToolExecution.objects.get(turn_id=run.id)
+    assert execution.approval["state"] == "requested" and "expires_at" not in execution.approval

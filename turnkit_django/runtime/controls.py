@@ -183,7 +183,9 @@ def _park(ctx: TurnContext, tool: Tool | None, call: ToolCallPart,
     with ctx.fenced.atomic() as ledger:
         expires = None if timeout is None else stamp(ledger.now + timedelta(seconds=timeout))
         approval = {"state": "requested", "requested_at": stamp(ledger.now),
-                    "expires_at": expires, "arguments": call.arguments}
+                    "arguments": call.arguments}
+        if expires is not None:  # absent, not null: a JSON null sorts before every stamp
+            approval["expires_at"] = expires
         controls = dict(Turn.objects.filter(pk=ctx.row.pk).values_list("controls", flat=True)
                         .get() or {})
         controls.update(paused_at=stamp(ledger.now), paused_from="running")
