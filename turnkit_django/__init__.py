@@ -9,6 +9,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import (
+    ApprovalError,
     AtomicBlockError,
     AuthorizationError,
     BudgetExceeded,
@@ -17,7 +18,6 @@ from .exceptions import (
     DeliveryConflict,
     EvaluationError,
     InputError,
-    ApprovalError,
     InvalidTransition,
     KeyConflict,
     LostClaim,

@@ -224,7 +224,7 @@ class Message(models.Model):
     # The fence of the turn's claim that wrote this message (null for application writes).
     fence = models.PositiveBigIntegerField(null=True, blank=True)
     # The application's idempotency key of an input (``ask(key=...)``), unique per conversation.
-    key = models.CharField(max_length=255, null=True, blank=True)
+    key = models.CharField(max_length=255, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = MessageQuerySet.as_manager()
@@ -236,8 +236,7 @@ class Message(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["conversation", "sequence"],
                                     name="turnkit_message_sequence_unique"),
-            models.UniqueConstraint(fields=["conversation", "key"],
-                                    condition=Q(key__isnull=False),
+            models.UniqueConstraint(fields=["conversation", "key"], condition=~Q(key=""),
                                     name="turnkit_message_key_unique"),
         ]
 

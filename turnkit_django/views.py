@@ -86,7 +86,7 @@ class EventStream(View):
         return principal_of(request)
 
     async def get(self, request: HttpRequest, run_id: str) -> StreamingHttpResponse:
-        user = await request.auser()  # type: ignore[attr-defined]
+        user = await request.auser()
         request.user = user
         principal = self.principal(request)
         await sync_to_async(_allowed)(request, run_id, principal)

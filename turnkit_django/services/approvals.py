@@ -70,7 +70,8 @@ def _validated(execution: ToolExecution, arguments: Any) -> dict[str, Any]:
     except ValidationError as exc:
         raise InputError(
             f"the edited arguments for {execution.tool_name!r} are invalid; fix them and "
-            "approve again", errors=exc.errors(include_url=False, include_input=False),
+            "approve again",
+            errors=[dict(e) for e in exc.errors(include_url=False, include_input=False)],
         ) from exc
     return arguments
 

@@ -209,7 +209,8 @@ def release_waiting(batch: int) -> list[str]:
 
 
 def drain() -> list[str]:
-    """One bounded maintenance pass: deny expired approvals, release waiters, re-ring turns that lost their doorbell.
+    """One bounded maintenance pass: deny expired approvals, release waiters, re-ring turns
+    that lost their doorbell.
 
     Reads only active rows (the partial actionable index), at most MAINTENANCE_BATCH_SIZE of
     them per query, oldest-touched first, and touches what it handled so the next pass rotates.

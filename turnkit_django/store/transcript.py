@@ -75,7 +75,7 @@ def build_messages(conversation_id: str, messages: Sequence[NewMessage]) -> list
             tool_execution_id=m.tool_execution_id,
             metadata=m.metadata or {},
             fence=m.fence,
-            key=m.key,
+            key=m.key or "",
         )
         for m in messages
     ]
