@@ -42,7 +42,7 @@ def test_an_approved_refund_runs_once_though_its_worker_is_killed_after_the_appr
     assert row.status == TurnStatus.COMPLETED, row.error
     assert row.output_text == "refunded"
     assert len(cluster.ledger("effect", turn=turn_id, tool="approved_refund")) == 1
-    assert_scenario_invariants()
+    assert_scenario_invariants(cluster)
 
 
 @pytest.mark.timeout(120)
@@ -66,7 +66,7 @@ def test_a_pause_at_a_step_boundary_resumes_the_same_turn_on_another_worker(
     assert [e["label"] for e in cluster.ledger("effect", turn=turn_id)] == ["p1", "p2"]
     workers = [e["worker"] for e in cluster.ledger("effect", turn=turn_id)]
     assert workers[0] == blocked["worker"] and workers[1] != blocked["worker"]
-    assert_scenario_invariants()
+    assert_scenario_invariants(cluster)
 
 
 @pytest.mark.timeout(120)
@@ -89,7 +89,7 @@ def test_steering_a_background_turn_supersedes_the_proposed_call(cluster: Cluste
     assert final is not None and guidance.sequence < final.sequence  # the model saw it
     assert Turn.objects.get(pk=turn_id).controls["steers"][0]["id"] == receipt["id"]
     assert ToolExecution.objects.get(turn_id=turn_id, arguments__label="s2").status == "cancelled"
-    assert_scenario_invariants()
+    assert_scenario_invariants(cluster)
 
 
 @pytest.mark.timeout(120)
@@ -109,4 +109,4 @@ def test_post_and_ask_with_a_key_retried_five_times_append_one_message_each(
     users = Message.objects.filter(conversation_id=conv.id, role="user")
     assert users.count() == 2
     assert conv.input_status("req-1").turn_id == turns.pop()
-    assert_scenario_invariants()
+    assert_scenario_invariants(cluster)

@@ -25,9 +25,10 @@ from django.utils import timezone
 from ..exceptions import LostClaim
 from ..limits import Limits
 from ..messages import Part
-from ..models import Conversation, Lease, Message, Turn
+from ..models import Conversation, Event, Lease, Message, Turn
 from ..states import TurnStatus
 from . import steps
+from .events import message_events
 from .locks import Ledger, LedgerDelta, database_now, lock_tree
 from .state import TurnState
 from .transcript import NewMessage, build_messages, insert_rows
@@ -160,8 +161,10 @@ def create_claimed(spec: NewTurn, conversation: Conversation, parts: Sequence[Pa
     turn.tree_iterations, turn.tree_tool_executions = delta.iterations, delta.tool_executions
     turn.tree_tool_counts, turn.tree_spend = dict(delta.tool_counts or {}), delta.spend
     lease = Lease(turn_id=turn.pk, fence=1, worker=worker, heartbeat_at=start)
+    events = [] if message is None else message_events(turn.pk, turn.pk, [message])
     if connection.vendor == "postgresql":
-        now, sequence = steps.insert_claimed(conversation, message, turn, lease, lifetime)
+        now, sequence = steps.insert_claimed(conversation, message, turn, lease, lifetime,
+                                             events)
     else:
         with transaction.atomic():
             if conversation._state.adding:
@@ -177,6 +180,7 @@ def create_claimed(spec: NewTurn, conversation: Conversation, parts: Sequence[Pa
             turn.save(force_insert=True)
             lease.heartbeat_at = now
             lease.save(force_insert=True)
+            Event.objects.bulk_create(events)
     if message is not None:
         message.sequence = sequence
     turn.context_sequence, turn.started_at, turn.updated_at = sequence, now, now

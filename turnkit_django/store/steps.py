@@ -226,7 +226,7 @@ def _insert(name: str, obj: Model, params: list[Any], *, source: str,
             f"jsonb_populate_record(NULL::{table}, {value}) AS r)")
 
 
-def _insert_events(events: list[Event], params: list[Any]) -> str:
+def _insert_events(events: list[Event], params: list[Any], source: str = "t") -> str:
     """One CTE inserting the step's events in order, their ids drawn from the sequence row by
     row, under the tree lock the statement holds (the tree's cursor order)."""
     records = []
@@ -236,7 +236,8 @@ def _insert_events(events: list[Event], params: list[Any]) -> str:
                         for c in _columns(Event) if c.name != "id"})
     params += [json.dumps(records, separators=(",", ":")), Event._meta.db_table]
     table = _table(Event)
-    return (f"e AS (INSERT INTO {table} SELECT r.* FROM t, jsonb_array_elements(%s::jsonb) "
+    return (f"e AS (INSERT INTO {table} SELECT r.* FROM {source}, "
+            "jsonb_array_elements(%s::jsonb) "
             f"WITH ORDINALITY AS x(value, n), jsonb_populate_record(NULL::{table}, x.value || "
             "jsonb_build_object('id', nextval(pg_get_serial_sequence(%s, 'id')))) AS r "
             "ORDER BY x.n)")
@@ -354,7 +355,8 @@ def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Le
 
 
 def insert_claimed(conversation: Conversation, message: Message | None, turn: Turn,
-                   lease: Lease, lifetime: timedelta | None) -> tuple[datetime, int]:
+                   lease: Lease, lifetime: timedelta | None,
+                   events: list[Event] | None = None) -> tuple[datetime, int]:
     """Insert a turn already claimed (with its conversation when new, its input, its lease)
     as one statement; return the database's clock and the turn's input sequence.
 
@@ -386,6 +388,8 @@ def insert_claimed(conversation: Conversation, message: Message | None, turn: Tu
                     "statement_timestamp() + %s::interval", [lifetime])}
     ctes.append(_insert("t", turn, params, source="s", computed=computed))
     ctes.append(_insert("l", lease, params, source="s", computed={"heartbeat_at": now}))
+    if events:  # the input's event: the new tree's first
+        ctes.append(_insert_events(events, params, source="s"))
     with _cursor(db) as cursor:
         cursor.execute(f"WITH {', '.join(ctes)} SELECT statement_timestamp(), "
                        "(SELECT last_sequence FROM s)", params)
