@@ -45,17 +45,14 @@ class TurnControls:
                 arguments: dict[str, Any] | None = None) -> ToolExecution:
         """Let the parked tool call ``call_id`` run (with ``arguments``, re-validated, if
         given); an inline turn continues now. Approving twice is a no-op."""
-        decision = approvals.decide(self.row.root_turn_id, call_id, "approved",
-                                    principal=principal, arguments=arguments)
-        if decision.execute_inline:
-            self._continue_inline(decision.execution.turn_id)
-        reload(self.row)
-        return decision.execution
+        return self._decide(call_id, "approved", principal=principal, arguments=arguments)
 
     def deny(self, call_id: str, *, reason: str = "", principal: Any = None) -> ToolExecution:
         """Refuse the parked tool call ``call_id``: the model reads the denial as its result."""
-        decision = approvals.decide(self.row.root_turn_id, call_id, "denied",
-                                    principal=principal, reason=reason)
+        return self._decide(call_id, "denied", principal=principal, reason=reason)
+
+    def _decide(self, call_id: str, state: str, **options: Any) -> ToolExecution:
+        decision = approvals.decide(self.row.root_turn_id, call_id, state, **options)
         if decision.execute_inline:
             self._continue_inline(decision.execution.turn_id)
         reload(self.row)

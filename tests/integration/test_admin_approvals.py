@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
 from tests.dispatch import recorded
+from tests.integration.test_admin_cancel import staff
 from tests.integration.test_controls import refund_agent, refunds
 from turnkit_django import services
 from turnkit_django.models import ToolExecution, Turn
@@ -22,15 +22,6 @@ from turnkit_django.models import ToolExecution, Turn
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background")]
 
 CHANGELIST = "admin:turnkit_toolexecution_changelist"
-
-
-def staff(*codenames: str) -> Client:
-    user = User.objects.create_user("operator", password="pw", is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(content_type__app_label="turnkit",
-                                                        codename__in=codenames))
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def act(client: Client, action: str, *executions: ToolExecution) -> Any:
