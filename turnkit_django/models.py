@@ -31,12 +31,22 @@ from .querysets import (
 from .states import ToolStatus, TurnStatus
 
 
+def _where_set(prefix: str, *fields: str) -> list[models.Index]:
+    """Indexes on nullable foreign keys that cover only the rows where the key is set."""
+    short = {"tool_execution": "tex", "conversation": "conv"}
+    return [models.Index(fields=[field], condition=Q(**{f"{field}__isnull": False}),
+                         name="_".join(["turnkit", prefix,
+                                        *(short.get(w, w) for w in field.split("_", 1))]))
+            for field in fields]
+
+
 class Conversation(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=partial(new_id, "conv"),
                           editable=False)
     agent_name = models.CharField(max_length=200)
     model = models.CharField(max_length=200, blank=True, default="")
-    subject_type = models.ForeignKey(ContentType, null=True, blank=True, on_delete=models.SET_NULL)
+    subject_type = models.ForeignKey(ContentType, null=True, blank=True, on_delete=models.SET_NULL,
+                                     db_index=False)
     subject_id = models.CharField(max_length=255, blank=True, default="")
     subject = GenericForeignKey("subject_type", "subject_id")
     subject_prompt = models.TextField(blank=True, default="")
@@ -44,13 +54,15 @@ class Conversation(models.Model):
     context = models.JSONField(default=dict, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     parent_conversation = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="child_conversations"
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="child_conversations",
+        db_index=False,
     )
     parent_turn = models.ForeignKey(
-        "Turn", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+        "Turn", null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_index=False
     )
     parent_tool_execution = models.ForeignKey(
-        "ToolExecution", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+        "ToolExecution", null=True, blank=True, on_delete=models.CASCADE, related_name="+",
+        db_index=False,
     )
     # Highest allocated message sequence; incremented under the conversation's row lock.
     last_sequence = models.PositiveBigIntegerField(default=0)
@@ -67,6 +79,10 @@ class Conversation(models.Model):
             models.Index(fields=["agent_name", "created_at"], name="turnkit_conv_agent"),
             models.Index(fields=["updated_at"], name="turnkit_conv_idle",
                          condition=Q(parent_conversation__isnull=True)),
+            # Foreign keys that are null on most rows are indexed where set only (deletes and
+            # the tree's reads look them up by value, which implies "not null").
+            *_where_set("conv", "parent_conversation", "parent_turn", "parent_tool_execution",
+                        "subject_type"),
         ]
 
     def __str__(self) -> str:
@@ -76,14 +92,17 @@ class Conversation(models.Model):
 class Turn(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=partial(new_id, "turn"),
                           editable=False)
-    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="turns")
+    # Indexed by turnkit_turn_conv (conversation, created_at).
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="turns",
+                                     db_index=False)
     agent_name = models.CharField(max_length=200)
     parent_turn = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="child_turns"
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="child_turns",
+        db_index=False,
     )
     parent_tool_execution = models.ForeignKey(
         "ToolExecution", null=True, blank=True, on_delete=models.CASCADE,
-        related_name="child_turns",
+        related_name="child_turns", db_index=False,
     )
     root_turn = models.ForeignKey(
         "self", on_delete=models.CASCADE, related_name="tree_turns", db_constraint=True
@@ -154,6 +173,7 @@ class Turn(models.Model):
                 condition=Q(submitted_at__isnull=True)
                 & Q(status__in=[TurnStatus.PENDING, TurnStatus.RUNNING]),
             ),
+            *_where_set("turn", "parent_turn", "parent_tool_execution"),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -209,8 +229,9 @@ class Lease(models.Model):
 class Message(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=partial(new_id, "msg"),
                           editable=False)
+    # Indexed by turnkit_message_sequence_unique (conversation, sequence).
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE,
-                                     related_name="messages")
+                                     related_name="messages", db_index=False)
     turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.CASCADE,
                              related_name="messages")
     sequence = models.PositiveBigIntegerField()
@@ -218,7 +239,8 @@ class Message(models.Model):
     kind = models.CharField(max_length=32, choices=MessageKind.choices, default=MessageKind.TEXT)
     content = models.JSONField(default=list)
     tool_execution = models.ForeignKey(
-        "ToolExecution", null=True, blank=True, on_delete=models.SET_NULL, related_name="messages"
+        "ToolExecution", null=True, blank=True, on_delete=models.SET_NULL, related_name="messages",
+        db_index=False,
     )
     metadata = models.JSONField(default=dict, blank=True)
     # The fence of the turn's claim that wrote this message (null for application writes).
@@ -239,6 +261,7 @@ class Message(models.Model):
             models.UniqueConstraint(fields=["conversation", "key"], condition=~Q(key=""),
                                     name="turnkit_message_key_unique"),
         ]
+        indexes = [*_where_set("msg", "tool_execution")]
 
     def __str__(self) -> str:
         return f"#{self.sequence} {self.role}/{self.kind}"
@@ -247,7 +270,9 @@ class Message(models.Model):
 class ToolExecution(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=partial(new_id, "tex"),
                           editable=False)
-    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="tool_executions")
+    # Indexed by turnkit_tool_call_unique (turn, tool_call_id).
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="tool_executions",
+                             db_index=False)
     tool_call_id = models.CharField(max_length=200)
     tool_name = models.CharField(max_length=200)
     status = models.CharField(max_length=16, choices=ToolStatus.choices,
@@ -292,7 +317,9 @@ class ToolExecution(models.Model):
 
 
 class Wait(models.Model):
-    waiter = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="waits")
+    # Indexed by turnkit_wait_edge_unique (waiter, target).
+    waiter = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="waits",
+                               db_index=False)
     target = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="waited_by")
     created_at = models.DateTimeField(auto_now_add=True)
 

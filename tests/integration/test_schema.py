@@ -1,0 +1,92 @@
+"""The write path's schema on PostgreSQL (issue 11): only indexes something reads, HOT updates.
+
+Migration 0008 says why each index exists; these tests keep the database to what it says, so a
+later migration that brings back an index nothing reads (Django's ``_like`` companions, a plain
+foreign-key index a composite one covers) or drops one the guarantees need fails here.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from turnkit_django import Agent, tool
+from turnkit_django.testing import FunctionClient, call, reply
+
+pytestmark = [pytest.mark.django_db(transaction=True),
+              pytest.mark.skipif("connection.vendor != 'postgresql'")]
+
+
+def indexes(table: str) -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", [table])
+        return dict(cursor.fetchall())
+
+
+def columns_indexed(table: str) -> list[str]:
+    """The column lists of ``table``'s indexes, as written in their definitions."""
+    return sorted(definition.split(" USING btree ", 1)[1] for definition in indexes(table).values())
+
+
+def test_no_index_serves_only_like_queries():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename LIKE 'turnkit%%'"
+                       " AND indexdef LIKE '%%pattern_ops%%'")
+        assert cursor.fetchall() == []
+
+
+def test_each_write_path_table_has_the_indexes_the_migration_names():
+    assert columns_indexed("turnkit_message") == [
+        "(conversation_id, sequence)", "(id)",
+        "(tool_execution_id) WHERE (tool_execution_id IS NOT NULL)", "(turn_id)"]
+    assert columns_indexed("turnkit_toolexecution") == ["(id)", "(turn_id, tool_call_id)"]
+    turn = indexes("turnkit_turn")
+    assert "turnkit_one_running_submitted_turn" in turn
+    assert "UNIQUE" in turn["turnkit_one_running_submitted_turn"]
+    root = [name for name in turn if name.startswith("turnkit_turn_root_turn_id")]
+    assert len(root) == 1
+    assert sorted(turn) == sorted([
+        "turnkit_turn_pkey", "turnkit_turn_conv", "turnkit_turn_running", "turnkit_turn_actionable",
+        "turnkit_turn_inline_running", "turnkit_turn_parent_turn", "turnkit_turn_parent_tex",
+        "turnkit_one_running_submitted_turn", *root])
+
+
+def test_the_turn_and_conversation_tables_leave_room_for_hot_updates():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname, reloptions FROM pg_class"
+                       " WHERE relname IN ('turnkit_turn', 'turnkit_conversation')")
+        assert dict(cursor.fetchall()) == {"turnkit_turn": ["fillfactor=70"],
+                                           "turnkit_conversation": ["fillfactor=70"]}
+
+
+@tool
+def probe(n: int) -> dict[str, int]:
+    """Return its input."""
+    return {"n": n}
+
+
+def test_a_steps_updates_of_the_turn_and_conversation_are_hot(registered):
+    def respond(request):  # type: ignore[no-untyped-def]
+        done = sum(1 for m in request.messages if m.role == "tool")
+        return call("probe", n=done) if done < 2 else reply("done")
+
+    agent = registered(Agent("hot", tools=[probe], client=FunctionClient(respond)))
+    agent.run("warm up")
+
+    def updates() -> dict[str, tuple[int, int]]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+            cursor.execute("SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+                           " WHERE relname IN ('turnkit_turn', 'turnkit_conversation')")
+            return {name: (total, hot) for name, total, hot in cursor.fetchall()}
+
+    before = updates()
+    for _ in range(5):
+        assert agent.run("go").status == "completed"
+    after = updates()
+    for table in ("turnkit_turn", "turnkit_conversation"):
+        total = after[table][0] - before[table][0]
+        hot = after[table][1] - before[table][1]
+        # Five steps update each row; only the terminal update touches an indexed column.
+        assert total == 25, (table, total)
+        assert hot >= 20, (table, hot, total)
