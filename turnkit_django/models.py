@@ -377,7 +377,9 @@ class Event(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    root_turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="+")
+    # Indexed by turnkit_event_tree (root_turn, id), which the cursor reads.
+    root_turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="+",
+                                  db_index=False)
     turn_id = models.CharField(max_length=40)
     conversation_id = models.CharField(max_length=40)
     type = models.CharField(max_length=64)
