@@ -27,7 +27,7 @@ from turnkit_django import (
     tool,
 )
 from turnkit_django.handles import Run
-from turnkit_django.models import Delivery, Message, ToolExecution, Turn
+from turnkit_django.models import Delivery, Event, Message, ToolExecution, Turn
 from turnkit_django.services import controls
 from turnkit_django.testing import FunctionClient, call, reply
 
@@ -351,3 +351,10 @@ def test_an_approval_without_a_timeout_never_expires(registered):
     services.drain()
     execution = ToolExecution.objects.get(turn_id=run.id)
     assert execution.approval["state"] == "requested" and "expires_at" not in execution.approval
+
+
+def test_events_go_with_their_run_when_it_is_pruned(registered):
+    run = registered(Agent("pruned", client=FunctionClient(lambda r: reply("x")))).run("go")
+    assert Event.objects.filter(root_turn_id=run.id).exists()
+    assert services.prune(before=timezone.now() + timedelta(days=1)) == 1
+    assert not Event.objects.filter(root_turn_id=run.id).exists()
