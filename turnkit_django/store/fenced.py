@@ -77,6 +77,7 @@ class Fenced:
         #: An application control (pause, steer) waits for this worker: the fast path refuses
         #: while it does, and :meth:`atomic` reads it under the lock.
         self.controls_pending = False
+        self._events: list[Event] = []  # written at the end of the atomic block
         if ledger is not None:
             self._remember(ledger, time.monotonic())
 
@@ -116,7 +117,13 @@ class Fenced:
             self.controls_pending = bool(pending)
             if fence != claim.fence or status != TurnStatus.RUNNING:
                 raise LostClaim(claim.turn_id, claim.fence)
-            yield ledger
+            outer, self._events = self._events, []
+            try:
+                yield ledger
+                if self._events:  # the block's events, in order, in one insert
+                    Event.objects.bulk_create(self._events)
+            finally:
+                self._events = outer
         self._remember(ledger, locked_at)
 
     def step(self, body: Callable[[Ledger], T], *, buffered: bool = True) -> T:
@@ -175,9 +182,8 @@ class Fenced:
             self._writes.messages.extend(rows)
             self._writes.events.extend(events)
             return rows
-        inserted = insert_rows(self.claim.conversation_id, rows, touch=False)
-        Event.objects.bulk_create(events)
-        return inserted
+        self._events.extend(events)
+        return insert_rows(self.claim.conversation_id, rows, touch=False)
 
     def event(self, type_: str, **payload: Any) -> None:
         """Write a durable event of this turn with the step."""
@@ -186,7 +192,7 @@ class Fenced:
         if self._writes is not None:
             self._writes.events.append(event)
         else:
-            event.save(force_insert=True)
+            self._events.append(event)
 
     def record(self, state: TurnState | None = None, *, charge: Charge | None = None,
              delta: LedgerDelta | None = None) -> None:
