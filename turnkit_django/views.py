@@ -30,7 +30,6 @@ from django.views import View
 
 from .authorization import is_allowed
 from .models import Event, Turn
-from .states import TERMINAL_TURN_STATUSES
 
 
 def principal_of(request: HttpRequest) -> Any:
@@ -60,7 +59,7 @@ def _allowed(request: HttpRequest, run_id: str, principal: Any) -> Turn:
 
 def _batch(run_id: str, after: int, size: int) -> tuple[list[Event], bool]:
     """Events after ``after`` and whether the run had finished before they were read."""
-    finished = Turn.objects.filter(pk=run_id, status__in=list(TERMINAL_TURN_STATUSES)).exists()
+    finished = Turn.objects.filter(pk=run_id).terminal().exists()
     rows = list(Event.objects.filter(root_turn_id=run_id, id__gt=after).order_by("id")[:size])
     return rows, finished
 
