@@ -3,16 +3,22 @@
 #
 #   make test              lint + docs + unit, integration/concurrency, browser and e2e tiers on
 #                          Django 5.2 / Python 3.11 (.venv), then unit and integration/concurrency
-#                          again on Django 6.1 / Python 3.12 (.venv-django61)
+#                          again on Django 6.1 / Python 3.12 (.venv-django61); not the soak
 #   make test-unit         unit tier only (SQLite in memory)
 #   make test-integration  integration + concurrency tiers (throwaway PostgreSQL)
 #   make test-browser      the admin in headless Chromium (throwaway PostgreSQL; screenshots in
 #                          build/screenshots/, and docs/img/ with TURNKIT_DOCS_SCREENSHOTS=1)
 #   make test-e2e          e2e tier (throwaway PostgreSQL + Redis)
 #   make test-django61     unit + integration/concurrency tiers on Django 6.1 / Python 3.12
+#   make soak              the nemesis soak for SOAK_SECONDS (default 600; SOAK_SEED replays
+#                          a run): faults, a mixed workload, then every invariant (tests/soak)
 #   make test PYTEST_ARGS='-x -k claim'   extra pytest arguments, passed to every tier
-#   make bench             per-step overhead against the floor (throwaway PostgreSQL)
-#   make lint | docs | demo | venv | venv-django61 | clean | distclean
+#   make bench             per step against the floor (PostgreSQL and SQLite), growth of one
+#                          conversation, throughput on Celery workers (throwaway PostgreSQL +
+#                          Redis); a markdown report at the end (bench/README.md)
+#   make bench-peers       LangGraph and DBOS side by side with the floor and turnkit-django
+#                          (installs them into .venv-peers, never into .venv)
+#   make lint | docs | demo | venv | venv-peers | venv-django61 | clean | distclean
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -23,9 +29,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS := test,dev,docs,anthropic,celery,redis,postgres
 PYTEST_ARGS ?=
+SOAK_SECONDS ?= 600
 
 # The install is redone when the content of pyproject.toml changes or .venv is missing.
 VENV_STAMP := build/venv-$(shell sha256sum pyproject.toml | cut -c1-16).stamp
+# The peers of `make bench-peers` live in a virtual environment of their own.
+PEERS_VENV := .venv-peers
+PEERS_STAMP := build/peers-$(shell sha256sum bench/peers-requirements.txt | cut -c1-16).stamp
 
 # The second supported stack: the newest Django, which needs Python >= 3.12 (found by
 # scripts/find-python.sh: PATH, then pyenv's versions; override with PYTHON312=...).
@@ -39,8 +49,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help venv venv-django61 test test-unit test-integration test-browser test-e2e \
-	test-django61 lint docs demo bench clean distclean FORCE
+.PHONY: help venv venv-peers venv-django61 test test-unit test-integration test-browser \
+	test-e2e test-django61 soak lint docs demo bench bench-peers clean distclean FORCE
 
 help:
 	@sed -n '1,/^$$/s/^# \{0,1\}//p' Makefile
@@ -54,6 +64,16 @@ $(VENV_STAMP): $(if $(wildcard $(BIN)/python),,FORCE)
 	fi
 	$(BIN)/python -m pip install --quiet --editable '.[$(EXTRAS)]'
 	@mkdir -p build && rm -f build/venv-*.stamp && touch $@
+
+venv-peers: $(PEERS_STAMP)
+
+$(PEERS_STAMP): $(if $(wildcard $(PEERS_VENV)/bin/python),,FORCE)
+	@if [ ! -x $(PEERS_VENV)/bin/python ]; then \
+		echo "creating $(PEERS_VENV) with $$(command -v $(PYTHON))"; \
+		$(PYTHON) -m venv $(PEERS_VENV) || { rm -rf $(PEERS_VENV); exit 1; }; \
+	fi
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r bench/peers-requirements.txt
+	@mkdir -p build && rm -f build/peers-*.stamp && touch $@
 
 venv-django61: $(VENV61_STAMP)
 
@@ -92,8 +112,14 @@ test-e2e: venv
 test-django61: venv venv-django61
 	bash scripts/run-tests.sh unit-django61 integration-django61 -- $(PYTEST_ARGS)
 
+soak: venv
+	SOAK_SECONDS=$(SOAK_SECONDS) bash scripts/run-tests.sh soak -- $(PYTEST_ARGS)
+
 bench: venv
 	bash scripts/bench.sh
+
+bench-peers: venv venv-peers
+	bash scripts/bench.sh peers
 
 demo: venv
 	$(BIN)/python example_project/demo.py
@@ -104,6 +130,6 @@ clean:
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) $(VENV61)
+	rm -rf $(VENV) $(VENV61) $(PEERS_VENV)
 
 FORCE:

@@ -6,6 +6,9 @@
    while the refund tool waits for the payment provider. ``manage.py turnkit_reconcile --loop``
    notices the expired lease, a fresh worker resumes the turn where it stopped, and the
    replay-safe refund runs again with the same idempotency key: the customer is paid once.
+3. Media: the "studio" agent (the painter specialist) makes a product picture behind the
+   application's gate, which allows one generation per credit; the second request is refused
+   and nothing is generated. The image is in the media storage, its reference in the transcript.
 
 Runs on the embedded default (SQLite and a file-system broker under example_project/var/demo/,
 recreated on every run); needs no server. Exits non-zero if the story does not happen as told.
@@ -280,6 +283,36 @@ def background_demo() -> None:
         raise DemoFailed(f"the background run ended {status!r} with {refunds} refunds")
 
 
+# --------------------------------------------------------------------------- 3. media
+
+
+def media_demo() -> None:
+    from django.conf import settings
+
+    from example_project.support.studio import CREDITS, studio
+    from turnkit_django.media import image_url
+    from turnkit_django.messages import ImagePart, load_parts
+    from turnkit_django.models import Message
+    from turnkit_django.transcript import show
+
+    heading("3. Media: the painter specialist behind the application's gate")
+    print(f"  gate      spend_credit(principal=...): {CREDITS['demo']} image credit for 'demo'")
+    task = "a ceramic teapot, the replacement for order 42"
+    first = studio.run(task, principal={"user": "demo"})
+    show(first)
+    second = studio.run("a walnut desk lamp", principal={"user": "demo"})
+    print(f"  again    {second.output_text}")
+    images = Message.objects.filter(kind="image", turn__agent_name="studio")
+    parts = [p for m in images for p in load_parts(m.content) if isinstance(p, ImagePart)]
+    for part in parts:
+        path = Path(settings.MEDIA_ROOT) / str(part.name)
+        print(f"  image    {part.id} ({path.stat().st_size} bytes, default storage), url "
+              f"{image_url(part)}\n           {path.relative_to(ROOT)}")
+    if first.status != "completed" or len(parts) != 1 or second.status != "completed":
+        raise DemoFailed(f"the studio made {len(parts)} images ({first.status}, "
+                         f"{second.status}): {first.error or second.error}")
+
+
 def verify() -> None:
     """Check every stored invariant with ``manage.py turnkit_verify``, when it is installed."""
     from django.core.management import call_command, get_commands
@@ -304,6 +337,7 @@ def main() -> int:
         prepare()
         inline_demo()
         background_demo()
+        media_demo()
         verify()
     except DemoFailed as exc:
         print(f"\ndemo failed: {exc}", file=sys.stderr)

@@ -111,6 +111,11 @@ else:
     DATABASES = {"default": _sqlite(VAR_DIR / "db.sqlite3")}
 
 
+# Uploads and the images the "studio" agent generates (through Django's storage API).
+MEDIA_ROOT = VAR_DIR / "media"
+MEDIA_URL = "/media/"
+
+
 # --------------------------------------------------------------------------- turnkit
 
 

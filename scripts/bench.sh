@@ -1,11 +1,95 @@
 #!/usr/bin/env bash
-# Run the benchmarks under bench/ against a throwaway PostgreSQL, stopped on exit.
+# Run the benchmarks under bench/ against throwaway servers, stopped on exit; print one markdown
+# report at the end (bench/report.py). Benchmarks measure; nothing is asserted.
+#
+# Usage: scripts/bench.sh [PART...]
+#   steps       per-step overhead on PostgreSQL: floor, inline, background (bench/step_overhead.py)
+#   sqlite      the same on a SQLite file (IMMEDIATE mode) with its own sqlite3 floor
+#   growth      ask 1..200 of one conversation, compaction off and on (bench/growth.py)
+#   throughput  300 turns on real Celery workers against a bare task (bench/throughput.py)
+#   peers       LangGraph, DBOS, turnkit-django and the floor side by side (bench/peers.py;
+#               needs .venv-peers: `make bench-peers`)
+# Default: steps sqlite growth throughput (what `make bench` runs).
+#
+# PostgreSQL is started with pg_stat_statements loaded and no timed checkpoint within a run (the
+# server-side blocks CHECKPOINT themselves) through TURNKIT_PG_EXTRA_CONF, read by
+# scripts/services.sh; Redis only for the throughput part. Results go to build/bench/*.json.
+# Knobs: BENCH_ROUNDS, BENCH_STATS_TURNS, BENCH_GROWTH_ASKS, BENCH_THROUGHPUT_TURNS,
+# BENCH_THROUGHPUT_ROUNDS (see bench/README.md).
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(steps sqlite growth throughput)
+for part in "${parts[@]}"; do
+    case $part in
+        steps | sqlite | growth | throughput | peers) ;;
+        *) echo "bench: unknown part '$part' (steps, sqlite, growth, throughput, peers)" >&2; exit 2 ;;
+    esac
+done
+want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
+
+PYTHON=$repo/.venv/bin/python
+PEERS_PYTHON=$repo/.venv-peers/bin/python
+[ -x "$PYTHON" ] || { echo "bench: $PYTHON not found; run 'make venv' first" >&2; exit 2; }
+if want peers && [ ! -x "$PEERS_PYTHON" ]; then
+    echo "bench: $PEERS_PYTHON not found; run 'make bench-peers'" >&2
+    exit 2
+fi
+
+out=$repo/build/bench
+mkdir -p "$out"
+export TURNKIT_BENCH_OUT=$out
+for part in "${parts[@]}"; do
+    rm -f "$out/$part.json" "$out/$part"-*.json
+done
+
 # shellcheck source=scripts/services.sh
 source scripts/services.sh
 export TURNKIT_SERVICES_OWNER=$$
-services_start_pg >/dev/null
-trap services_stop_started EXIT
-export TURNKIT_BENCH_DATABASE_URL=$TURNKIT_TEST_DATABASE_URL
-.venv/bin/python bench/step_overhead.py
+# services.sh is written for a shell without errexit (as scripts/run-tests.sh runs it): each
+# call is the left side of a || so that set -e stays off inside it.
+services_stop_orphans || true
+trap 'services_stop_started || true' EXIT
+trap 'echo "bench: interrupted" >&2; exit 130' INT
+trap 'echo "bench: terminated" >&2; exit 143' TERM HUP
+
+if want steps || want growth || want throughput || want peers; then
+    export TURNKIT_PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'
+pg_stat_statements.track = all
+pg_stat_statements.track_utility = on
+pg_stat_statements.max = 10000
+checkpoint_timeout = '30min'"
+    services_start_pg || { echo "bench: could not start PostgreSQL" >&2; exit 1; }
+    export TURNKIT_BENCH_DATABASE_URL=$TURNKIT_TEST_DATABASE_URL
+fi
+if want throughput; then
+    services_start_redis || { echo "bench: could not start Redis" >&2; exit 1; }
+    export TURNKIT_BENCH_REDIS_URL=$TURNKIT_TEST_REDIS_URL
+fi
+unset TURNKIT_TEST_DATABASE_URL TURNKIT_TEST_REDIS_URL DJANGO_SETTINGS_MODULE
+
+run() {  # TITLE CMD...
+    local title=$1
+    shift
+    echo
+    echo "==================== bench: $title ===================="
+    "$@"
+}
+
+want steps && run "per step, PostgreSQL" "$PYTHON" bench/step_overhead.py
+if want sqlite; then
+    rm -f "$out/bench.sqlite3"
+    run "per step, SQLite" env "TURNKIT_BENCH_DATABASE_URL=sqlite:///$out/bench.sqlite3" \
+        "$PYTHON" bench/step_overhead.py
+fi
+want growth && run "growth of one conversation" "$PYTHON" bench/growth.py
+want throughput && run "throughput on Celery workers" "$PYTHON" bench/throughput.py
+if want peers; then
+    run "peers" "$PEERS_PYTHON" bench/peers.py --turnkit-python "$PYTHON"
+fi
+
+echo
+echo "==================== bench: report (markdown) ===================="
+"$PYTHON" bench/report.py "${parts[@]}"

@@ -3,7 +3,7 @@
 #
 # Usage: scripts/run-tests.sh [TIER...] [-- PYTEST_ARGS...]
 #   TIER: all (default) | unit | integration (integration + concurrency) | browser | e2e
-#         | unit-django61 | integration-django61
+#         | unit-django61 | integration-django61 | soak
 #
 #   unit         pytest tests/unit                            SQLite in memory, no servers
 #   integration  pytest tests/integration tests/concurrency   + TURNKIT_TEST_DATABASE_URL
@@ -11,6 +11,10 @@
 #   e2e          pytest tests/e2e                             + TURNKIT_TEST_REDIS_URL
 #   *-django61   the same tier with .venv-django61 (Django 6.1 / Python 3.12)
 #   all          unit integration browser e2e unit-django61 integration-django61
+#   soak         pytest tests/soak                            the e2e servers, no coverage;
+#                                                             SOAK_SECONDS of faults (default
+#                                                             600), SOAK_SEED to replay one.
+#                                                             Never part of all: `make soak`
 #
 # The browser tier drives Debian's /usr/bin/chromium with Playwright (installed with apt-get
 # when missing, like the servers; never `playwright install`) under tests.browser.settings, and
@@ -35,10 +39,11 @@ while [ $# -gt 0 ]; do
     case $1 in
         --) shift; pytest_args=("$@"); break ;;
         all) tiers+=(unit integration browser e2e unit-django61 integration-django61) ;;
-        unit | integration | browser | e2e | unit-django61 | integration-django61) tiers+=("$1") ;;
+        unit | integration | browser | e2e | unit-django61 | integration-django61 | soak)
+            tiers+=("$1") ;;
         -h | --help) sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
         *) echo "run-tests: unknown tier '$1' (unit, integration, browser, e2e, unit-django61," \
-                "integration-django61, all)" >&2; exit 2 ;;
+                "integration-django61, soak, all)" >&2; exit 2 ;;
     esac
     shift
 done
@@ -64,13 +69,13 @@ trap 'services_stop_started' EXIT
 trap 'echo "run-tests: interrupted" >&2; exit 130' INT
 trap 'echo "run-tests: terminated" >&2; exit 143' TERM HUP
 
-if want integration || want browser || want e2e || want integration-django61; then
+if want integration || want browser || want e2e || want integration-django61 || want soak; then
     services_start_pg || { echo "run-tests: could not start PostgreSQL" >&2; exit 1; }
 fi
 if want browser; then
     services_ensure_chromium || { echo "run-tests: could not install Chromium" >&2; exit 1; }
 fi
-if want e2e; then
+if want e2e || want soak; then
     services_start_redis || { echo "run-tests: could not start Redis" >&2; exit 1; }
     services_ensure_faketime || { echo "run-tests: could not install libfaketime" >&2; exit 1; }
 fi
@@ -98,9 +103,10 @@ run_tier() {
     echo "    $("$python" -c 'import sys, django; print("Python %d.%d.%d" % sys.version_info[:3], "/ Django", django.__version__)')"
     [ ${#envs[@]} -gt 0 ] && printf '    %s\n' "${envs[@]}"
     start=$SECONDS
-    # Coverage is measured on the reference stack only (it doubles the time of a tier).
+    # Coverage is measured on the reference stack only (it doubles the time of a tier); not in
+    # the soak either: it covers nothing the other tiers do not, and would slow its workers.
     local -a cov=(--cov=turnkit_django --cov-report= --cov-append)
-    [[ $name == *-django61 ]] && cov=()
+    [[ $name == *-django61 || $name == soak ]] && cov=()
     env "${envs[@]}" "$python" -m pytest "$@" "${cov[@]}" "${pytest_args[@]}"
     rc=$?
     local took=$((SECONDS - start))s
@@ -144,7 +150,7 @@ finish() {  # RC
 }
 
 failed=""
-for tier in unit integration browser e2e unit-django61 integration-django61; do
+for tier in unit integration browser e2e unit-django61 integration-django61 soak; do
     want "$tier" || continue
     case $tier in
         unit)
@@ -170,6 +176,14 @@ for tier in unit integration browser e2e unit-django61 integration-django61; do
         integration-django61)
             run_tier integration-django61 no "$PYTHON61" "TURNKIT_TEST_DATABASE_URL=$db_url" \
                 -- tests/integration tests/concurrency || failed=$tier
+            ;;
+        soak)
+            # Its one line of figures joins the summary.
+            rm -f "$repo/build/soak-figures.txt"
+            run_tier soak no "$PYTHON" "TURNKIT_TEST_DATABASE_URL=$db_url" \
+                "TURNKIT_TEST_REDIS_URL=$redis_url" "SOAK_SECONDS=${SOAK_SECONDS:-600}" \
+                -- tests/soak || failed=$tier
+            [ -s "$repo/build/soak-figures.txt" ] && summary+=("         $(cat "$repo/build/soak-figures.txt")")
             ;;
     esac
     if [ -n "$failed" ]; then

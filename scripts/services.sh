@@ -24,6 +24,9 @@
 #   TURNKIT_REDIS_SERVER       redis-server binary used (for tests that restart Redis)
 #   TURNKIT_PG_STATE_DIR, TURNKIT_REDIS_STATE_DIR  state dirs, for `stop`
 #
+# Read at start: TURNKIT_PG_EXTRA_CONF, lines appended to the server's postgresql.conf (the
+# benchmarks load pg_stat_statements this way: scripts/bench.sh).
+#
 # PostgreSQL refuses to run as root: as root the server runs as the system user
 # $TURNKIT_PG_OS_USER (default turnkit-pg, created with useradd -r when missing). When that user
 # cannot reach build/ (a clone under /root or under a mktemp -d directory is mode 700), or the
@@ -194,6 +197,9 @@ max_connections = 200
 fsync = on
 log_line_prefix = '%m [%p] %d '
 EOF
+    if [ -n "${TURNKIT_PG_EXTRA_CONF:-}" ]; then
+        printf '%s\n' "$TURNKIT_PG_EXTRA_CONF" >>"$pgroot/data/postgresql.conf" || return 1
+    fi
 
     local -a as_pg
     mapfile -t as_pg < <(_svc_as_cmd "$osuser")

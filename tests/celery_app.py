@@ -13,7 +13,9 @@ right before its body (``PRERUN_HOLD``) and release them together.
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 from typing import Any
 
 from celery import Celery
@@ -43,6 +45,9 @@ app.conf.update(
     worker_cancel_long_running_tasks_on_connection_loss=True,
 )
 app.set_default()
+
+# SIGUSR2 prints every thread's stack to the worker's log (the soak's report on a stuck turn).
+faulthandler.register(signal.SIGUSR2, all_threads=True)
 
 
 @task_prerun.connect

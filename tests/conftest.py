@@ -1,8 +1,8 @@
 """Root conftest: tag every test with its tier marker from the directory it lives in.
 
 Tiers (see pyproject.toml markers): tests/unit -> unit, tests/integration -> integration,
-tests/concurrency -> concurrency, tests/e2e -> e2e, tests/browser -> browser. Fixtures belong
-in the tier conftests.
+tests/concurrency -> concurrency, tests/e2e -> e2e, tests/browser -> browser, tests/soak -> soak.
+Fixtures belong in the tier conftests.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 _TESTS_DIR = Path(__file__).resolve().parent
-_TIERS = frozenset({"unit", "integration", "concurrency", "e2e", "browser"})
+_TIERS = frozenset({"unit", "integration", "concurrency", "e2e", "browser", "soak"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,7 +1,8 @@
 """Run a documentation page as written: its files, its commands, its shell sessions.
 
 A page marks what a reader types with fenced blocks (``tests/e2e/test_quickstart.py`` runs
-docs/quickstart.md and docs/howto/testing.md this way):
+docs/quickstart.md and docs/howto/testing.md this way; tests/unit/test_docs_examples.py runs the
+shell sessions of docs/media.md and docs/specialists.md in its own process):
 
 - ```` ```python title="path/to/file.py" ```` : a file, written as is (created or replaced);
 - ```` ```python title="path/to/file.py, at the end" ```` : text appended to that file;

@@ -1,11 +1,13 @@
-"""Shared test helpers: agents registered for one test, failpoint cleanup."""
+"""Shared test helpers: agents registered for one test, failpoint cleanup, a media root."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.files.storage import storages
 
 from turnkit_django import failpoints
 from turnkit_django.agents.registry import register, unregister
@@ -114,3 +116,13 @@ def crash_and_resume(turn_id: str, point: str) -> None:
     expire_lease(turn_id)
     assert turn_id in reconcile().recovered
     assert services.run_turn(turn_id, kind="test")
+
+
+@pytest.fixture
+def media_root(settings: Any, tmp_path: Path) -> Iterator[Path]:
+    """Generated images go to the default storage under the test's tmp dir, at ``/media/``."""
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    settings.MEDIA_URL = "/media/"
+    storages._storages.clear()  # rebuilt with the settings above
+    yield tmp_path / "media"
+    storages._storages.clear()

@@ -9,4 +9,5 @@ urlpatterns = [
     path("agents/inline-non-atomic/", views.run_inline_outside_the_request_transaction),
     path("agents/submit/", views.submit),
     path("turnkit/", include("turnkit_django.urls")),
+    path("media/<path:path>", views.media),
 ]

@@ -21,6 +21,7 @@ from .exceptions import (
     InvalidTransition,
     KeyConflict,
     LostClaim,
+    MediaError,
     ModelAccessError,
     ModelError,
     ToolError,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from .handles import TurnHandle as Turn
     from .services import drain, pending_approvals, reconcile
     from .tools.base import Tool, ToolContext, tool
+    from .tools.media import ImageTool, ViewMediaTool
 
 __version__ = "0.1.0.dev0"
 
@@ -47,6 +49,8 @@ _LAZY = {
     "Tool": ("tools.base", "Tool"),
     "ToolContext": ("tools.base", "ToolContext"),
     "tool": ("tools.base", "tool"),
+    "ImageTool": ("tools.media", "ImageTool"),
+    "ViewMediaTool": ("tools.media", "ViewMediaTool"),
     "register": ("agents", "register"),
     "Run": ("handles", "Run"),
     "Turn": ("handles", "TurnHandle"),
@@ -92,10 +96,12 @@ __all__ = [
     "DeliveryConflict",
     "Evaluation",
     "EvaluationError",
+    "ImageTool",
     "InputError",
     "InvalidTransition",
     "KeyConflict",
     "LostClaim",
+    "MediaError",
     "ModelAccessError",
     "ModelError",
     "Prompt",
@@ -109,6 +115,7 @@ __all__ = [
     "ToolError",
     "Turn",
     "TurnkitError",
+    "ViewMediaTool",
     "Violation",
     "WaitError",
     "YesNo",

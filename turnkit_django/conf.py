@@ -22,6 +22,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
+from django.core.files.storage import storages
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
@@ -55,6 +56,7 @@ DEFAULTS: dict[str, Any] = {
     # callable(usage, model) -> Decimal | number | None pricing a model call before COST_RATES
     # (None: use the rates); import path or callable.
     "COST_CALCULATOR": None,
+    "MEDIA_STORAGE": None,  # alias in settings.STORAGES for generated images; None: "default"
 }
 
 IMPORT_STRINGS = frozenset({"CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER", "COST_CALCULATOR"})
@@ -162,6 +164,14 @@ def _mapping(id_: str, hint: str) -> Callable[[str, Any], Mapping[str, Any]]:
     return clean
 
 
+def _storage_alias(key: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or value not in storages.backends):
+        raise _invalid("turnkit.E021", key, value, "None or an alias of settings.STORAGES",
+                       "Add the alias to STORAGES, or leave MEDIA_STORAGE out to keep generated "
+                       "images in the default storage.")
+    return value
+
+
 def _compaction(key: str, value: Any) -> bool | Mapping[str, Any]:
     if value is None:
         return True
@@ -221,6 +231,7 @@ CLEANERS: dict[str, Callable[[str, Any], Any]] = {
     "COMPACTION": _compaction,
     "COST_CALCULATOR": _callable("For example 'myapp.costs.price' taking (usage, model) and "
                                  "returning a Decimal, a number or None."),
+    "MEDIA_STORAGE": _storage_alias,
 }
 
 
@@ -305,6 +316,7 @@ class TurnkitSettings:
     TOOL_TIMEOUT: float | None
     MODEL_TIMEOUT: float | None
     COST_CALCULATOR: Callable[..., object] | None
+    MEDIA_STORAGE: str | None
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] = {}
@@ -331,7 +343,7 @@ turnkit_settings = TurnkitSettings()
 
 
 def _reload(*, setting: str, **kwargs: Any) -> None:
-    if setting == "TURNKIT":
+    if setting in ("TURNKIT", "STORAGES"):  # MEDIA_STORAGE is checked against STORAGES
         turnkit_settings.reload()
 
 

@@ -37,6 +37,12 @@ EVENT_TYPES = (
     "message.created",
     "delivery.delivered",
     "sub_agent.delegated",
+    "image.requested",
+    "image.completed",
+    "image.failed",
+    "media.requested",
+    "media.completed",
+    "media.failed",
     "evaluation.requested",
     "evaluation.completed",
     "evaluation.failed",
@@ -98,10 +104,13 @@ def emit(
     **payload: Any,
 ) -> None:
     """Send the event once the current transaction commits (at once outside one)."""
+    listening = [s for s in (signals[type_], event) if s.has_listeners(Event)]
+    if not listening and callback is None:
+        return  # nobody hears it: build nothing
     evt = Event(type_, turn_id, conversation_id, payload)
 
     def send() -> None:
-        for signal in (signals[type_], event):
+        for signal in listening:
             for _receiver, result in signal.send_robust(sender=Event, event=evt):
                 if isinstance(result, Exception):
                     logger.error("event receiver failed for %s: %r", type_, result)
@@ -111,4 +120,7 @@ def emit(
             except Exception:  # a callback must not break the turn
                 logger.exception("on_event callback failed for %s", type_)
 
-    transaction.on_commit(send)
+    if transaction.get_connection().in_atomic_block:
+        transaction.on_commit(send)
+    else:
+        send()  # what on_commit does outside a transaction, without its bookkeeping

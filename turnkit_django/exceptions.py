@@ -11,6 +11,7 @@
     │   └── ModelAccessError    missing or rejected credentials
     ├── LostClaim               this worker's claim on a turn was revoked; it must stop writing
     ├── InputError              run input does not match the agent's input schema
+    ├── MediaError              media input is unusable: unknown type, too large, unreadable
     ├── WaitError               a wait edge was refused (cycle, self-wait, bad target)
     ├── CompactionError         a manual compaction could not summarise (e.g. empty summary)
     ├── DeliveryConflict        a delivery key is already used for a different message
@@ -83,6 +84,10 @@ class InputError(TurnkitError):
     def __init__(self, message: str, *, errors: list[dict[str, Any]] | None = None) -> None:
         self.errors = errors or []
         super().__init__(message)
+
+
+class MediaError(TurnkitError):
+    """Media given to ``paint`` or ``view_media`` cannot be used (type, size, source)."""
 
 
 class WaitError(TurnkitError):
@@ -192,6 +197,7 @@ __all__ = [
     "InvalidTransition",
     "KeyConflict",
     "LostClaim",
+    "MediaError",
     "ModelAccessError",
     "ModelError",
     "ToolError",

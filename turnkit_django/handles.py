@@ -21,11 +21,13 @@ from .clients import ModelRequest, Usage
 from .events import EventCallback
 from .exceptions import InvalidTransition
 from .interactive import ConversationInputs, TurnControls
+from .media import MediaMethods
 from .messages import TextPart
 from .models import Conversation, Delivery, Message, ToolExecution, Turn
 from .options import ConversationOptions, RunOptions, TurnOptions, task_parts
 from .options import only as _only
 from .runtime import execute, execute_new, preview, refuse_atomic_block
+from .runtime.context import ToolBinding
 from .runtime.handles import provide
 from .runtime.running import RunningTurn
 from .services.costs import CostBreakdown
@@ -80,15 +82,17 @@ class Agent(AgentDefinition):
         return services.cost_breakdown(agent_name=self.name)
 
 
-class TurnHandle(TurnControls, RunningTurn):
+class TurnHandle(TurnControls, RunningTurn, MediaMethods):
     """A turn of a conversation: one unit of agent work with its own status and output."""
 
     def __init__(self, row: Turn, agent: AgentDefinition | None = None,
-                 running: Any = None) -> None:
+                 running: Any = None, *, binding: ToolBinding | None = None) -> None:
         self.row = row
         self._agent = agent
         self._running = running  # the claimed turn's context, in tools and output policies
         self._on_event: EventCallback | None = None
+        #: Set on the handle a tool gets (``ctx.turn``): media calls write under its claim.
+        self.binding = binding
 
     # -- identity and status -----------------------------------------------------------
 
@@ -234,6 +238,13 @@ class Run(TurnHandle):
     @property
     def root_turn_id(self) -> str:
         return self.row.root_turn_id
+
+    @property
+    def turn(self) -> TurnHandle:
+        """The root turn alone (``run.turn.paint(...)``, ``run.turn.messages()``)."""
+        turn = TurnHandle(self.row, self._agent)
+        turn._on_event = self._on_event
+        return turn
 
     def turns(self) -> QuerySet[Turn]:
         """The root and its descendants."""

@@ -7,9 +7,11 @@ the only place where JSON turns into types.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from django.db import models
@@ -31,11 +33,17 @@ class MessageKind(models.TextChoices):
     TOOL_CALL = "tool_call"
     TOOL_RESULT = "tool_result"
     CONTEXT_SUMMARY = "context_summary"
+    #: An assistant message of ``Turn.paint``: :class:`ImagePart` only.
+    IMAGE = "image"
+    #: An assistant message of ``Turn.view_media``: one :class:`MediaAnalysisPart`.
+    MEDIA_ANALYSIS = "media_analysis"
+    #: A snapshot of the dynamic part of the system prompt, kept in the history for clients that
+    #: want it there (prompt caching).
+    DYNAMIC_CONTEXT = "dynamic_context"
 
 
-#: A snapshot of the dynamic part of the system prompt, kept in the history for clients that
-#: want it there (prompt caching); a kind of its own, not among the model field's choices.
-DYNAMIC_CONTEXT = "dynamic_context"
+#: The kind of dynamic context snapshots (``MessageKind.DYNAMIC_CONTEXT``).
+DYNAMIC_CONTEXT = MessageKind.DYNAMIC_CONTEXT
 #: Part kinds that are for the provider only (reasoning, opaque replay data): cursor reads for
 #: applications leave them out.
 PRIVATE_PART_KINDS = frozenset({"thinking", "provider"})
@@ -97,10 +105,46 @@ class ProviderPart:
     kind: Literal["provider"] = "provider"
 
 
+@dataclass(frozen=True)
+class ImagePart:
+    """A generated image: a provider URL and/or a file in a Django storage, never its bytes.
+
+    ``id`` names the image within the conversation (tools may refer to it); ``storage`` is the
+    alias of the storage holding ``name`` (``"default"`` for ``default_storage``).
+    """
+
+    id: str
+    mime_type: str = "image/png"
+    url: str | None = None
+    storage: str | None = None
+    name: str | None = None
+    prompt: str = ""
+    revised_prompt: str | None = None
+    kind: Literal["image"] = "image"
+
+
+@dataclass(frozen=True)
+class MediaAnalysisPart:
+    """What a model found in images or documents: its text, structured data and the media's
+    description (name, MIME type, size, digest), never the media's bytes."""
+
+    text: str
+    objective: str = ""
+    data: Any = None
+    media: tuple[dict[str, Any], ...] = ()
+    kind: Literal["media_analysis"] = "media_analysis"
+
+
 Part = Annotated[
-    TextPart | ThinkingPart | ToolCallPart | ToolResultPart | DataPart | ProviderPart,
+    TextPart | ThinkingPart | ToolCallPart | ToolResultPart | DataPart | ProviderPart
+    | ImagePart | MediaAnalysisPart,
     Field(discriminator="kind"),
 ]
+
+#: Message kinds of the media operations (``Turn.paint`` and ``Turn.view_media``): assistant
+#: messages a tool records between its call and its result; model requests see them as text
+#: (:func:`turnkit_django.runtime.media_projection.project_media`).
+MEDIA_KINDS = frozenset({MessageKind.IMAGE, MessageKind.MEDIA_ANALYSIS})
 
 _parts_adapter: TypeAdapter[list[Part]] = TypeAdapter(list[Part])
 
@@ -149,6 +193,12 @@ class ChatMessage(PartsView):
     # Stored message metadata the runtime reads back (a context summary's replaced range).
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @cached_property
+    def size(self) -> int:
+        """Characters of the parts as JSON (what the context's token estimate counts); computed
+        once per message object (the transcript cache reuses them from turn to turn)."""
+        return len(json.dumps(dump_parts(self.parts), default=str))
+
 
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -182,9 +232,12 @@ def text_of(parts: Sequence[Part]) -> str:
 
 __all__ = [
     "DYNAMIC_CONTEXT",
+    "MEDIA_KINDS",
     "PRIVATE_PART_KINDS",
     "ChatMessage",
     "DataPart",
+    "ImagePart",
+    "MediaAnalysisPart",
     "MessageKind",
     "MessageRole",
     "Part",

@@ -46,6 +46,8 @@ class Phase(models.TextChoices):
     MODEL = "model"
     TOOLS = "tools"
     OUTPUT = "output"
+    #: A pending turn claimed by ``Turn.paint`` / ``Turn.view_media`` (see runtime.media).
+    MEDIA = "media"
     DONE = "done"
 
 

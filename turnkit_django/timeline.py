@@ -19,9 +19,10 @@ from typing import Any
 from django.db.models import Q
 
 from .clients.base import Usage
-from .messages import ToolResultPart, load_parts
+from .messages import ImagePart, MediaAnalysisPart, ToolResultPart, load_parts
 from .models import Conversation, Message, ToolExecution, Turn
 from .states import ACTIVE_TURN_STATUSES, ToolStatus
+from .timeline_media import media_item
 
 #: How a tool result reads: the tool ran and answered, it failed, it was interrupted mid-call
 #: (it may or may not have taken effect), or it never ran.
@@ -230,7 +231,7 @@ class Entry:
     @property
     def items(self) -> list[dict[str, Any]]:
         """Parts for templates: ``{"type": "text" | "thinking" | "data" | "other" | "call" |
-        "result", "value": ...}``."""
+        "result" | "image" | "analysis", "value": ...}`` (media items also carry a ``view``)."""
         items: list[dict[str, Any]] = []
         for part in self.parts:
             if isinstance(part, str):
@@ -341,6 +342,8 @@ class _Builder:
             return {"type": "thinking", "value": "[redacted]" if part.redacted else part.text}
         if part.kind == "data":
             return {"type": "data", "value": pretty_json(part.data)}
+        if isinstance(part, ImagePart | MediaAnalysisPart):
+            return media_item(message, part)
         return {"type": "other", "value": part.kind}
 
 

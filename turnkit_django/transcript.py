@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from .handles import Run
+from .messages import MEDIA_KINDS
 from .models import Turn
 from .timeline import (
     ERROR,
@@ -31,6 +32,7 @@ from .timeline import (
     seconds_between,
     turn_transcript,
 )
+from .timeline_media import media_line
 
 WIDTH = 100
 
@@ -100,6 +102,8 @@ class _Lines:
                 if part.attempts > 1:
                     self.lines.append(f"{indent}     ↻ ran {part.attempts} times with one "
                                       f"idempotency key: {part.idempotency_key}")
+            elif part["type"] in ("image", "analysis"):
+                self.add(prefix, media_line(part))
             else:
                 self.lines.append(prefix + f"[{part['type']}]")
 
@@ -141,7 +145,7 @@ def summary(run: Run, *, full: bool = False, totals: Totals | None = None) -> li
     totals = totals or Totals.of(turns)
     usage = totals.usage
     names = ", ".join(t.agent_name for t in turns)
-    calls = run.messages().filter(role="assistant").count()
+    calls = run.messages().filter(role="assistant").exclude(kind__in=MEDIA_KINDS).count()
     rows = [
         ("status", run.status),
         ("output", run.output_text or "-"),

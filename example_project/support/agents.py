@@ -12,7 +12,7 @@ from typing import Any
 
 from turnkit_django import Agent, Skill, ToolContext, ToolError, register, tool
 
-from . import payments
+from . import payments, studio  # noqa: F401 -- studio registers the painter specialist
 
 EXAMPLE = Path(__file__).resolve().parent.parent
 

@@ -29,6 +29,11 @@ def respond(request: ModelRequest) -> Entry:
     """Return the next response for ``request``."""
     if request.metadata.get("agent") == "writer":
         return reply(_draft_note(_first_user_text(request)))
+    if request.metadata.get("agent") == "studio":
+        if request.last_message_is_user():
+            return call("paint_image", id=f"call_{len(request.messages)}",
+                        prompt=f"Product photo: {_first_user_text(request)}")
+        return reply("The studio could not make that picture: you have no image credits left.")
     call_id = f"call_{len(request.messages)}"
     if request.last_message_is_user():
         match = _ORDER.search(_first_user_text(request))

@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 
 from tests.dispatch import background
-from tests.helpers import _disarm_failpoints, registered, verify_after_test
+from tests.helpers import _disarm_failpoints, media_root, registered, verify_after_test
 
-__all__ = ["_disarm_failpoints", "_postgresql_only", "background", "registered",
+__all__ = ["_disarm_failpoints", "_postgresql_only", "background", "media_root", "registered",
            "verify_after_test"]
 
 

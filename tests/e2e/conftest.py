@@ -28,15 +28,20 @@ _HERE = Path(__file__).resolve().parent
 _NEEDED = ("TURNKIT_TEST_DATABASE_URL", "TURNKIT_TEST_REDIS_URL")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def skip_without_servers(items: list[pytest.Item], directory: Path, tier: str) -> None:
+    """Skip the tests under ``directory`` when the servers' variables are missing."""
     missing = [name for name in _NEEDED if not os.environ.get(name)]
     if not missing:
         return
-    skip = pytest.mark.skip(reason=f"e2e needs {' and '.join(missing)} "
-                                   "(run scripts/run-tests.sh e2e)")
+    skip = pytest.mark.skip(reason=f"{tier} needs {' and '.join(missing)} "
+                                   f"(run scripts/run-tests.sh {tier})")
     for item in items:
-        if _HERE in Path(item.path).resolve().parents:
+        if directory in Path(item.path).resolve().parents:
             item.add_marker(skip)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip_without_servers(items, _HERE, "e2e")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -148,6 +148,8 @@ def skewed_clock(offset: str) -> dict[str, str]:
 
 
 # A worker gets SIGKILL if the test process dies without its teardown (killed by CI, say).
+# The kernel sends it when the *thread* that started the worker ends: start workers from the
+# test's main thread (or from a thread that outlives them).
 _DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
 
 
@@ -158,6 +160,7 @@ class Cluster:
         self.root = root
         self.database_name = database_name
         self.ledger_path = root / "ledger.jsonl"
+        self.media_root = root / "media"
         self.gates = root / "gates"
         self.gates.mkdir(parents=True, exist_ok=True)
         self.workers: dict[str, Worker] = {}
@@ -174,11 +177,12 @@ class Cluster:
             ledger.LEDGER_ENV: str(self.ledger_path),
             ledger.GATES_ENV: str(self.gates),
             ledger.WORKER_ENV: name,
+            "TURNKIT_E2E_MEDIA_ROOT": str(self.media_root),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
         })
         return env
 
-    def start(self, count: int = 2, *, pool: str = "prefork", timeout: float = 45,
+    def start(self, count: int = 2, *, pool: str = "prefork", timeout: float = 120,
               env: dict[str, str] | None = None,
               app: str = "tests.celery_app") -> list[Worker]:
         """Start ``count`` workers of the Celery module ``app``; wait until each is consuming
@@ -209,8 +213,8 @@ class Cluster:
     def worker(self, name: str) -> Worker:
         return self.workers[name]
 
-    def start_reconciler(self) -> Reconciler:
-        self.reconciler = Reconciler()
+    def start_reconciler(self, *, sweep: bool = False) -> Reconciler:
+        self.reconciler = Reconciler(sweep=sweep)
         self.reconciler.start()
         return self.reconciler
 
@@ -264,12 +268,14 @@ class Cluster:
 
 
 class Reconciler:
-    """``turnkit_django.reconcile()`` every RECONCILE_INTERVAL in a thread of the test process."""
+    """``turnkit_django.reconcile()`` every RECONCILE_INTERVAL in a thread of the test process
+    (with ``sweep``, also ``cancel_sweep()``, as the beat entries do)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, sweep: bool = False) -> None:
         from turnkit_django.conf import turnkit_settings
 
         self.interval = float(turnkit_settings.RECONCILE_INTERVAL)
+        self.sweep = sweep
         self.passes = 0
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
@@ -280,11 +286,14 @@ class Reconciler:
 
     def _run(self) -> None:
         from turnkit_django import reconcile
+        from turnkit_django.services import cancel_sweep
 
         try:
             while not self._stop.is_set():
                 try:
                     reconcile()
+                    if self.sweep:
+                        cancel_sweep()
                 except Exception as exc:  # reported by stop()
                     self.errors.append(exc)
                 self.passes += 1
@@ -292,10 +301,14 @@ class Reconciler:
         finally:
             connection.close()
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop the loop and wait for it; what ``reconcile()`` raised stays in ``errors``."""
         self._stop.set()
         self._thread.join(timeout=30)
         assert not self._thread.is_alive(), "the reconcile loop did not stop"
+
+    def stop(self) -> None:
+        self.halt()
         assert not self.errors, f"reconcile() raised: {self.errors!r}"
 
 
@@ -393,8 +406,8 @@ def hygiene_problems() -> list[str]:
     return problems
 
 
-def assert_hygiene(timeout: float = 10) -> None:
-    """Wait (bounded) for quiescence: no advisory locks, nobody idle in a transaction."""
+def hygiene_after(timeout: float = 10) -> list[str]:
+    """I10 once quiescent: poll (bounded) until clean; return the problems left (none: [])."""
     last: list[str] = []
 
     def clean() -> bool:
@@ -404,4 +417,12 @@ def assert_hygiene(timeout: float = 10) -> None:
     try:
         wait_for(clean, timeout=timeout, what="database hygiene (I10)", interval=0.1)
     except AssertionError:
-        raise AssertionError("I10 violated:\n  " + "\n  ".join(last)) from None
+        return last
+    return []
+
+
+def assert_hygiene(timeout: float = 10) -> None:
+    """Wait (bounded) for quiescence: no advisory locks, nobody idle in a transaction."""
+    problems = hygiene_after(timeout)
+    if problems:
+        raise AssertionError("I10 violated:\n  " + "\n  ".join(problems))

@@ -128,7 +128,6 @@ def test_turns_of_one_conversation_run_one_at_a_time_in_submission_order(
 def test_s8_redis_lost_with_work_queued_is_redispatched_from_the_database(
         cluster: Cluster) -> None:
     workers = cluster.start(2)
-    cluster.start_reconciler()
     busy = [submit({"call": "safe_effect", "args": {"label": f"busy{i}", "hold": f"s8-{i}"}},
                    {"reply": "ok"}) for i in range(2)]
     for index in range(2):
@@ -139,6 +138,8 @@ def test_s8_redis_lost_with_work_queued_is_redispatched_from_the_database(
 
     restart_redis_empty()
     assert queued() == 0, "the new Redis is empty: every queued doorbell is lost"
+    # Recovery starts after the loss is checked (a pass ringing first would hide it).
+    cluster.start_reconciler()
     for index in range(2):
         cluster.open_gate(f"s8-{index}")
 

@@ -28,6 +28,8 @@ E2E_TURNKIT = {
 }
 TURNKIT = E2E_TURNKIT
 
+# Uploads and generated images: one directory for the test process and every worker.
+MEDIA_ROOT = os.environ.get("TURNKIT_E2E_MEDIA_ROOT", "")
 # For Celery modules configured from Django settings (tests/e2e/autodiscover_celery.py).
 CELERY_BROKER_URL = os.environ.get("TURNKIT_TEST_REDIS_URL", "memory://")
 

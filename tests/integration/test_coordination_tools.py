@@ -225,7 +225,7 @@ def test_a_launched_childs_callback_wakes_the_parents_conversation(
     assert Turn.objects.get(pk=continuation.pk).status == "completed"
 
 
-@pytest.mark.parametrize("step", ["completion_callback", "wake"])
+@pytest.mark.parametrize("step", ["completion_callback", "hand_on"])
 def test_the_callback_and_the_wake_commit_with_the_terminal_write(registered, monkeypatch,
                                                                   step):
     parent = registered(answering("parent_agent")).conversation()

@@ -59,23 +59,25 @@ def respond(request: ModelRequest) -> Entry:
     return reply(str(entry.get("reply", "done")))
 
 
-def _effect(tool_name: str, ctx: ToolContext, label: str, hold: str) -> str:
+def _effect(tool_name: str, ctx: ToolContext, label: str, hold: str, seconds: float) -> str:
     record("effect", tool=tool_name, key=ctx.idempotency_key, turn=ctx.turn.id,
            call=ctx.tool_call_id, label=label)
     gate(hold, turn=ctx.turn.id, call=ctx.tool_call_id)
+    if seconds:
+        time.sleep(seconds)  # the window between the effect and its recorded result
     return f"{label}: done"
 
 
 @tool
-def unsafe_effect(ctx: ToolContext, label: str, hold: str = "") -> str:
-    """Apply a side effect that must not run twice, then wait at gate ``hold`` if given."""
-    return _effect("unsafe_effect", ctx, label, hold)
+def unsafe_effect(ctx: ToolContext, label: str, hold: str = "", seconds: float = 0) -> str:
+    """Apply a side effect that must not run twice, then wait at gate ``hold``, then sleep."""
+    return _effect("unsafe_effect", ctx, label, hold, seconds)
 
 
 @tool(recovery="replay_safe")
-def safe_effect(ctx: ToolContext, label: str, hold: str = "") -> str:
-    """Apply an idempotent side effect (keyed), then wait at gate ``hold`` if given."""
-    return _effect("safe_effect", ctx, label, hold)
+def safe_effect(ctx: ToolContext, label: str, hold: str = "", seconds: float = 0) -> str:
+    """Apply an idempotent side effect (keyed), then wait at gate ``hold``, then sleep."""
+    return _effect("safe_effect", ctx, label, hold, seconds)
 
 
 @tool(approval=True)
@@ -115,5 +117,6 @@ def _ledger_event(sender: Any, event: Event, **kwargs: Any) -> None:
 
 any_event.connect(_ledger_event, dispatch_uid="turnkit-e2e-ledger")
 
-# The orchestration (tree_agents) and TurnKit-parity (issue 16) scenarios register their agents.
-from . import parity_agents, tree_agents  # noqa: E402, F401
+# The orchestration (tree_agents), TurnKit-parity (issue 16), media (issue 12) and soak scenarios
+# register their agents.
+from . import media_agents, parity_agents, soak_agents, tree_agents  # noqa: E402, F401

@@ -11,13 +11,19 @@ from collections.abc import Callable
 import pytest
 
 from tests.dispatch import background
-from tests.helpers import _disarm_failpoints, invariants, registered, verify_after_test
+from tests.helpers import (
+    _disarm_failpoints,
+    invariants,
+    media_root,
+    registered,
+    verify_after_test,
+)
 from turnkit_django.models import Message
 from turnkit_django.testing import turnkit_dispatcher
 from turnkit_django.testing.verify import assert_invariants
 
-__all__ = ["_disarm_failpoints", "background", "invariants", "registered", "turnkit_dispatcher",
-           "valid_transcript", "verify_after_test"]
+__all__ = ["_disarm_failpoints", "background", "invariants", "media_root", "registered",
+           "turnkit_dispatcher", "valid_transcript", "verify_after_test"]
 
 
 def check_transcript(conversation_id: str) -> list[tuple[str, str]]:

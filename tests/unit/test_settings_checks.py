@@ -127,7 +127,7 @@ def test_every_key_accepts_a_valid_value():
         "AUTHORIZATION_POLICY": "tests.orchestration.deny", "COST_RATES": {"m": {"input": 1}},
         "QUEUE": "q", "DISPATCHER": "tests.dispatch.record", "COMPACTION": False,
         "PROMPT_DATA_MAX_CHARS": 10, "TOOL_TIMEOUT": 30, "MODEL_TIMEOUT": 120.5,
-        "COST_CALCULATOR": "tests.orchestration.deny",
+        "COST_CALCULATOR": "tests.orchestration.deny", "MEDIA_STORAGE": "default",
     }
     assert set(valid) == set(DEFAULTS)
     assert errors(valid) == []
@@ -197,6 +197,8 @@ BAD_VALUES = [
     ("TOOL_TIMEOUT", 0, "turnkit.E003"),
     ("TOOL_TIMEOUT", "30", "turnkit.E003"),
     ("MODEL_TIMEOUT", -5, "turnkit.E003"),
+    ("MEDIA_STORAGE", "nowhere", "turnkit.E021"),
+    ("MEDIA_STORAGE", 7, "turnkit.E021"),
 ]
 
 

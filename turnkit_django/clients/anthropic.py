@@ -12,6 +12,8 @@ How a transcript becomes a request:
   redacted block is stored as ``ThinkingPart(redacted=True, signature=<its data>)``. Thinking from
   other providers is dropped. Blocks this client has no part type for are kept as
   ``ProviderPart(provider="anthropic")`` and replayed as they came.
+- ``view_media`` sends one user message of ``image`` / ``document`` blocks (base64 bytes or a URL
+  source) followed by the objective, through the same Messages API call.
 - Structured output uses ``output_config.format`` (a JSON schema); the JSON text stays in the
   transcript as text (so replay is byte-identical) and its parsed value is added as a ``DataPart``.
 
@@ -45,7 +47,9 @@ from ._http import (
     provider_error,
     resolve_model,
 )
+from .anthropic_media import media_block
 from .base import BaseClient, ModelRequest, ModelResponse, Usage
+from .media import MediaAnalysis, MediaRequest, analysis_from, analysis_request
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 PROVIDER = "anthropic"
@@ -68,6 +72,7 @@ class AnthropicClient(BaseClient):
     supports_thinking = True
     supports_structured_output = True
     supports_prompt_caching = True
+    supports_view_media = True
 
     def __init__(
         self,
@@ -167,6 +172,11 @@ class AnthropicClient(BaseClient):
         # Raised outside the except block: the SDK exception (which holds the request and its
         # headers) must not travel along as __context__ into logs and stored errors.
         raise error
+
+    def view_media(self, request: MediaRequest) -> MediaAnalysis:
+        """Analyse images and PDFs: image and document blocks, then the objective."""
+        parts = [ProviderPart(PROVIDER, media_block(media)) for media in request.media]
+        return analysis_from(self.complete(analysis_request(request, parts)))
 
     def build_request(self, request: ModelRequest) -> dict[str, Any]:
         """Return the JSON body of the Messages API request for ``request``."""

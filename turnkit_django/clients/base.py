@@ -26,6 +26,8 @@ class Usage:
 
     ``thinking_tokens`` is the part of ``output_tokens`` the model spent reasoning, when the
     provider reports it (providers bill it as output); it is not added to ``total_tokens``.
+    ``image_input_tokens`` counts image tokens that image models price apart from text input
+    (``gpt-image-1`` edits); chat models count images they read in ``input_tokens``.
     """
 
     input_tokens: int = 0
@@ -33,6 +35,7 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     thinking_tokens: int = 0
+    image_input_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -41,6 +44,7 @@ class Usage:
             + self.output_tokens
             + self.cache_read_tokens
             + self.cache_write_tokens
+            + self.image_input_tokens
         )
 
     def __add__(self, other: Usage) -> Usage:
@@ -50,16 +54,20 @@ class Usage:
             self.cache_read_tokens + other.cache_read_tokens,
             self.cache_write_tokens + other.cache_write_tokens,
             self.thinking_tokens + other.thinking_tokens,
+            self.image_input_tokens + other.image_input_tokens,
         )
 
     def as_dict(self) -> dict[str, int]:
-        return {
+        data = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cache_read_tokens": self.cache_read_tokens,
             "cache_write_tokens": self.cache_write_tokens,
             "thinking_tokens": self.thinking_tokens,
         }
+        if self.image_input_tokens:  # only image models have them: keep other records as they were
+            data["image_input_tokens"] = self.image_input_tokens
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Usage:
@@ -153,7 +161,12 @@ class Client(Protocol):
 
 
 class BaseClient:
-    """Optional base class for clients: capability flags and the real-request switch."""
+    """Optional base class for clients: capability flags and the real-request switch.
+
+    Media capabilities are declared, never sniffed: a client with ``supports_paint`` implements
+    ``paint(ImageRequest) -> ImageResult``, one with ``supports_view_media`` implements
+    ``view_media(MediaRequest) -> MediaAnalysis`` (see :mod:`turnkit_django.clients.media`).
+    """
 
     provider: str = "custom"
     #: Real provider clients make network requests; ``block_model_requests()`` stops them.
@@ -161,6 +174,8 @@ class BaseClient:
     supports_thinking: ClassVar[bool] = False
     supports_structured_output: ClassVar[bool] = True
     supports_prompt_caching: ClassVar[bool] = False
+    supports_paint: ClassVar[bool] = False
+    supports_view_media: ClassVar[bool] = False
     #: Wants the dynamic part of the prompt as ``dynamic_context`` messages in the history, so
     #: its instructions stay byte-stable for the provider's prefix cache.
     dynamic_context_in_history: ClassVar[bool] = False

@@ -11,6 +11,9 @@ A rate may carry a ``long_prompt`` band, ``{"threshold": N, "input": ..., ...}``
 prompt (input + cache read + cache write tokens) is over ``threshold`` is priced entirely at the
 band's rates, the way providers bill long-context requests. Pass the usage of one call.
 
+Image models price image input apart from text input: their rates add ``image_input`` (for
+``Usage.image_input_tokens``), and their ``output`` is the price of image output tokens.
+
 Dated snapshots (``claude-sonnet-4-5-20250929``, ``gpt-4o-2024-08-06``) use the rate of the
 undated name; nothing else is guessed from a prefix (``gpt-5.4-pro`` is not ``gpt-5.4``).
 """
@@ -28,16 +31,18 @@ from .base import Usage
 
 logger = logging.getLogger("turnkit_django.cost")
 
-RATE_KEYS = ("input", "output", "cache_read", "cache_write", "thinking")
+RATE_KEYS = ("input", "output", "cache_read", "cache_write", "thinking", "image_input")
 BAND_KEY = "long_prompt"
 _MILLION = Decimal(1_000_000)
 _SNAPSHOT = re.compile(r"^(?P<name>.+?)-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
 
 
 def _rate(
-    input: str, output: str, cache_read: str | None = None, cache_write: str | None = None
+    input: str, output: str, cache_read: str | None = None, cache_write: str | None = None,
+    image_input: str | None = None,
 ) -> dict[str, Any]:
-    rate = {"input": input, "output": output, "cache_read": cache_read, "cache_write": cache_write}
+    rate = {"input": input, "output": output, "cache_read": cache_read, "cache_write": cache_write,
+            "image_input": image_input}
     return {k: v for k, v in rate.items() if v is not None}
 
 
@@ -105,6 +110,11 @@ BUILTIN_RATES: dict[str, dict[str, Any]] = {
     "gpt-4o-mini": _rate("0.15", "0.60", "0.075"),
     "o3": _rate("2", "8", "0.50"),
     "o4-mini": _rate("1.10", "4.40", "0.275"),
+    # OpenAI image models: text input, image output, cached text input, image input. DALL-E is
+    # billed per image, not per token, and reports no usage: its cost stays unknown.
+    "gpt-image-1.5": _rate("5", "32", "1.25", image_input="8"),
+    "gpt-image-1": _rate("5", "40", "1.25", image_input="10"),
+    "gpt-image-1-mini": _rate("2", "8", "0.20", image_input="2.50"),
 }
 
 
@@ -124,7 +134,8 @@ def rates_for(model: str) -> Mapping[str, Any] | None:
 
 
 def _prompt_tokens(usage: Usage) -> int:
-    return usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    return (usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+            + usage.image_input_tokens)
 
 
 def _calculated(model: str, usage: Usage) -> tuple[bool, Decimal | None]:
@@ -171,6 +182,7 @@ def compute_cost(model: str, usage: Usage, reported: str | None = None) -> Decim
         "output": usage.output_tokens,
         "cache_read": usage.cache_read_tokens,
         "cache_write": usage.cache_write_tokens,
+        "image_input": usage.image_input_tokens,
     }
     if rates.get("thinking") is not None:  # a part of the output, priced apart
         counts["thinking"] = min(usage.thinking_tokens, usage.output_tokens)

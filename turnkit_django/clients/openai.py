@@ -12,6 +12,10 @@ How a transcript becomes a request (``POST {base_url}/chat/completions``):
 - structured output uses ``response_format: {"type": "json_schema", ...}``; the JSON text stays in
   the transcript and its parsed value is added as a ``DataPart``.
 
+Images and vision (``paint``, ``view_media``) are in :mod:`turnkit_django.clients.openai_media`;
+a user message carrying ``ProviderPart(provider="openai")`` blocks (image or file parts) is sent
+as a list of content parts, its text first.
+
 Usage: ``prompt_tokens`` counts cached tokens too, so they are subtracted from ``input_tokens`` and
 reported as ``cache_read_tokens``; the two add up to the prompt and are priced at their own rates.
 
@@ -22,7 +26,6 @@ reported as ``cache_read_tokens``; the two add up to the prompt and are priced a
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
 import time
@@ -33,10 +36,18 @@ from typing import Any, Literal
 import httpx
 
 from ..exceptions import ModelAccessError, ModelError
-from ..messages import ChatMessage, DataPart, Part, TextPart, ThinkingPart, ToolCallPart
+from ..messages import (
+    ChatMessage,
+    DataPart,
+    Part,
+    ProviderPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+)
+from . import openai_media
 from ._http import (
     error_message,
-    json_object,
     json_text,
     parse_arguments,
     parse_output,
@@ -46,12 +57,11 @@ from ._http import (
     schema_name,
 )
 from .base import BaseClient, ModelRequest, ModelResponse, Usage
-
-logger = logging.getLogger(__name__)
+from .media import ImageRequest, ImageResult, MediaAnalysis, MediaRequest
+from .openai_http import API_KEY_ENV, OpenAIHTTP
 
 PROVIDER = "openai"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-API_KEY_ENV = "OPENAI_API_KEY"
 BASE_URL_ENV = "OPENAI_BASE_URL"
 # finish_reason -> the stop reasons the rest of the package uses (Anthropic's names).
 STOP_REASONS = {
@@ -63,7 +73,7 @@ STOP_REASONS = {
 }
 
 
-class OpenAIClient(BaseClient):
+class OpenAIClient(OpenAIHTTP, BaseClient):
     """A :class:`~turnkit_django.clients.Client` for OpenAI-compatible chat completions.
 
     The key is required for ``api.openai.com`` only: local servers (Ollama, vLLM, LM Studio)
@@ -75,6 +85,8 @@ class OpenAIClient(BaseClient):
     makes_network_requests = True
     supports_structured_output = True
     supports_prompt_caching = True  # automatic on the provider's side
+    supports_paint = True
+    supports_view_media = True
     dynamic_context_in_history = True  # keeps that cached prefix byte-stable (issue 16)
 
     def __init__(
@@ -95,6 +107,8 @@ class OpenAIClient(BaseClient):
         max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
         strict_output: bool = False,
         sleep: Callable[[float], None] = time.sleep,
+        image_model: str = openai_media.DEFAULT_IMAGE_MODEL,
+        image_timeout: float = 300.0,
     ) -> None:
         self.model = model
         self.timeout = timeout
@@ -105,6 +119,8 @@ class OpenAIClient(BaseClient):
         self.max_tokens = max_tokens
         self.max_tokens_field = max_tokens_field
         self.strict_output = strict_output
+        self.image_model = image_model
+        self.image_timeout = image_timeout
         self._base_url = base_url
         self._api_key = api_key
         self._transport = transport
@@ -145,8 +161,10 @@ class OpenAIClient(BaseClient):
                 self._http_client = httpx.Client(transport=self._transport, timeout=self.timeout)
             return self._http_client
 
-    def _headers(self, key: str | None) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    def _headers(self, key: str | None, *, json_body: bool = True) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if json_body:  # a multipart body brings its own Content-Type with the boundary
+            headers["Content-Type"] = "application/json"
         if key:
             headers["Authorization"] = f"Bearer {key}"
         if self.organization:
@@ -158,14 +176,26 @@ class OpenAIClient(BaseClient):
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         """Send ``request`` to ``{base_url}/chat/completions`` and translate the answer."""
+        key = self._ready()
+        body = self.build_request(request)
+        data = self._post(f"{self.base_url}/chat/completions", key, json=body)
+        return self.parse_response(data, request)
+
+    def paint(self, request: ImageRequest) -> ImageResult:
+        """Generate (``/images/generations``) or edit (``/images/edits``) images."""
+        return openai_media.paint(self, request)
+
+    def view_media(self, request: MediaRequest) -> MediaAnalysis:
+        """Analyse images and PDFs through chat completions with image and file parts."""
+        return openai_media.view_media(self, request)
+
+    def _ready(self) -> str | None:
+        """Check the network switch and the credentials; return the key (None: a local server)."""
         self._guard_network()
         missing = self.missing_credentials()
         if missing:
             raise ModelAccessError(missing)
-        key = self._key()
-        body = self.build_request(request)
-        data = self._post(f"{self.base_url}/chat/completions", body, key)
-        return self.parse_response(data, request)
+        return self._key()
 
     def build_request(self, request: ModelRequest) -> dict[str, Any]:
         """Return the JSON body of the chat completions request for ``request``."""
@@ -202,87 +232,6 @@ class OpenAIClient(BaseClient):
             body["reasoning_effort"] = effort
         return body
 
-    def _post(self, url: str, body: dict[str, Any], key: str | None) -> dict[str, Any]:
-        client = self._client()
-        headers = self._headers(key)
-        attempts = max(self.max_retries, 0) + 1
-        attempt = 0
-        while True:
-            outcome, delay = self._attempt(client, url, body, headers, key, attempt)
-            if not isinstance(outcome, ModelError):
-                return outcome
-            attempt += 1
-            if not outcome.retryable or attempt == attempts:
-                break
-            logger.info(
-                "%s: retrying in %.2fs (attempt %d of %d): %s",
-                self._label(),
-                delay,
-                attempt + 1,
-                attempts,
-                outcome,
-            )
-            self._sleep(delay)
-        # Raised outside any except block, so no transport exception rides along as __context__.
-        raise outcome
-
-    def _attempt(
-        self,
-        client: httpx.Client,
-        url: str,
-        body: dict[str, Any],
-        headers: dict[str, str],
-        key: str | None,
-        attempt: int,
-    ) -> tuple[dict[str, Any] | ModelError, float]:
-        """Make one HTTP attempt; return the response body, or the error and the retry delay."""
-        backoff = min(self.backoff * 2**attempt, self.max_backoff)
-        try:
-            response = client.post(url, json=body, headers=headers, timeout=self.timeout)
-        except httpx.TimeoutException:
-            text = f"{self._label()} request timed out (timeout {self.timeout}s)"
-            return ModelError(text, retryable=True), backoff
-        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-            return ModelError(f"invalid base_url {self.base_url!r}: {exc}"), 0.0
-        except httpx.TransportError as exc:
-            text = f"could not connect to {self._label()} ({type(exc).__name__})"
-            return ModelError(text, retryable=True), backoff
-        if response.is_success:
-            data = json_object(response)
-            if data is not None:
-                return data, 0.0
-            text = f"{self._label()} did not answer with a JSON object; is base_url a /v1 endpoint?"
-            return ModelError(text, status=response.status_code), 0.0
-        delay = retry_after(response.headers)
-        error = self._status_error(response, key)
-        return error, backoff if delay is None else min(delay, self.max_backoff)
-
-    def _status_error(self, response: httpx.Response, key: str | None) -> ModelError:
-        status = response.status_code
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        kind, message = provider_error(body)
-        if status in (401, 403):
-            # OpenAI's text for a wrong key quotes part of it: leave the provider's message out.
-            text = error_message(
-                self._label(),
-                status,
-                kind,
-                None,
-                key,
-                hint=f"Check the key in {API_KEY_ENV} (or api_key=) and the organization",
-            )
-            return ModelAccessError(text, status=status)
-        hint = "Check the model name" if status == 404 else ""
-        text = error_message(self._label(), status, kind, message, key, hint=hint)
-        transient = status in (408, 409, 429) or status >= 500
-        # An exhausted quota is a 429 too, but waiting does not fix it.
-        return ModelError(
-            text, status=status, retryable=transient and "insufficient_quota" not in (kind or "")
-        )
-
     # -- transcript translation --------------------------------------------------------------
 
     def _messages(self, request: ModelRequest) -> list[dict[str, Any]]:
@@ -304,10 +253,20 @@ class OpenAIClient(BaseClient):
                 if entry is not None:
                     out.append(entry)
             else:
-                text = _text(message.parts)
-                if text:
-                    out.append({"role": "user", "content": text})
+                entry = self._user_message(message)
+                if entry is not None:
+                    out.append(entry)
         return out
+
+    @staticmethod
+    def _user_message(message: ChatMessage) -> dict[str, Any] | None:
+        text = _text(message.parts)
+        blocks = [dict(p.data) for p in message.parts
+                  if isinstance(p, ProviderPart) and p.provider == PROVIDER]
+        if not blocks:
+            return {"role": "user", "content": text} if text else None
+        content = ([{"type": "text", "text": text}] if text else []) + blocks
+        return {"role": "user", "content": content}
 
     @staticmethod
     def _assistant_message(message: ChatMessage) -> dict[str, Any] | None:

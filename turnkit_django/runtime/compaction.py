@@ -29,15 +29,16 @@ from ..clients import ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded, CompactionError, LostClaim
 from ..messages import (
     DYNAMIC_CONTEXT,
+    MEDIA_KINDS,
     ChatMessage,
     MessageKind,
     TextPart,
     ToolCallPart,
     ToolResultPart,
-    dump_parts,
 )
 from . import internal
 from .context import TurnContext
+from .media_projection import describe
 
 logger = logging.getLogger("turnkit_django.compaction")
 
@@ -109,7 +110,7 @@ def project(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
 def estimate(request: ModelRequest) -> int:
     """Estimated tokens of a request: about four characters a token, plus 8 per message."""
     chars = len(request.instructions)
-    chars += sum(len(json.dumps(dump_parts(m.parts), default=str)) for m in request.messages)
+    chars += sum(m.size for m in request.messages)
     chars += sum(len(t.description) + len(json.dumps(t.parameters)) for t in request.tools)
     return chars // 4 + 8 * len(request.messages)
 
@@ -122,9 +123,7 @@ def choose(messages: Sequence[ChatMessage], keep_last: int) -> tuple[list[ChatMe
     call is in the head.
     """
     visible = [m for m in project(messages) if m.kind != REQUEST_KIND]
-    cut = len(visible) - keep_last
-    while cut >= 2 and not _clean_cut(visible, cut):
-        cut -= 1
+    cut = _clean_cut(visible, len(visible) - keep_last)
     if cut < 2:
         return None
     head = visible[:cut]
@@ -136,9 +135,29 @@ def choose(messages: Sequence[ChatMessage], keep_last: int) -> tuple[list[ChatMe
     return head, (int(start), int(end))
 
 
-def _clean_cut(visible: Sequence[ChatMessage], cut: int) -> bool:
-    calls = {c.id for m in visible[:cut] for c in m.tool_calls}
-    return not any(r.tool_call_id in calls for m in visible[cut:] for r in m.tool_results)
+def _clean_cut(visible: Sequence[ChatMessage], most: int) -> int:
+    """The greatest cut at most ``most`` that parts no tool call from its result (-1: none).
+
+    A result answers the nearest earlier call with its id (ids may repeat across turns), so
+    each call and its result span an interval of positions that no cut may fall inside. One
+    pass over the messages: the intervals are marked in a difference array.
+    """
+    blocked = [0] * (len(visible) + 2)
+    calls: dict[str, int] = {}
+    for position, message in enumerate(visible):
+        for result in message.tool_results:
+            start = calls.pop(result.tool_call_id, None)
+            if start is not None and start < position:  # cuts start+1 .. position are inside
+                blocked[start + 1] += 1
+                blocked[position + 1] -= 1
+        for call in message.tool_calls:
+            calls[call.id] = position
+    inside, clean = 0, -1
+    for cut in range(min(most, len(visible)) + 1):
+        inside += blocked[cut]
+        if inside == 0:
+            clean = cut
+    return clean
 
 
 # --------------------------------------------------------------------------- summarising
@@ -151,6 +170,9 @@ def _render(head: Sequence[ChatMessage], max_tool_chars: int) -> str:
             continue  # the current snapshot is sent again after the summary
         if _is_summary(message):
             lines.append(f"[earlier summary]\n{message.text.split(BANNER, 1)[-1]}")
+            continue
+        if message.kind in MEDIA_KINDS:  # an image or an analysis: its description only
+            lines.append(f"[{message.kind}] {describe(message)}")
             continue
         for part in message.parts:
             if isinstance(part, TextPart) and part.text:

@@ -40,7 +40,7 @@ ChildRunner = Callable[[Turn, AgentDefinition, Client, "EventCallback | None"], 
 class InFlight:
     """A model or tool call this worker is waiting for, and how long it may take."""
 
-    kind: str  # "model" or "tool"
+    kind: str  # "model", "tool" or "media" (a pending turn's own media call)
     name: str
     limit: float | None
     started: float = field(default_factory=time.monotonic)
@@ -129,10 +129,22 @@ class TurnContext:
         if self.background and shutdown.stopping():
             raise HandBack(self.row.pk)
 
-    def handle(self) -> Any:
-        """The public turn handle given to tools and output policies: it acts as the running
-        turn (evaluations, output metadata) through this context."""
-        return turn_handle(self.row, self.agent, self)
+    def handle(self, binding: ToolBinding | None = None) -> Any:
+        """The public turn handle given to tools (with their ``binding``) and output policies: it
+        acts as the running turn (evaluations, output metadata, media) through this context."""
+        return turn_handle(self.row, self.agent, self, binding)
 
 
-__all__ = ["ChildRunner", "ControlPending", "HandBack", "InFlight", "Suspended", "TurnContext"]
+@dataclass
+class ToolBinding:
+    """What the handle a tool gets (``ctx.turn``) is bound to: this claimed turn and the tool
+    execution being run. Media calls (``ctx.turn.paint``) write under that claim, keyed
+    ``<idempotency key>:<operation>:<n>`` by ``media_calls`` (counted per run of the tool)."""
+
+    ctx: TurnContext
+    execution: ToolExecution
+    media_calls: int = 0
+
+
+__all__ = ["ChildRunner", "ControlPending", "HandBack", "InFlight", "Suspended", "ToolBinding",
+           "TurnContext"]

@@ -7,7 +7,9 @@ destination is idle, creates the continuation turn that will answer it, all in o
 (:func:`deliver`). A conversation is busy while any of its turns is pending (submitted or only
 prepared), running, waiting or paused; a busy conversation buffers the message: the turn in
 progress keeps its frozen input (``context_sequence``) and the next turn consumes every buffered
-message at once. A background turn that finishes wakes its conversation again (``run_turn``).
+message at once. A background turn that finishes hands its lane on in its terminal write
+(:func:`hand_on`): the next queued turn is rung, or the idle conversation wakes for what it
+buffered.
 
 Continuations act for the DESTINATION conversation's principal, never the sender's; the sender's
 principal is recorded in the message metadata only. A continuation is submitted to background
@@ -42,7 +44,7 @@ from ..store import deliveries, lock_conversation
 from ..store.deliveries import COMPLETION_PREFIX
 from ..store.turns import set_options
 from .creation import new_turn
-from .submission import submit
+from .submission import dispatch, submit
 
 logger = logging.getLogger("turnkit_django.deliveries")
 
@@ -138,16 +140,15 @@ def finished(turn_id: str, *, callback_allowed: bool | None) -> Delivery | None:
     """Call in the transaction of a submitted turn's terminal write (holding its tree lock).
 
     Creates the completion callback (as ``callback_allowed`` decided, see
-    :func:`callback_decision`) and wakes the turn's conversation (buffered deliveries get their
-    continuation), so both commit or roll back with the terminal status. The callback is
-    delivered after the commit; if this process dies first, maintenance delivers it. Inline
-    turns have neither.
+    :func:`callback_decision`) and hands the turn's lane on (:func:`hand_on`), so both commit
+    or roll back with the terminal status. The callback is delivered after the commit; if this
+    process dies first, maintenance delivers it. Inline turns have neither.
     """
     turn = Turn.objects.get(pk=turn_id)
     if turn.submitted_at is None:
         return None
     delivery = completion_callback(turn, callback_allowed)
-    wake(turn.conversation_id)
+    hand_on(turn.conversation_id)
     if delivery is not None and delivery.delivered_at is None:
         transaction.on_commit(partial(_deliver_later, delivery.pk))
     return delivery
@@ -240,6 +241,18 @@ def wake(conversation: Conversation | str) -> Turn | None:
         return _wake_locked(lock_conversation(conversation_id))
 
 
+def hand_on(conversation_id: str) -> Turn | None:
+    """In the transaction that ends a submitted turn: ring the next turn queued in the
+    conversation's lane (after the commit) or, when none is queued, wake the conversation for
+    its buffered deliveries; return the continuation created, if any."""
+    following = (Turn.objects.filter(conversation_id=conversation_id).queued_in_lane()
+                 .values_list("pk", flat=True).first())
+    if following is not None:  # the lane is busy: nothing to wake
+        dispatch(following)
+        return None
+    return _wake_locked(lock_conversation(conversation_id))
+
+
 def _wake_locked(row: Conversation) -> Turn | None:
     """:func:`wake` for a caller that holds the conversation lock."""
     if is_busy(row.pk):
@@ -295,15 +308,6 @@ def _from_cancelled_tree(sender: Turn | None) -> bool:
     return sender is not None and sender.root_turn.status == TurnStatus.CANCELLED
 
 
-def wake_after(turn_id: str) -> Turn | None:
-    """Wake the conversation of ``turn_id`` once it has finished (buffered deliveries)."""
-    conversation_id = Turn.objects.filter(pk=turn_id).values_list(
-        "conversation_id", flat=True).first()
-    if conversation_id is None:
-        return None
-    return wake(conversation_id)
-
-
 __all__ = [
     "authorize_send",
     "callback_decision",
@@ -311,9 +315,9 @@ __all__ = [
     "deliver",
     "deliver_pending",
     "finished",
+    "hand_on",
     "is_busy",
     "record_send",
     "send_message",
     "wake",
-    "wake_after",
 ]

@@ -15,9 +15,10 @@ from typing import Any
 from ..exceptions import ConfigurationError
 from ..models import Turn
 
-#: ``factory(row, agent, running)``: ``running`` is the TurnContext of the execution that hands
-#: the handle to user code (tools, output policies), or None.
-HandleFactory = Callable[[Turn, Any, Any], Any]
+#: ``factory(row, agent, running, binding=...)``: ``running`` is the TurnContext of the execution
+#: that hands the handle to user code (tools, output policies), or None; ``binding`` (a tool's
+#: handle only) the ToolBinding its media calls write under.
+HandleFactory = Callable[..., Any]
 _factory: HandleFactory | None = None
 
 
@@ -27,15 +28,16 @@ def provide(factory: HandleFactory) -> None:
     _factory = factory
 
 
-def turn_handle(row: Turn, agent: Any = None, running: Any = None) -> Any:
+def turn_handle(row: Turn, agent: Any = None, running: Any = None, binding: Any = None) -> Any:
     """The public handle of ``row`` for a tool, a policy or a context contributor; ``running``
-    (the claimed turn's context) lets a tool or a policy act as the running turn."""
+    (the claimed turn's context) lets a tool or a policy act as the running turn, ``binding``
+    lets a tool's media calls write under its execution."""
     if _factory is None:
         raise ConfigurationError(
             "turnkit_django is not ready: add 'turnkit_django' to INSTALLED_APPS and call "
             "django.setup() before running turns"
         )
-    return _factory(row, agent, running)
+    return _factory(row, agent, running, binding=binding)
 
 
 __all__ = ["HandleFactory", "provide", "turn_handle"]

@@ -27,15 +27,18 @@ from . import budget, completion, dynamic_context, internal
 from .compaction import auto_compact, project
 from .context import TurnContext
 from .deliveries import callback_decision
+from .media_projection import project_media
 from .output import publish_locked
 from .prompts import compose
 from .results import Opened, delegates, open_call
 
 
 def build_request(ctx: TurnContext, prompt: Prompt | None = None) -> ModelRequest:
-    """The turn's next model request, from its visible messages (and ``prompt``, composed)."""
+    """The turn's next model request, from its visible messages (media described as text) and
+    ``prompt`` (composed when not given)."""
     instructions = prompt or compose(ctx.agent, ctx.row, ctx.conversation)
-    messages, dynamic = dynamic_context.apply(ctx, instructions, project(ctx.visible))
+    messages, dynamic = dynamic_context.apply(ctx, instructions,
+                                              project_media(project(ctx.visible)))
     options = ctx.row.options or {}
     return ModelRequest(
         model=ctx.row.model,

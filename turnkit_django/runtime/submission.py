@@ -65,11 +65,10 @@ def submit(turn: Turn, *, callback: Conversation | None = None,
     """
     if callback is not None and not callback_authorized:
         authorize_callback(turn.pk, turn.principal, callback)
-    with transaction.atomic():
-        row, new = turns.submit(turn, callback_conversation_id=None if callback is None
-                                else callback.pk)
-        if new:
-            dispatch(row.pk)
+    row, new = turns.submit(turn, callback_conversation_id=None if callback is None
+                            else callback.pk)
+    if new:  # after the submit's commit, or the caller's when it submits inside its transaction
+        dispatch(row.pk)
     return row
 
 

@@ -23,7 +23,7 @@ from ..agents import LOAD_SKILL, SubAgentTool
 from ..conf import turnkit_settings
 from ..errors import ErrorRecord, outcome_unknown
 from ..exceptions import LostClaim
-from ..messages import ToolCallPart
+from ..messages import MEDIA_KINDS, ToolCallPart
 from ..models import ToolExecution
 from ..serialization import to_json
 from ..states import FINISHED_TOOL_STATUSES, Phase, ToolStatus
@@ -32,7 +32,7 @@ from ..tools.base import Tool, ToolContext
 from ..tools.coordination import CoordinationTool
 from . import budget, completion, coordination, delegation, fanout
 from .calls import CallOutcome, precheck, turn_tools, unknown_tool
-from .context import ControlPending, TurnContext
+from .context import ControlPending, ToolBinding, TurnContext
 from .controls import approval_gate
 from .results import Opened, Then, delegates, finish, leave, open_call, skip
 
@@ -40,7 +40,7 @@ from .results import Opened, Then, delegates, finish, leave, open_call, skip
 def response_calls(ctx: TurnContext) -> list[ToolCallPart]:
     """The tool calls of the persisted response: the turn's newest assistant message."""
     for chat in reversed(ctx.visible):
-        if chat.role == "assistant":
+        if chat.role == "assistant" and chat.kind not in MEDIA_KINDS:  # not a tool's media
             return chat.tool_calls
     return []
 
@@ -153,7 +153,7 @@ def invoke(ctx: TurnContext, tool: Tool | None, call: ToolCallPart,
     if isinstance(tool, CoordinationTool):
         return coordination.execute(ctx, tool, call, execution, args)
     tool_ctx = ToolContext(
-        turn=ctx.handle(),
+        turn=ctx.handle(ToolBinding(ctx, execution)),  # media calls write under this claim
         conversation_id=ctx.row.conversation_id,
         execution_id=execution.pk,
         tool_call_id=call.id,

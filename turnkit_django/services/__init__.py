@@ -17,7 +17,7 @@ from .deliveries import deliver, send_message, wake
 from .inputs import InputStatus, input_status, keyed_input, post, taker
 from .recovery import ReconcileReport, drain, reconcile, release_waiting
 from .retention import prune
-from .turns import dispatch, dispatch_next_in_lane, new_conversation, new_turn, run_turn, submit
+from .turns import dispatch, maintain_when_due, new_conversation, new_turn, run_turn, submit
 from .waits import add_wait, join_for_inline
 
 __all__ = [
@@ -33,12 +33,12 @@ __all__ = [
     "cost_breakdown",
     "deliver",
     "dispatch",
-    "dispatch_next_in_lane",
     "drain",
     "expire_approvals",
     "input_status",
     "join_for_inline",
     "keyed_input",
+    "maintain_when_due",
     "new_conversation",
     "new_turn",
     "pending_approvals",

@@ -38,14 +38,13 @@ from ..conf import turnkit_settings
 from ..errors import ErrorRecord
 from ..events import emit
 from ..models import Delivery, Turn
-from ..runtime.deliveries import callback_decision, completion_callback, deliver, wake
+from ..runtime.deliveries import callback_decision, completion_callback, deliver, hand_on
 from ..serialization import json_safe
 from ..states import ACTIVE_TURN_STATUSES, TurnStatus
 from ..store import lock_tree
 from ..store.deliveries import COMPLETION_PREFIX
 from ..store.events import record_event
 from ..store.turns import end, set_options
-from .turns import dispatch_next_in_lane
 
 logger = logging.getLogger("turnkit_django.cancel")
 
@@ -144,8 +143,8 @@ def _after(rows: list[Turn]) -> None:
         if row.conversation_id in seen:
             continue
         seen.add(row.conversation_id)
-        wake(row.conversation_id)
-        dispatch_next_in_lane(row.pk)
+        with transaction.atomic():
+            hand_on(row.conversation_id)
     callbacks = list(Delivery.objects.pending().filter(
         key__in=[f"{COMPLETION_PREFIX}{row.pk}" for row in rows]).values_list("pk", flat=True))
 

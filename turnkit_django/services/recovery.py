@@ -185,9 +185,21 @@ def _abandon_prepared(batch: int, report: ReconcileReport) -> None:
 
 def release_waiting(batch: int) -> list[str]:
     """Move waiting turns whose targets all finished, or whose deadline passed, to pending."""
-    released: list[str] = []
     waiting = list(Turn.objects.actionable().waiting().order_by("updated_at")
                    .values_list("pk", "root_turn_id")[:batch])
+    return _release(waiting, rotate=True)
+
+
+def release_waiters_of(turn_id: str) -> list[str]:
+    """Release the turns waiting for ``turn_id`` (which just finished) that wait for nothing
+    else; one query when none waits for it."""
+    waiters = list(Wait.objects.filter(target_id=turn_id).order_by("pk")
+                   .values_list("waiter_id", "waiter__root_turn_id"))
+    return _release(waiters, rotate=False)
+
+
+def _release(waiting: list[tuple[str, str]], *, rotate: bool) -> list[str]:
+    released: list[str] = []
     for turn_id, root_id in waiting:
         with transaction.atomic():
             now = lock_tree(root_id).now
@@ -203,7 +215,7 @@ def release_waiting(batch: int) -> list[str]:
                     join(turn)
                 dispatch(turn_id)
                 released.append(turn_id)
-            else:
+            elif rotate:
                 touch([turn_id])  # a blocked batch rotates behind the others (fair rotation)
     return released
 
@@ -232,4 +244,4 @@ def drain() -> list[str]:
     return ids
 
 
-__all__ = ["ReconcileReport", "drain", "reconcile", "release_waiting"]
+__all__ = ["ReconcileReport", "drain", "reconcile", "release_waiters_of", "release_waiting"]

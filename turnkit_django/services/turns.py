@@ -2,33 +2,49 @@
 
 from __future__ import annotations
 
-from ..models import Turn
+import time
+
+from ..conf import turnkit_settings
 from ..runtime import execute
 from ..runtime.creation import new_conversation, new_turn
-from ..runtime.deliveries import wake_after
 from ..runtime.submission import dispatch, submit
-from .recovery import drain
+from .recovery import drain, release_waiters_of
 
 
 def run_turn(turn_id: str, *, kind: str = "celery") -> bool:
-    """Execute a submitted turn if it is claimable, then hand its lane on and run maintenance."""
+    """Execute a submitted turn if it is claimable, release what waited for it, and run
+    maintenance when it is due.
+
+    The turn's terminal write has already handed its lane on (the next queued turn rung, or the
+    idle conversation woken) and created its completion callback.
+    """
     ran = execute(turn_id, kind=kind)
     if ran:
-        dispatch_next_in_lane(turn_id)
-        wake_after(turn_id)  # buffered deliveries get their continuation
-    drain()
+        release_waiters_of(turn_id)
+    maintain_when_due()
     return ran
 
 
-def dispatch_next_in_lane(turn_id: str) -> None:
-    """Ring for the oldest pending submitted turn of the conversation that ``turn_id`` left."""
-    conversation_id = Turn.objects.filter(pk=turn_id).values_list(
-        "conversation_id", flat=True).first()
-    following = (Turn.objects.filter(conversation_id=conversation_id).queued_in_lane()
-                 .values_list("pk", flat=True).first())
-    if following is not None:
-        dispatch(following)
+class _Maintenance:
+    """When this process runs its next maintenance pass after a turn (``time.monotonic()``)."""
+
+    due_at = 0.0
 
 
-__all__ = ["dispatch", "dispatch_next_in_lane", "new_conversation", "new_turn", "run_turn",
-           "submit"]
+def maintain_when_due() -> None:
+    """Run a maintenance pass (:func:`~.recovery.drain`) if this process ran none in the last
+    ``RECONCILE_INTERVAL`` seconds.
+
+    The beat runs maintenance on that schedule too; the pass after a turn shortens the wait for
+    what the beat would find (a lost doorbell, an undelivered callback) on a busy worker without
+    paying a pass per turn. A local rate limit, not a lease or a deadline: no database clock.
+    """
+    now = time.monotonic()
+    if now < _Maintenance.due_at:
+        return
+    _Maintenance.due_at = now + float(turnkit_settings.RECONCILE_INTERVAL)
+    drain()
+
+
+__all__ = ["dispatch", "maintain_when_due", "new_conversation", "new_turn",
+           "run_turn", "submit"]

@@ -8,7 +8,8 @@
   transition (:func:`~.turns.apply_transition`);
 * :mod:`.transcript`: gap-free message sequences, the messages a turn sees, transcript repair;
 * :mod:`.state`: the typed loop state persisted in ``Turn.state``;
-* :mod:`.waits`, :mod:`.deliveries`, :mod:`.retention`: wait edges, deliveries, pruning.
+* :mod:`.waits`, :mod:`.deliveries`, :mod:`.retention`: wait edges, deliveries, pruning;
+* :mod:`.media`: the bytes of generated images, in a Django storage.
 
 A test walks the package's source and fails on an ORM write outside this package.
 """
@@ -26,7 +27,7 @@ from .claims import (
 )
 from .fenced import Charge, Fenced
 from .locks import Ledger, LedgerDelta, database_now, lock_conversation, lock_tree
-from .state import GRANTED, Candidate, Reservation, Terminal, TurnState
+from .state import GRANTED, Candidate, MediaCall, Reservation, Terminal, TurnState
 from .transcript import (
     ClosedCall,
     NewMessage,
@@ -57,6 +58,7 @@ __all__ = [
     "Fenced",
     "Ledger",
     "LedgerDelta",
+    "MediaCall",
     "NewConversation",
     "NewMessage",
     "NewTurn",

@@ -65,6 +65,39 @@ class Terminal:
 
 
 @dataclass(frozen=True)
+class MediaCall:
+    """One media call of the turn (``Turn.paint``, ``Turn.view_media``), by its key.
+
+    ``requested`` commits before the paid provider call; ``completed`` (with the message that
+    holds the result) or ``failed`` after it; ``refused`` when the budget refused it first.
+    """
+
+    op: str
+    status: str
+    attempts: int = 1
+    at: str = ""
+    message_id: str | None = None
+    error: JsonObject | None = None
+
+    def replace(self, **changes: Any) -> MediaCall:
+        return replace(self, **changes)
+
+    def as_json(self) -> JsonObject:
+        data: JsonObject = {"op": self.op, "status": self.status, "attempts": self.attempts,
+                            "at": self.at}
+        if self.message_id is not None:
+            data["message_id"] = self.message_id
+        if self.error is not None:
+            data["error"] = self.error
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MediaCall:
+        return cls(str(data["op"]), str(data["status"]), int(data.get("attempts") or 1),
+                   str(data.get("at") or ""), data.get("message_id"), data.get("error"))
+
+
+@dataclass(frozen=True)
 class TurnState:
     phase: Phase = Phase.MODEL
     #: The next model call's iteration, reserved by the transaction entering the model phase.
@@ -80,6 +113,8 @@ class TurnState:
     judged: Mapping[str, tuple[JsonObject, ...]] = field(default_factory=dict)
     #: The message giving an application wait's joined results to the turn (given once).
     joined_message_id: str | None = None
+    #: The media calls made for the turn (by key): intents and outcomes, never their bytes.
+    media: Mapping[str, MediaCall] = field(default_factory=dict)
     #: The one call that may run after the response that exhausted the spend limit.
     budget_completion_call_id: str | None = None
     #: Assessment metadata set for the current candidate (reset by every new model response).
@@ -89,6 +124,9 @@ class TurnState:
 
     def replace(self, **changes: Any) -> TurnState:
         return replace(self, **changes)
+
+    def with_media(self, key: str, call: MediaCall) -> TurnState:
+        return replace(self, media={**self.media, key: call})
 
     # -- the storage boundary ------------------------------------------------------------
 
@@ -114,6 +152,8 @@ class TurnState:
             data["judged"] = {key: list(found) for key, found in self.judged.items()}
         if self.joined_message_id is not None:
             data["joined_message_id"] = self.joined_message_id
+        if self.media:
+            data["media"] = {key: call.as_json() for key, call in self.media.items()}
         if self.budget_completion_call_id is not None:
             data["budget_completion_call_id"] = self.budget_completion_call_id
         if self.output_metadata is not None:
@@ -142,10 +182,11 @@ class TurnState:
             audits=tuple(data.get("audits") or ()),
             judged={str(k): tuple(v) for k, v in (data.get("judged") or {}).items()},
             joined_message_id=data.get("joined_message_id"),
+            media={str(k): MediaCall.from_json(v) for k, v in (data.get("media") or {}).items()},
             budget_completion_call_id=data.get("budget_completion_call_id"),
             output_metadata=data.get("output_metadata"),
             evaluations={str(k): v for k, v in (data.get("evaluations") or {}).items()},
         )
 
 
-__all__ = ["GRANTED", "Candidate", "Reservation", "Terminal", "TurnState"]
+__all__ = ["GRANTED", "Candidate", "MediaCall", "Reservation", "Terminal", "TurnState"]

@@ -22,6 +22,7 @@ from ..messages import ChatMessage, MessageKind, Part, ToolResultPart, dump_part
 from ..models import Conversation, Message, ToolExecution, Turn
 from ..states import ToolStatus
 from .rows import new_row
+from .seen import read_through
 
 
 @dataclass
@@ -116,8 +117,15 @@ def to_chat(message: Message) -> ChatMessage:
 
 
 def visible_chat(turn: Turn) -> list[ChatMessage]:
-    """The messages ``turn`` sees, as the model sees them, in sequence order."""
-    return [to_chat(m) for m in Message.objects.visible_to(turn)]
+    """The messages ``turn`` sees, as the model sees them, in sequence order.
+
+    Reads only what this process has not read before (:mod:`.seen`): the input past the last
+    turn of the conversation it read, and the turn's own messages.
+    """
+    def read(after: int) -> list[ChatMessage]:
+        return [to_chat(m) for m in Message.objects.visible_to(turn).filter(sequence__gt=after)]
+
+    return read_through(turn.conversation_id, turn.context_sequence, read)
 
 
 # --------------------------------------------------------------------------- repair

@@ -2,7 +2,8 @@
 
 ``ScriptedClient`` answers from a list, in order; ``FunctionClient`` computes each answer from the
 request (deterministic from the transcript, so it works in Celery workers too). ``reply`` and
-``call`` build the entries. ``block_model_requests()`` makes every real provider client raise.
+``call`` build the entries. ``FunctionMediaClient`` answers ``paint`` and ``view_media``.
+``block_model_requests()`` makes every real provider client raise.
 ``InMemoryDispatcher`` (and its pytest fixture ``turnkit_dispatcher``) keeps submitted turns in
 memory instead of sending them to Celery, and runs them in the test process on request.
 """
@@ -12,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import struct
 import threading
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +27,7 @@ from django.utils.module_loading import import_string
 from ..clients.base import BaseClient, ModelRequest, ModelResponse, Usage
 from ..clients.base import requests_blocked as _blocked
 from ..clients.evaluation import EvaluationRequest, EvaluatorReply
+from ..clients.media import GeneratedImage, ImageRequest, ImageResult, MediaAnalysis, MediaRequest
 from ..exceptions import ModelError
 from ..messages import DataPart, Part, TextPart, ToolCallPart
 
@@ -157,6 +161,77 @@ class FunctionClient(BaseClient):
         with self._lock:
             self.requests.append(request)
         return to_response(self.respond(request), request)
+
+
+def _png() -> bytes:
+    """A valid 1x1 PNG (one red pixel)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) + chunk(b"IEND", b""))
+
+
+#: The image ``FunctionMediaClient`` paints unless told otherwise: a 1x1 PNG.
+PNG = _png()
+
+
+def _default_paint(request: ImageRequest) -> ImageResult:
+    return ImageResult(images=(GeneratedImage(data=PNG),),
+                       model=request.model or "test-image",
+                       usage=Usage(input_tokens=_estimate(request.prompt), output_tokens=272),
+                       provider="function", size=request.size)
+
+
+def _default_view(request: MediaRequest) -> MediaAnalysis:
+    names = ", ".join(m.name or m.mime_type for m in request.media)
+    return MediaAnalysis(text=f"Looked at {names} for: {request.objective}",
+                         data={} if request.output_schema is not None else None,
+                         model=request.model or "test-vision",
+                         usage=Usage(input_tokens=_estimate(request.objective) + 85,
+                                     output_tokens=12), provider="function")
+
+
+class FunctionMediaClient(BaseClient):
+    """A media client for tests: ``paint`` and ``view_media`` answered by functions.
+
+    ``paint(request) -> ImageResult`` defaults to one 1x1 PNG (:data:`PNG`);
+    ``view_media(request) -> MediaAnalysis`` to a sentence naming the media and the objective
+    (and ``{}`` as data with an output schema). A function may raise, or return an exception to
+    raise. Every request is kept in ``requests``. It answers no chat requests.
+    """
+
+    provider = "function"
+    supports_paint = True
+    supports_view_media = True
+
+    def __init__(self, paint: Callable[[ImageRequest], Any] | None = None,
+                 view_media: Callable[[MediaRequest], Any] | None = None) -> None:
+        self._paint = paint or _default_paint
+        self._view = view_media or _default_view
+        self._lock = threading.Lock()
+        self.requests: list[ImageRequest | MediaRequest] = []
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        raise ModelError("FunctionMediaClient answers paint and view_media only; give the agent "
+                         "a ScriptedClient or FunctionClient for chat")
+
+    def paint(self, request: ImageRequest) -> ImageResult:
+        return self._answer(request, self._paint)
+
+    def view_media(self, request: MediaRequest) -> MediaAnalysis:
+        return self._answer(request, self._view)
+
+    def _answer(self, request: Any, function: Callable[[Any], Any]) -> Any:
+        with self._lock:
+            self.requests.append(request)
+        result = function(request)
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
 
 class ScriptedEvaluator:
@@ -305,8 +380,10 @@ if pytest is not None:
 
 
 __all__ = [
+    "PNG",
     "Call",
     "FunctionClient",
+    "FunctionMediaClient",
     "InMemoryDispatcher",
     "Reply",
     "ScriptedClient",

@@ -50,9 +50,10 @@ class MessageRow:
     tool_execution_id: str | None
     metadata: Any
     content: Any
+    kind: str
 
     FIELDS = ("id", "conversation_id", "sequence", "role", "turn_id", "fence",
-              "tool_execution_id", "metadata", "content")
+              "tool_execution_id", "metadata", "content", "kind")
 
     def part_ids(self, kind: str, key: str) -> list[str]:
         if not isinstance(self.content, list):

@@ -56,6 +56,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
+from ..messages import MEDIA_KINDS
 from ..models import Conversation, Delivery, Message, ToolExecution, Turn
 from ..states import FINISHED_TOOL_STATUSES, Phase, TurnStatus
 from .report import Report, Violation
@@ -228,7 +229,8 @@ class _Checker:
         results: dict[str, list[MessageRow]] = defaultdict(list)
         open_calls: dict[str, MessageRow] = {}
         for message in owned:
-            if message.role == "assistant":
+            # Images and analyses a tool records during its call sit between call and result.
+            if message.role == "assistant" and message.kind not in MEDIA_KINDS:
                 self._close(turn, open_calls, f"before assistant message #{message.sequence}")
                 open_calls = {}
                 for call_id in message.calls:

@@ -1,9 +1,27 @@
-"""Tools: ``@tool``, ``Tool``, ``ToolContext``; coordination tools are opt-in imports."""
+"""Tools: ``@tool``, ``Tool``, ``ToolContext``; coordination tools are opt-in imports.
+
+The media tool bases (``ImageTool``, ``ViewMediaTool``, ``PaintImage``) and the read-only tools
+(``ReadOnlyTool``, ``ReadFile``, ``GitHubTool``) load on first use: they need the models.
+"""
 
 from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
 
 from .base import FunctionTool, Tool, ToolContext, tool
 from .coordination import launch_agent, send_message, wait_for
 
-__all__ = ["FunctionTool", "Tool", "ToolContext", "launch_agent", "send_message", "tool",
-           "wait_for"]
+_LAZY = {"ImageTool": "media", "ViewMediaTool": "media", "PaintImage": "media",
+         "ReadOnlyTool": "files", "ReadFile": "files", "GitHubTool": "github"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["FunctionTool", "GitHubTool", "ImageTool", "PaintImage", "ReadFile", "ReadOnlyTool",
+           "Tool", "ToolContext", "ViewMediaTool", "launch_agent",
+           "send_message", "tool", "wait_for"]

@@ -58,6 +58,9 @@ class Tool:
     recovery: Recovery = "unknown"
     #: Seconds a call may take before its turn stops waiting for it (None: TOOL_TIMEOUT).
     timeout: float | None = None
+    #: Declared by tools that change nothing (trusted metadata, not a sandbox); specialists
+    #: such as ``oracle`` accept only read-only tools.
+    read_only: bool = False
     #: The one call that may still run from the response that exhausted the spend limit (a
     #: final save); only on a terminal, replay-safe tool.
     budget_completion: bool = False
@@ -125,6 +128,8 @@ class Tool:
                 f"tool {self.tool_name!r}: timeout must be a positive number of seconds or "
                 f"None, got {timeout!r}"
             )
+        if not isinstance(self.read_only, bool):
+            raise ConfigurationError(f"tool {self.tool_name!r}: read_only must be True or False")
         if self.budget_completion and not (self.terminal and self.replay_safe):
             raise ConfigurationError(
                 f"tool {self.tool_name!r}: budget_completion=True needs terminal=True and "
@@ -158,6 +163,7 @@ class FunctionTool(Tool):
         terminal: Terminal = False,
         recovery: Recovery = "unknown",
         timeout: float | None = None,
+        read_only: bool = False,
         budget_completion: bool = False,
         approval: Approval = False,
         approval_timeout: float | None = None,
@@ -170,6 +176,7 @@ class FunctionTool(Tool):
         self.terminal = terminal
         self.recovery = recovery
         self.timeout = timeout
+        self.read_only = read_only
         self.budget_completion = budget_completion
         self.Args, self._takes_ctx = _args_from_signature(func, self.name)
         self.__doc__ = func.__doc__
@@ -225,6 +232,7 @@ def tool(
     terminal: Terminal = False,
     recovery: Recovery = "unknown",
     timeout: float | None = None,
+    read_only: bool = False,
     budget_completion: bool = False,
     approval: Approval = False,
     approval_timeout: float | None = None,
@@ -240,6 +248,7 @@ def tool(
     terminal: Terminal = False,
     recovery: Recovery = "unknown",
     timeout: float | None = None,
+    read_only: bool = False,
     budget_completion: bool = False,
     approval: Approval = False,
     approval_timeout: float | None = None,
@@ -248,7 +257,7 @@ def tool(
 
     def build(f: Callable[..., Any]) -> FunctionTool:
         built = FunctionTool(f, name=name, description=description, terminal=terminal,
-                             recovery=recovery, timeout=timeout,
+                             recovery=recovery, timeout=timeout, read_only=read_only,
                              budget_completion=budget_completion, approval=approval,
                              approval_timeout=approval_timeout)
         built.check()

@@ -20,7 +20,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('turnkit', '0008_write_path_indexes'),
+        ('turnkit', '0009_message_kinds'),
     ]
 
     operations = [

@@ -1,0 +1,119 @@
+"""Markdown for the benchmarks' results (one format for every command; no Django here).
+
+Each function takes what a benchmark saved (``build/bench/<part>.json``) and returns its
+tables; the benchmarks print them when they finish and bench/report.py prints them all again at
+the end of ``make bench`` / ``make bench-peers``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.common import X_FLOOR, num, server_tables, table
+from bench.floor import STEPS_PER_TURN
+
+WINDOW = 5  # asks per point of the growth curve (bench/growth.py)
+CHECKS = 20  # compaction checks timed after the last ask (bench/growth.py)
+INLINE, BACKGROUND = "inline", "background"
+
+
+def steps(data: dict[str, Any]) -> str:
+    """Per step against the floor (bench/step_overhead.py), PostgreSQL or SQLite."""
+    systems = data["systems"]
+    server = all("server" in s for s in systems.values())
+    where = f"; server columns from {data['stats_turns']} turns" if server else ""
+    out = [f"**Per step, {data['version']}** ({data['rounds']} interleaved rounds of workload "
+           f"T, median{where})", ""]
+    if server:
+        out.append(server_tables(list(systems.values())))
+    else:
+        rows = [[s["label"], num(s["median"], 3), f"{s['ratio']:.1f}",
+                 num(s["client"]["statements"]), num(s["client"]["round_trips"] / STEPS_PER_TURN,
+                                                      1),
+                 num(s["client"]["transactions"]), num(s.get("cpu_ms"), 2)]
+                for s in systems.values()]
+        out.append(table(["system", "ms/step", X_FLOOR, "statements/turn (client)",
+                          "sent/step (client)", "transactions/turn (client)",
+                          "CPU ms/step (one process)"], rows, right=range(1, 7)))
+    split_ = systems[INLINE].get("split")
+    if split_:
+        inline, background = systems[INLINE]["client"], systems[BACKGROUND]["client"]
+        out += ["", f"Client side (Django's connection): inline {inline['statements']} "
+                f"statements + {inline['round_trips'] - inline['statements']} BEGIN/COMMIT/"
+                f"savepoints per turn, {inline['transactions']} transactions; background "
+                f"{background['statements']} + "
+                f"{background['round_trips'] - background['statements']}, "
+                f"{background['transactions']} transactions. One inline turn: {split_['model']} "
+                f"statements per model step, {split_['tool']} per tool call, "
+                f"{split_['setup']} to create and claim it; {split_['setup_commits']} + "
+                f"{split_['step_commits']} transactions (explicit or autocommit)."]
+    return "\n".join(out)
+
+
+def growth(data: dict[str, Any]) -> str:
+    """The growth curves and the compaction check (bench/growth.py)."""
+    curves = data["curves"]
+    out = [f"**Growth of one conversation** (ask N of {data['asks']}, each ask model, tool, "
+           f"model; median of the {WINDOW} asks before N, ask 1 over {WINDOW} fresh "
+           "conversations)", ""]
+    rows = []
+    for name, c in curves.items():
+        first = c["points"][0]["cpu_ms"]
+        for p in c["points"]:
+            rows.append([name, p["ask"], num(p["cpu_ms"], 1), f"{p['cpu_ms'] / first:.2f}",
+                         num(p["wall_ms"], 1), p["statements"], num(p["message_rows_read"])])
+    out.append(table(["curve", "ask", "client CPU ms/ask", "\N{MULTIPLICATION SIGN} ask 1",
+                      "wall ms/ask", "statements sent", "message rows read"], rows,
+                     right=range(1, 7)))
+    rows = [[name, c["check"]["messages"], num(c["check"]["estimated_tokens"]),
+             num(c["check"]["estimate_ms"], 2), num(c["check"]["choose_ms"], 2),
+             num(c["check"]["check_ms"], 2), "yes" if c["check"]["cut_found"] else "no"]
+            for name, c in curves.items()]
+    out += ["", f"One compaction check after ask {data['asks']} (median of {CHECKS}; the small "
+            f"context: {data['small_context']}):", "",
+            table(["curve", "visible messages", "estimated tokens", "estimate ms", "choose ms",
+                   "check ms", "cut found"], rows, right=range(1, 6))]
+    return "\n".join(out)
+
+
+def _mean(blocks: list[dict[str, Any]], key: str) -> float:
+    return sum(b[key] for b in blocks) / len(blocks)
+
+
+def throughput(data: dict[str, Any]) -> str:
+    """Turns/s against bare tasks/s on Celery workers (bench/throughput.py)."""
+    rows = []
+    for children, blocks in data["results"].items():
+        bare, turns = _mean(blocks["bare"], "per_s"), _mean(blocks["turns"], "per_s")
+        rows.append([children, num(bare, 1), num(turns, 1), f"{turns / bare:.2f}",
+                     num(_mean(blocks["bare"], "statements"), 1),
+                     f"{num(_mean(blocks['turns'], 'statements_submit'), 1)} + "
+                     f"{num(_mean(blocks['turns'], 'statements_run'), 1)}",
+                     f"{sum(b['completed'] for b in blocks['turns'])}/"
+                     f"{data['n'] * len(blocks['turns'])}",
+                     num(_mean(blocks["turns"], "left"))])
+    return "\n".join([
+        f"**Background throughput on Celery workers** ({data['n']} tasks or turns of model, "
+        f"tool, model queued at once per block, {data['rounds']} blocks each, alternating; one "
+        "worker process, prefork; PostgreSQL + Redis)", "",
+        table(["children", "bare tasks/s", "turns/s", "turns/s ÷ tasks/s",
+               "statements/bare task", "statements/turn (submit + worker)", "turns completed",
+               "doorbells left/block"], rows, right=[0, 1, 2, 3, 4, 5, 7]),
+        "", "Statements: what the clients sent (BEGIN, COMMIT and Django's health check "
+        "included; foreign-key checks not). Doorbells left: `run_turn` messages still queued "
+        "when every turn of the block had finished (rung again for turns that waited in the "
+        "backlog; each costs a task that finds nothing to claim)."])
+
+
+def peers(data: dict[str, Any]) -> str:
+    """The peers side by side (bench/peers.py)."""
+    versions = sorted({f"{k} {v}" for s in data["systems"].values()
+                       for k, v in s["versions"].items()})
+    return "\n".join([
+        f"**Peers, PostgreSQL {data['settings']['server_version']}** ({data['rounds']} "
+        "interleaved rounds of workload T, median; server columns from "
+        f"{data['stats_turns']} turns of each system alone)", "",
+        server_tables(list(data["systems"].values())), "", "Versions: " + ", ".join(versions)])
+
+
+__all__ = ["CHECKS", "WINDOW", "growth", "peers", "steps", "throughput"]

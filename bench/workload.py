@@ -1,0 +1,71 @@
+"""Workload T and its agents: model, tool, model, tool, model with an instant fake model.
+
+Imported after Django is set up (by the benchmarks, and by the bench's Celery workers through
+``bench.tasks``). The fake model is a ``FunctionClient``: each answer is computed from the
+request, so a worker process answers exactly as the benchmark process would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from turnkit_django import Agent, register, tool
+from turnkit_django.clients import ModelRequest
+from turnkit_django.testing import FunctionClient, call, reply
+
+STEPS_PER_TURN = 5  # workload T
+#: Automatic compaction on a small context, so that it checks (estimate, then choose) at every
+#: model step of a conversation with a few dozen asks.
+SMALL_CONTEXT = {"context_limit": 4_000, "reserved_tokens": 1_000, "threshold": 0.5}
+
+
+def no_dispatch(turn_id: str) -> None:
+    """The benchmark executes turns itself; nothing is sent to a broker."""
+
+
+@tool
+def probe(n: int) -> dict[str, int]:
+    """Return its input."""
+    return {"n": n}
+
+
+def _tool_results_this_turn(request: ModelRequest) -> int:
+    """Tool results after the last user message (the current turn's)."""
+    done = 0
+    for message in reversed(request.messages):
+        if message.role == "user" and not message.tool_results:
+            break
+        if message.role == "tool" or message.tool_results:
+            done += 1
+    return done
+
+
+def _answer(calls: int, *, reuse_ids: bool = False) -> Any:
+    def respond(request: ModelRequest) -> Any:
+        if request.metadata.get("purpose") == "compaction":
+            return reply("The user asked questions; the probe answered each one.")
+        done = _tool_results_this_turn(request)
+        if done < calls:
+            return call("probe", id=f"call_{done}" if reuse_ids else None, n=done)
+        return reply("done")
+
+    return respond
+
+
+#: Workload T: five steps.
+T5 = register(Agent("bench", tools=[probe], client=FunctionClient(_answer(2)),
+                    max_iterations=10))
+#: model, tool, model: what the throughput benchmark submits.
+T3 = register(Agent("bench-3", tools=[probe], client=FunctionClient(_answer(1)),
+                    max_iterations=10))
+#: One conversation asked again and again (the growth curve): model, tool, model per ask.
+CHAT = register(Agent("bench-chat", tools=[probe], client=FunctionClient(_answer(1)),
+                      max_iterations=10, compaction=False))
+#: The same with automatic compaction on a small context and tool-call ids reused across turns.
+CHAT_COMPACTING = register(Agent("bench-chat-compacting", tools=[probe],
+                                 client=FunctionClient(_answer(1, reuse_ids=True)),
+                                 max_iterations=10, compaction=SMALL_CONTEXT))
+
+
+__all__ = ["CHAT", "CHAT_COMPACTING", "SMALL_CONTEXT", "STEPS_PER_TURN", "T3", "T5",
+           "no_dispatch", "probe"]

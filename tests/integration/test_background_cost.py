@@ -1,0 +1,100 @@
+"""What a background turn pays beyond its steps (issue 11): no maintenance pass of its own.
+
+``run_turn`` (the Celery task's body) used to follow every turn with a lane hand-off query, a
+second wake and a whole maintenance pass. The terminal write now hands the lane on and wakes
+the conversation itself; after it, the task only releases the turns that waited for this one;
+maintenance runs at most once per ``RECONCILE_INTERVAL`` per process (and from the beat).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tests.dispatch import background, clear, recorded
+from tests.helpers import _disarm_failpoints, registered, verify_after_test
+from turnkit_django import Agent, services, tool
+from turnkit_django.services import turns as service_turns
+from turnkit_django.testing import FunctionClient, call, reply
+
+__all__ = ["_disarm_failpoints", "background", "registered", "verify_after_test"]
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
+
+#: Statements of ``run_turn`` for a five-step turn on PostgreSQL, BEGIN and COMMIT included:
+#: the claim (8), the transcript (1), four one-statement steps, the terminal write with the
+#: lane hand-off and the wake (13), the waiters of the turn (1).
+RUN_TURN_STATEMENTS = 27
+
+
+@tool
+def probe(n: int) -> dict[str, int]:
+    """Return its input."""
+    return {"n": n}
+
+
+def five_steps(request: Any) -> Any:
+    done = sum(1 for m in request.messages if m.role == "tool")
+    return call("probe", n=done) if done < 2 else reply("done")
+
+
+@pytest.fixture
+def agent(registered) -> Agent:
+    return registered(Agent("bg_cost", tools=[probe], client=FunctionClient(five_steps)))
+
+
+def run_counted(turn_id: str) -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        assert services.run_turn(turn_id, kind="test")
+    return [q["sql"] for q in queries.captured_queries]
+
+
+def test_a_background_turn_runs_no_maintenance_pass_when_one_ran_recently(agent, monkeypatch):
+    monkeypatch.setattr(service_turns._Maintenance, "due_at", 0.0)
+    first = run_counted(agent.prepare("one").submit().id)
+    second = run_counted(agent.prepare("two").submit().id)
+
+    def maintenance(sql: list[str]) -> list[str]:
+        return [s for s in sql if '"turnkit_delivery"' in s and "delivered_at" in s]
+
+    assert maintenance(first), "the first turn of a process runs the pass"
+    assert maintenance(second) == []
+    if connection.vendor == "postgresql":
+        assert len(second) == RUN_TURN_STATEMENTS, "\n".join(s[:120] for s in second)
+
+
+def test_the_pass_runs_again_once_the_interval_has_passed(agent, monkeypatch):
+    monkeypatch.setattr(service_turns._Maintenance, "due_at", 0.0)
+    run_counted(agent.prepare("one").submit().id)
+    monkeypatch.setattr(service_turns._Maintenance, "due_at", 0.0)  # as if the interval passed
+    sql = run_counted(agent.prepare("two").submit().id)
+    assert any('"turnkit_delivery"' in s for s in sql)
+
+
+def test_a_finished_target_releases_its_waiter_without_a_maintenance_pass(registered,
+                                                                          monkeypatch):
+    worker = registered(Agent("bg_target", client=FunctionClient(lambda r: reply("result"))))
+    joiner = registered(Agent("bg_waiter", client=FunctionClient(lambda r: reply("joined"))))
+    target = worker.prepare("task").submit()
+    waiter = joiner.prepare("combine").wait_for(target).submit()
+    assert waiter.status == "waiting"
+
+    monkeypatch.setattr(service_turns, "drain", lambda: pytest.fail("no pass was due"))
+    monkeypatch.setattr(service_turns._Maintenance, "due_at", float("inf"))
+    assert services.run_turn(target.id, kind="test")
+    assert waiter.refresh().status == "pending"
+    assert services.run_turn(waiter.id, kind="test")
+    assert waiter.refresh().status == "completed"
+
+
+def test_the_next_turn_in_the_lane_is_rung_by_the_terminal_write(agent, monkeypatch):
+    monkeypatch.setattr(service_turns._Maintenance, "due_at", float("inf"))
+    conversation = agent.conversation()
+    first = conversation.ask("one", submit=True)
+    second = conversation.ask("two", submit=True)
+    clear()
+    assert services.run_turn(first.id, kind="test")
+    assert recorded() == [second.id]

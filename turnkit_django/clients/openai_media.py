@@ -1,0 +1,173 @@
+"""Images and vision for :class:`~turnkit_django.clients.openai.OpenAIClient`.
+
+``paint`` uses the images API:
+
+- no input images: ``POST {base_url}/images/generations``, a JSON body ``{model, prompt, size,
+  ...params}``;
+- input images: ``POST {base_url}/images/edits``, a multipart form: the scalar fields, one
+  ``image`` file part (``image[]`` parts when there are several) and an optional ``mask`` part.
+  Edits upload the bytes, so a reference given as a URL is refused (``MediaError``); nothing is
+  downloaded on the provider's behalf.
+
+The answer is ``{"created", "data": [{"b64_json" | "url", "revised_prompt"}], "usage",
+"output_format", "size", ...}``. GPT image models answer with base64 bytes and token usage
+(``input_tokens_details`` splits text from image input; cached text is ``cache_read``); DALL-E
+answers with URLs that expire after an hour, and no usage (so no known cost).
+
+A paid generation may have been carried out when its answer timed out, so ``paint`` retries only
+what the provider cannot have taken (connection failures, 429, 5xx) and sends
+``request.idempotency_key`` as an ``Idempotency-Key`` header on every attempt, for gateways that
+deduplicate by key.
+
+``view_media`` asks chat completions about images (``image_url`` parts: an https URL or a
+``data:`` URL) and PDFs (``file`` parts with the bytes as a data URL; the API takes no PDF URL).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..exceptions import MediaError, ModelError
+from ..messages import ProviderPart
+from ._http import error_message
+from .base import Usage
+from .media import (
+    GeneratedImage,
+    ImageRequest,
+    ImageResult,
+    MediaAnalysis,
+    MediaInput,
+    MediaRequest,
+    analysis_from,
+    analysis_request,
+)
+
+if TYPE_CHECKING:
+    from .openai import OpenAIClient
+
+PROVIDER = "openai"
+DEFAULT_IMAGE_MODEL = "gpt-image-1"
+_FORMATS = {"png": "image/png", "jpeg": "image/jpeg", "jpg": "image/jpeg", "webp": "image/webp"}
+
+
+# --------------------------------------------------------------------------- paint
+
+
+def paint(client: OpenAIClient, request: ImageRequest) -> ImageResult:
+    """Generate or edit images for ``request``; see the module docstring."""
+    key = client._ready()
+    model = request.model or client.image_model
+    headers = {"Idempotency-Key": request.idempotency_key} if request.idempotency_key else None
+    options: dict[str, Any] = {"headers": headers, "timeout": client.image_timeout,
+                               "retry_read_timeouts": False}
+    if request.is_edit:
+        data, files = edit_form(request, model)
+        body = client._post(f"{client.base_url}/images/edits", key, data=data, files=files,
+                            **options)
+    else:
+        body = client._post(f"{client.base_url}/images/generations", key,
+                            json=generation_body(request, model), **options)
+    return parse_images(body, model, client._label(), key)
+
+
+def generation_body(request: ImageRequest, model: str) -> dict[str, Any]:
+    """The JSON body of ``POST /images/generations``."""
+    body: dict[str, Any] = {"model": model, "prompt": request.prompt}
+    if request.size:
+        body["size"] = request.size
+    body.update(request.params)
+    return body
+
+
+def edit_form(request: ImageRequest, model: str
+              ) -> tuple[dict[str, str], list[tuple[str, tuple[str, bytes, str]]]]:
+    """The fields and file parts of ``POST /images/edits`` (multipart)."""
+    fields: dict[str, Any] = {"model": model, "prompt": request.prompt}
+    if request.size:
+        fields["size"] = request.size
+    fields.update(request.params)
+    data = {k: v if isinstance(v, str) else json.dumps(v) for k, v in fields.items()}
+    field_name = "image[]" if len(request.input_images) > 1 else "image"
+    files = [(field_name, _file(image, f"image-{n}")) for n, image in
+             enumerate(request.input_images, 1)]
+    if request.mask is not None:
+        files.append(("mask", _file(request.mask, "mask")))
+    return data, files
+
+
+def _file(media: MediaInput, fallback: str) -> tuple[str, bytes, str]:
+    if media.data is None:
+        raise MediaError(
+            f"OpenAI image edits upload the image: {media.name or fallback!r} is a URL; pass "
+            "its file, path or bytes instead"
+        )
+    if not media.is_image:
+        raise MediaError(f"OpenAI image edits take PNG, JPEG or WebP images, not "
+                         f"{media.mime_type!r} ({media.name or fallback!r})")
+    extension = media.mime_type.split("/")[-1]
+    return media.name or f"{fallback}.{extension}", media.data, media.mime_type
+
+
+def parse_images(body: dict[str, Any], model: str, label: str, key: str | None) -> ImageResult:
+    """Translate an images API answer into an :class:`ImageResult`."""
+    items = body.get("data")
+    if not isinstance(items, list) or not items:
+        raise ModelError(error_message(label, None, None, "the answer holds no images", key))
+    mime = _FORMATS.get(str(body.get("output_format") or "png"), "image/png")
+    images = []
+    for item in items:
+        item = item if isinstance(item, dict) else {}
+        data = None
+        if item.get("b64_json"):
+            try:
+                data = base64.b64decode(item["b64_json"], validate=True)
+            except (binascii.Error, ValueError):
+                raise ModelError(f"{label} returned an image that is not valid base64") from None
+        images.append(GeneratedImage(mime_type=mime, url=item.get("url") or None, data=data,
+                                     revised_prompt=item.get("revised_prompt") or None))
+    return ImageResult(images=tuple(images), model=model, usage=image_usage(body.get("usage")),
+                       provider=PROVIDER, size=body.get("size"))
+
+
+def image_usage(usage: Any) -> Usage:
+    """Usage of an images API answer: text, cached text and image input, image output."""
+    if not isinstance(usage, dict):
+        return Usage()
+    details = usage.get("input_tokens_details") or {}
+    total_input = int(usage.get("input_tokens") or 0)
+    image_tokens = int(details.get("image_tokens") or 0)
+    cached = int(details.get("cached_tokens") or 0)
+    text = int(details.get("text_tokens") or max(total_input - image_tokens, 0))
+    return Usage(input_tokens=max(text - cached, 0), output_tokens=int(usage.get(
+        "output_tokens") or 0), cache_read_tokens=cached, image_input_tokens=image_tokens)
+
+
+# --------------------------------------------------------------------------- view_media
+
+
+def view_media(client: OpenAIClient, request: MediaRequest) -> MediaAnalysis:
+    """Answer ``request.objective`` about its images and PDFs through chat completions."""
+    parts = [ProviderPart(PROVIDER, content_part(media)) for media in request.media]
+    response = client.complete(analysis_request(request, parts))
+    return analysis_from(response)
+
+
+def content_part(media: MediaInput) -> dict[str, Any]:
+    """The chat completions content part of one image or PDF."""
+    if media.is_image:
+        return {"type": "image_url", "image_url": {"url": media.data_url()}}
+    if media.is_pdf:
+        if media.data is None:
+            raise MediaError(f"OpenAI chat completions take PDFs as bytes, not URLs: pass the "
+                             f"file, path or bytes of {media.name or media.url!r}")
+        return {"type": "file", "file": {"filename": media.name or "document.pdf",
+                                         "file_data": media.data_url()}}
+    raise MediaError(f"OpenAI view_media takes images (PNG, JPEG, GIF, WebP) and PDFs, not "
+                     f"{media.mime_type!r} ({media.name!r})")
+
+
+__all__ = ["DEFAULT_IMAGE_MODEL", "content_part", "edit_form", "generation_body", "image_usage",
+           "paint", "parse_images", "view_media"]

@@ -1,0 +1,295 @@
+"""``GitHubTool``: read-only research in one GitHub repository, over httpx.
+
+Operations: ``repository``, ``file`` (a file's text or a directory's entries), ``history``
+(commits, optionally of a path), ``diff`` (one commit, or ``base...head``), ``issues``, ``issue``
+and ``comments`` (of an issue or pull request). Each result is ``{"repository", "operation",
+"source_url", "data"}``; ``source_url`` is the github.com page the data comes from.
+
+What keeps it to one repository and its token to itself:
+
+* the repository is validated strictly (``owner/name``, GitHub's characters and lengths);
+* every URL is built here from the API base and quoted path segments (``..`` refused): the
+  model never supplies a URL, and a request hook refuses anything but HTTPS to the API host;
+* redirects are not followed: a 3xx answer is an error naming the status only;
+* the token travels in the ``Authorization`` header only; errors and results are scrubbed of it,
+  and the tool's ``repr`` leaves it out. The transport is injectable (``transport=``) for tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import threading
+from typing import Any, Literal
+from urllib.parse import quote, urlsplit
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..exceptions import ConfigurationError, ToolError
+from .base import ToolContext
+from .files import MAX_BYTES, ReadOnlyTool
+
+_OWNER = r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}"
+REPOSITORY = re.compile(rf"^{_OWNER}/[A-Za-z0-9._-]{{1,100}}$")
+_REF = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
+_SHA = re.compile(r"^[0-9a-fA-F]{7,40}$")
+_TEXT_LIMIT = 4_000
+Operation = Literal["repository", "file", "history", "diff", "issues", "issue", "comments"]
+
+
+class GitHubArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    operation: Operation = Field(description="What to read.")
+    path: str | None = Field(None, description="file, history: a path in the repository.")
+    ref: str | None = Field(None, description="file, history: a branch, tag or commit.")
+    sha: str | None = Field(None, description="diff: the commit to show.")
+    base: str | None = Field(None, description="diff: compare base...head (with head).")
+    head: str | None = Field(None, description="diff: compare base...head (with base).")
+    number: int | None = Field(None, ge=1, description="issue, comments: the issue or PR.")
+    state: Literal["open", "closed", "all"] = Field("open", description="issues: which ones.")
+    page: int = Field(1, ge=1, le=100, description="issues, history, comments: result page.")
+
+
+class GitHubTool(ReadOnlyTool):
+    """Read the configured GitHub repository: metadata, files, history, diffs, issues."""
+
+    name = "github"
+    Args = GitHubArgs
+
+    def __init__(self, repository: str, *, token: str | None = None,
+                 api_url: str = "https://api.github.com", web_url: str = "https://github.com",
+                 transport: httpx.BaseTransport | None = None, timeout: float = 20.0,
+                 per_page: int = 20, max_bytes: int = MAX_BYTES) -> None:
+        if not isinstance(repository, str) or not REPOSITORY.match(repository) or \
+                repository.split("/")[1] in (".", ".."):
+            raise ConfigurationError(f"repository {repository!r} is not 'owner/name' with "
+                                     "GitHub's characters (letters, digits, - . _)")
+        self.repository = repository
+        self.host, self.api_url = _https_base(api_url, "api_url")
+        self.web_url = _https_base(web_url, "web_url")[1]
+        self._token = token or None
+        self._transport = transport
+        self.timeout = timeout
+        self.per_page = per_page
+        self.max_bytes = max_bytes
+        self._client: httpx.Client | None = None
+        self._lock = threading.Lock()
+        self.description = (f"Read the GitHub repository {repository}: its metadata, files, "
+                            "commit history, diffs, issues and comments.")
+
+    # -- HTTP ----------------------------------------------------------------------------
+
+    def _http(self) -> httpx.Client:
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(transport=self._transport, timeout=self.timeout,
+                                            follow_redirects=False,
+                                            event_hooks={"request": [self._only_the_api]})
+            return self._client
+
+    def _only_the_api(self, request: httpx.Request) -> None:
+        if request.url.scheme != "https" or request.url.host != self.host:
+            raise ToolError(f"refused a request to {request.url.host!r}: only {self.host} is "
+                            "asked, over HTTPS")
+
+    def _get(self, segments: list[str], params: dict[str, Any] | None = None) -> Any:
+        for segment in segments:
+            if segment in ("", ".", "..") or "\x00" in segment:
+                raise ToolError(f"invalid path segment {segment!r}")
+        path = "/".join(quote(s, safe="") for s in segments)
+        url = f"{self.api_url}/repos/{self.repository}/{path}".rstrip("/")
+        headers = {"Accept": "application/vnd.github+json", "User-Agent": "turnkit-django",
+                   "X-GitHub-Api-Version": "2022-11-28"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        try:
+            response = self._http().get(url, params=params, headers=headers)
+        except httpx.HTTPError as exc:
+            error = ToolError(self._scrub(f"could not reach GitHub ({type(exc).__name__})"))
+        else:
+            if response.is_success:
+                try:
+                    return response.json()
+                except ValueError:
+                    raise ToolError("GitHub did not answer with JSON") from None
+            error = self._status_error(response, "/".join(segments))
+        raise error  # outside the except block: the transport error (and request) stay behind
+
+    def _status_error(self, response: httpx.Response, what: str) -> ToolError:
+        status = response.status_code
+        if response.is_redirect:
+            return ToolError(f"GitHub answered HTTP {status} (a redirect), which is not "
+                             f"followed: only {self.host} is asked")
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        message = str(body.get("message") or "")[:200] if isinstance(body, dict) else ""
+        if status == 404:
+            text = f"not found in {self.repository}: {what or 'the repository'}"
+        elif status == 401:
+            text = "GitHub refused the token (HTTP 401); check the token"
+        elif status in (403, 429) and response.headers.get("x-ratelimit-remaining") == "0":
+            text = f"GitHub's rate limit is used up (HTTP {status}); try again later"
+        else:
+            text = f"GitHub request failed with HTTP {status}" + (f": {message}" if message
+                                                                   else "")
+        return ToolError(self._scrub(text))
+
+    def _scrub(self, value: Any) -> Any:
+        """``value`` with every occurrence of the token replaced, however deep."""
+        token = self._token
+        if not token:
+            return value
+        if isinstance(value, str):
+            return value.replace(token, "[redacted]")
+        if isinstance(value, dict):
+            return {self._scrub(k): self._scrub(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._scrub(v) for v in value]
+        return value
+
+    # -- operations ----------------------------------------------------------------------
+
+    def call(self, ctx: ToolContext, args: Any) -> dict[str, Any]:
+        handler = getattr(self, f"_{args.operation}")
+        data, page = handler(args)
+        return self._scrub({"repository": self.repository, "operation": args.operation,
+                            "source_url": f"{self.web_url}/{self.repository}{page}",
+                            "data": data})
+
+    def _repository(self, args: Any) -> tuple[Any, str]:
+        repo = self._get([])
+        keys = ("full_name", "description", "default_branch", "language", "topics",
+                "stargazers_count", "forks_count", "open_issues_count", "pushed_at")
+        data = {k: repo.get(k) for k in keys}
+        data["license"] = (repo.get("license") or {}).get("spdx_id")
+        return data, ""
+
+    def _file(self, args: Any) -> tuple[Any, str]:
+        path = _path(args.path or "")
+        params = {"ref": _ref(args.ref)} if args.ref else None
+        found = self._get(["contents", *path.split("/")] if path else ["contents"], params)
+        tree = f"/tree/{args.ref or 'HEAD'}/{path}".rstrip("/")
+        if isinstance(found, list):
+            entries = [{k: e.get(k) for k in ("name", "path", "type", "size")} for e in found]
+            return {"path": path, "entries": entries}, tree
+        if found.get("type") != "file":
+            raise ToolError(f"{path!r} is a {found.get('type')}, not a file")
+        text, truncated = self._decode(found)
+        return ({"path": found.get("path"), "size": found.get("size"), "sha": found.get("sha"),
+                 "truncated": truncated, "content": text},
+                f"/blob/{args.ref or 'HEAD'}/{path}")
+
+    def _decode(self, found: dict[str, Any]) -> tuple[str, bool]:
+        if not found.get("content"):
+            raise ToolError(f"{found.get('path')!r} is too large for the contents API")
+        try:
+            raw = base64.b64decode(found["content"])
+        except (binascii.Error, ValueError):
+            raise ToolError("GitHub returned file content that is not base64") from None
+        if b"\x00" in raw[: self.max_bytes]:
+            raise ToolError(f"{found.get('path')!r} is a binary file")
+        return raw[: self.max_bytes].decode("utf-8", errors="replace"), len(raw) > self.max_bytes
+
+    def _history(self, args: Any) -> tuple[Any, str]:
+        params: dict[str, Any] = {"per_page": self.per_page, "page": args.page}
+        if args.path:
+            params["path"] = _path(args.path)
+        if args.ref:
+            params["sha"] = _ref(args.ref)
+        commits = self._get(["commits"], params)
+        data = [{"sha": c.get("sha"), "author": (c.get("commit") or {}).get("author"),
+                 "message": _clip((c.get("commit") or {}).get("message"), 500)}
+                for c in commits]
+        return data, f"/commits/{args.ref or 'HEAD'}"
+
+    def _diff(self, args: Any) -> tuple[Any, str]:
+        if args.sha:
+            if not _SHA.match(args.sha):
+                raise ToolError(f"sha {args.sha!r} is not a commit hash")
+            commit = self._get(["commits", args.sha])
+            data = {"sha": commit.get("sha"),
+                    "message": _clip((commit.get("commit") or {}).get("message"), 2_000),
+                    "files": _files(commit.get("files"))}
+            return data, f"/commit/{args.sha}"
+        if args.base and args.head:
+            span = f"{_ref(args.base)}...{_ref(args.head)}"
+            compared = self._get(["compare", span])
+            data = {k: compared.get(k) for k in ("status", "ahead_by", "behind_by")}
+            data["commits"] = [c.get("sha") for c in compared.get("commits") or []][:100]
+            data["files"] = _files(compared.get("files"))
+            return data, f"/compare/{span}"
+        raise ToolError("diff needs sha, or base and head")
+
+    def _issues(self, args: Any) -> tuple[Any, str]:
+        found = self._get(["issues"], {"state": args.state, "per_page": self.per_page,
+                                       "page": args.page})
+        data = [{"number": i.get("number"), "title": i.get("title"), "state": i.get("state"),
+                 "user": (i.get("user") or {}).get("login"), "comments": i.get("comments"),
+                 "labels": [label.get("name") for label in i.get("labels") or []],
+                 "pull_request": "pull_request" in i, "created_at": i.get("created_at")}
+                for i in found]
+        return data, "/issues"
+
+    def _issue(self, args: Any) -> tuple[Any, str]:
+        number = _number(args)
+        issue = self._get(["issues", str(number)])
+        keys = ("number", "title", "state", "comments", "created_at", "closed_at")
+        data = {k: issue.get(k) for k in keys}
+        data.update(user=(issue.get("user") or {}).get("login"),
+                    labels=[label.get("name") for label in issue.get("labels") or []],
+                    body=_clip(issue.get("body"), _TEXT_LIMIT))
+        return data, f"/issues/{number}"
+
+    def _comments(self, args: Any) -> tuple[Any, str]:
+        number = _number(args)
+        found = self._get(["issues", str(number), "comments"],
+                          {"per_page": self.per_page, "page": args.page})
+        data = [{"user": (c.get("user") or {}).get("login"), "created_at": c.get("created_at"),
+                 "body": _clip(c.get("body"), _TEXT_LIMIT)} for c in found]
+        return data, f"/issues/{number}"
+
+
+def _https_base(url: str, option: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    if (parts.scheme != "https" or not parts.hostname or parts.username or parts.query
+            or parts.fragment or ".." in parts.path):
+        raise ConfigurationError(f"GitHubTool {option} must be a plain https:// URL, got "
+                                 f"{url!r}")
+    return parts.hostname, url.rstrip("/")
+
+
+def _path(path: str) -> str:
+    cleaned = path.strip("/")
+    if any(part in ("", ".", "..") for part in cleaned.split("/")) and cleaned:
+        raise ToolError(f"path {path!r} may not contain empty, '.' or '..' parts")
+    return cleaned
+
+
+def _ref(ref: str) -> str:
+    if not _REF.match(ref) or ".." in ref or ref.startswith(("/", "-")):
+        raise ToolError(f"ref {ref!r} is not a branch, tag or commit name")
+    return ref
+
+
+def _number(args: Any) -> int:
+    if args.number is None:
+        raise ToolError(f"{args.operation} needs number, the issue or pull request number")
+    return int(args.number)
+
+
+def _clip(text: Any, limit: int) -> str:
+    value = str(text or "")
+    return value if len(value) <= limit else value[:limit] + " [... cut]"
+
+
+def _files(files: Any) -> list[dict[str, Any]]:
+    return [{"filename": f.get("filename"), "status": f.get("status"),
+             "additions": f.get("additions"), "deletions": f.get("deletions"),
+             "patch": _clip(f.get("patch"), _TEXT_LIMIT)} for f in (files or [])[:50]]
+
+
+__all__ = ["REPOSITORY", "GitHubArgs", "GitHubTool"]
