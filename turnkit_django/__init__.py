@@ -9,6 +9,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import (
+    ApprovalError,
     AtomicBlockError,
     AuthorizationError,
     BudgetExceeded,
@@ -18,6 +19,7 @@ from .exceptions import (
     EvaluationError,
     InputError,
     InvalidTransition,
+    KeyConflict,
     LostClaim,
     MediaError,
     ModelAccessError,
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from .handles import Agent, Run, load_conversation, load_run, load_turn
     from .handles import ConversationHandle as Conversation
     from .handles import TurnHandle as Turn
-    from .services import drain, reconcile
+    from .services import drain, pending_approvals, reconcile
     from .tools.base import Tool, ToolContext, tool
     from .tools.media import ImageTool, ViewMediaTool
 
@@ -58,6 +60,7 @@ _LAZY = {
     "load_conversation": ("handles", "load_conversation"),
     "reconcile": ("services", "reconcile"),
     "drain": ("services", "drain"),
+    "pending_approvals": ("services", "pending_approvals"),
     "Skill": ("agents", "Skill"),
     "Violation": ("agents", "Violation"),
     "Audit": ("agents", "Audit"),
@@ -81,6 +84,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Agent",
+    "ApprovalError",
     "AtomicBlockError",
     "Audit",
     "AuthorizationError",
@@ -95,6 +99,7 @@ __all__ = [
     "ImageTool",
     "InputError",
     "InvalidTransition",
+    "KeyConflict",
     "LostClaim",
     "MediaError",
     "ModelAccessError",
@@ -119,6 +124,7 @@ __all__ = [
     "load_conversation",
     "load_run",
     "load_turn",
+    "pending_approvals",
     "reconcile",
     "register",
     "tool",

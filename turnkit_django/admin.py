@@ -21,6 +21,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_http_methods
 
+from .admin_approvals import DECIDE_PERMISSION, AwaitingApprovalFilter, decide_calls
 from .admin_views import (
     can_cancel,
     can_read_transcripts,
@@ -304,12 +305,24 @@ class ConversationAdmin(ReadOnlyAdmin):
 class ToolExecutionAdmin(ReadOnlyAdmin):
     list_display = ("id", "tool_name", "status_badge", "turn", "attempts", "started",
                     "completed", "duration")
-    list_filter = ("status", "budget_denied", "tool_name")
+    list_filter = (AwaitingApprovalFilter, "status", "budget_denied", "tool_name")
     search_fields = ("id", "tool_call_id", "turn__id", "tool_name")
     list_select_related = ("turn",)
     ordering = ("-created_at",)
     date_hierarchy = "created_at"
-    private_fields = frozenset({"arguments", "result", "error"})
+    private_fields = frozenset({"arguments", "result", "error", "approval"})
+    actions = ("approve_calls", "deny_calls")
+
+    def has_decide_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(DECIDE_PERMISSION)
+
+    @admin.action(description=_("Approve"), permissions=["decide"])
+    def approve_calls(self, request: HttpRequest, queryset: QuerySet[ToolExecution]) -> None:
+        decide_calls(request, queryset, "approved")
+
+    @admin.action(description=_("Deny"), permissions=["decide"])
+    def deny_calls(self, request: HttpRequest, queryset: QuerySet[ToolExecution]) -> None:
+        decide_calls(request, queryset, "denied")
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj: ToolExecution) -> str:

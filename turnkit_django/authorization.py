@@ -12,7 +12,7 @@ logger = logging.getLogger("turnkit_django.authorization")
 
 ACTIONS = frozenset(
     {"tool", "launch_agent", "wait", "callback", "send_message", "cancel", "read_messages",
-     "pause", "resume", "steer", "evaluate"}
+     "pause", "resume", "steer", "evaluate", "approve", "deny"}
 )
 
 

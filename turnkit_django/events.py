@@ -48,6 +48,15 @@ EVENT_TYPES = (
     "evaluation.failed",
     "output_policy.revision",
     "output_policy.completed",
+    # Interactive controls (also durable rows of the event table, see run.events()).
+    "turn.paused",
+    "turn.resumed",
+    "turn.pause_requested",
+    "turn.steer_requested",
+    "approval.requested",
+    "approval.approved",
+    "approval.denied",
+    "approval.expired",
 )
 
 #: Sent for every event.
@@ -68,6 +77,11 @@ tool_call_failed = signals["tool_call.failed"]
 tool_call_interrupted = signals["tool_call.interrupted"]
 message_created = signals["message.created"]
 delivery_delivered = signals["delivery.delivered"]
+turn_paused = signals["turn.paused"]
+turn_resumed = signals["turn.resumed"]
+approval_requested = signals["approval.requested"]
+approval_approved = signals["approval.approved"]
+approval_denied = signals["approval.denied"]
 
 EventCallback = Callable[["Event"], Any]
 

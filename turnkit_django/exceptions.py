@@ -109,6 +109,21 @@ class DeliveryConflict(TurnkitError):
         )
 
 
+class KeyConflict(TurnkitError):
+    """An idempotency key (steering, ``ask(key=...)``) is already used for different content."""
+
+    def __init__(self, key: str, what: str) -> None:
+        self.key = key
+        super().__init__(
+            f"{what} key {key!r} is already used for different content; use a new key for new "
+            "content (a retry must send exactly the same text and principal)")
+
+
+class ApprovalError(TurnkitError):
+    """A decision on a tool call cannot be taken: no such call waits, or it was decided
+    otherwise already."""
+
+
 class CompactionError(TurnkitError):
     """A manual compaction could not produce a summary; nothing was changed."""
 
@@ -170,6 +185,7 @@ class InvalidTransition(TurnkitError):
 
 
 __all__ = [
+    "ApprovalError",
     "AtomicBlockError",
     "AuthorizationError",
     "BudgetExceeded",
@@ -179,6 +195,7 @@ __all__ = [
     "EvaluationError",
     "InputError",
     "InvalidTransition",
+    "KeyConflict",
     "LostClaim",
     "MediaError",
     "ModelAccessError",

@@ -20,6 +20,7 @@ from .authorization import authorize
 from .clients import ModelRequest, Usage
 from .events import EventCallback
 from .exceptions import InvalidTransition
+from .interactive import ConversationInputs, TurnControls
 from .media import MediaMethods
 from .messages import TextPart
 from .models import Conversation, Delivery, Message, ToolExecution, Turn
@@ -81,7 +82,7 @@ class Agent(AgentDefinition):
         return services.cost_breakdown(agent_name=self.name)
 
 
-class TurnHandle(RunningTurn, MediaMethods):
+class TurnHandle(TurnControls, RunningTurn, MediaMethods):
     """A turn of a conversation: one unit of agent work with its own status and output."""
 
     def __init__(self, row: Turn, agent: AgentDefinition | None = None,
@@ -274,7 +275,7 @@ class Run(TurnHandle):
         return f"<Run {self.row.pk} {self.row.status}>"
 
 
-class ConversationHandle:
+class ConversationHandle(ConversationInputs):
     """A thread over time with one agent."""
 
     def __init__(self, row: Conversation, agent: AgentDefinition | None = None) -> None:
@@ -297,9 +298,14 @@ class ConversationHandle:
             self._agent = get_agent(self.row.agent_name)
         return self._agent
 
-    def say(self, text: str, *, metadata: dict[str, Any] | None = None) -> Message:
-        """Append a user message; run nothing."""
-        return append_input(self.row.pk, [TextPart(text)], metadata=metadata)
+    def say(self, text: str, *, metadata: dict[str, Any] | None = None,
+            key: str | None = None) -> Message:
+        """Append a user message; run nothing. With ``key``, once per key."""
+        if key is not None:
+            found = services.keyed_input(self.row, key, text)
+            if found is not None:
+                return found
+        return append_input(self.row.pk, [TextPart(text)], metadata=metadata, key=key)
 
     def prepare_turn(self, **options: Unpack[TurnOptions]) -> TurnHandle:
         """Create a pending turn over the messages so far."""
@@ -308,16 +314,25 @@ class ConversationHandle:
         return TurnHandle(row, self.agent)
 
     def ask(self, text: str, *, submit: bool = False, on_event: EventCallback | None = None,
-            **options: Unpack[TurnOptions]) -> TurnHandle:
-        """Say ``text`` and answer it: inline by default, in the background with submit=True."""
+            key: str | None = None, **options: Unpack[TurnOptions]) -> TurnHandle:
+        """Say ``text`` and answer it: inline by default, in the background with submit=True.
+
+        With ``key`` the input is idempotent: a retry returns the turn the first call started
+        (KeyConflict if the text differs), and appends nothing.
+        """
         _only("ask", options, TurnOptions)
+        if key is not None:
+            found = services.keyed_input(self.row, key, text)
+            taker = None if found is None else services.taker(found)
+            if taker is not None:
+                return TurnHandle(taker, self.agent)
         if not submit:
             refuse_atomic_block("conversation.ask()")
             row = execute_new(self.agent, [TextPart(text)], conversation=self.row,
-                              on_event=on_event, **options)
+                              on_event=on_event, message_key=key, **options)
             return TurnHandle(row, self.agent).refresh()
         with transaction.atomic():
-            self.say(text)
+            self.say(text, key=key)
             turn = self.prepare_turn(**options)
             if submit:
                 return turn.submit()

@@ -140,6 +140,10 @@ class Turn(models.Model):
     tree_tool_executions = models.PositiveIntegerField(default=0)
     tree_tool_counts = models.JSONField(default=dict, blank=True)
     tree_spend = models.DecimalField(default=Decimal(0), max_digits=18, decimal_places=8)
+    # Interactive controls: a pause request, steering receipts, when the turn was paused.
+    controls = models.JSONField(default=dict, blank=True)
+    # A control waits for the worker: its next fast-path step refuses, so it sees it.
+    controls_pending = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -241,6 +245,8 @@ class Message(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     # The fence of the turn's claim that wrote this message (null for application writes).
     fence = models.PositiveBigIntegerField(null=True, blank=True)
+    # The application's idempotency key of an input (``ask(key=...)``), unique per conversation.
+    key = models.CharField(max_length=255, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = MessageQuerySet.as_manager()
@@ -252,6 +258,8 @@ class Message(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["conversation", "sequence"],
                                     name="turnkit_message_sequence_unique"),
+            models.UniqueConstraint(fields=["conversation", "key"], condition=~Q(key=""),
+                                    name="turnkit_message_key_unique"),
         ]
         indexes = [*_where_set("msg", "tool_execution")]
 
@@ -273,6 +281,9 @@ class ToolExecution(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     budget_denied = models.BooleanField(default=False)
+    # A call that waits for a person: requested, then approved (maybe with edited arguments),
+    # denied or expired; see services.approvals.
+    approval = models.JSONField(null=True, blank=True)
     fence = models.PositiveBigIntegerField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -290,6 +301,12 @@ class ToolExecution(models.Model):
             models.UniqueConstraint(fields=["turn", "tool_call_id"],
                                     name="turnkit_tool_call_unique"),
         ]
+        indexes = [
+            # The inbox and the expiry sweep read pending approvals only.
+            models.Index(fields=["created_at"], name="turnkit_tex_awaiting_approval",
+                         condition=Q(status="pending") & Q(approval__state="requested")),
+        ]
+        permissions = [("decide_approval", _("Can approve or deny tool calls"))]
 
     def __str__(self) -> str:
         return f"{self.tool_name} {self.id} ({self.status})"
@@ -351,3 +368,29 @@ class Delivery(models.Model):
     def __str__(self) -> str:
         return f"delivery {self.key!r}"
 
+
+class Event(models.Model):
+    """A durable lifecycle event of a turn tree, written in the transaction of its fact.
+
+    The id is the cursor: every event of a tree is written under the tree lock, so within a
+    tree ids grow in commit order and a reader after cursor ``n`` misses nothing.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # Indexed by turnkit_event_tree (root_turn, id), which the cursor reads.
+    root_turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="+",
+                                  db_index=False)
+    turn_id = models.CharField(max_length=40)
+    conversation_id = models.CharField(max_length=40)
+    type = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("event")
+        verbose_name_plural = _("events")
+        ordering = ["id"]
+        indexes = [models.Index(fields=["root_turn", "id"], name="turnkit_event_tree")]
+
+    def __str__(self) -> str:
+        return f"#{self.id} {self.type} {self.turn_id}"

@@ -157,6 +157,15 @@ class ToolExecutionQuerySet(models.QuerySet):
     def completed(self) -> ToolExecutionQuerySet:
         return self.filter(status=ToolStatus.COMPLETED)
 
+    def awaiting_approval(self) -> ToolExecutionQuerySet:
+        """Calls parked until a person approves or denies them (the approvals inbox)."""
+        return self.filter(status=ToolStatus.PENDING, approval__state="requested")
+
+    def approval_expired(self, now: str) -> ToolExecutionQuerySet:
+        """Parked calls whose request expired before ``now`` (a stamp, as stored)."""
+        return self.awaiting_approval().filter(approval__has_key="expires_at",
+                                               approval__expires_at__lt=now)
+
 
 class WaitQuerySet(models.QuerySet):
     def unmet(self) -> WaitQuerySet:

@@ -87,4 +87,10 @@ TRANSITIONS: dict[str, Transition] = {t.name: t for t in (
     _t("refuse", {_P, _W}, TurnStatus.FAILED),   # nobody can run it (e.g. unknown agent)
     _t("abandon", {_P, _R}, TurnStatus.STALE),   # an inline turn left behind
     _t("cancel", set(ACTIVE_TURN_STATUSES), TurnStatus.CANCELLED),
+    # Interactive controls (services.controls, runtime.controls).
+    _t("pause", {_P, _W}, TurnStatus.PAUSED),              # the application pauses an idle turn
+    _t("pause_at_boundary", {_R}, TurnStatus.PAUSED),      # its worker acknowledges a pause
+    _t("await_approval", {_R}, TurnStatus.PAUSED),         # a call waits for a person
+    _t("resume", {TurnStatus.PAUSED}, _P),                 # resumed (or a call decided)
+    _t("resume_waiting", {TurnStatus.PAUSED}, _W),         # resumed into its unmet waits
 )}

@@ -24,7 +24,7 @@ from turnkit_django.models import Message, ToolExecution
 from turnkit_django.states import ToolStatus
 from turnkit_django.testing.verify import assert_invariants
 
-EFFECT_TOOLS = frozenset({"unsafe_effect", "safe_effect"})
+EFFECT_TOOLS = frozenset({"unsafe_effect", "safe_effect", "approved_refund"})
 TERMINAL_EVENTS = frozenset({"turn.completed", "turn.failed", "turn.cancelled", "turn.stale"})
 
 

@@ -26,8 +26,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 #: Statements of ``run_turn`` for a five-step turn on PostgreSQL, BEGIN and COMMIT included:
 #: the claim (8), the transcript (1), four one-statement steps, the terminal write with the
-#: lane hand-off and the wake (13), the waiters of the turn (1).
-RUN_TURN_STATEMENTS = 27
+#: lane hand-off and the wake (13), the waiters of the turn (1), and the terminal write's
+#: durable events (1: its message and ``turn.completed``, one insert in the same transaction;
+#: the fast-path steps carry theirs inside their one statement).
+RUN_TURN_STATEMENTS = 28
 
 
 @tool

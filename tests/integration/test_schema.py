@@ -37,9 +37,15 @@ def test_no_index_serves_only_like_queries():
 
 def test_each_write_path_table_has_the_indexes_the_migration_names():
     assert columns_indexed("turnkit_message") == [
+        "(conversation_id, key) WHERE (NOT ((key)::text = ''::text))",  # 0010: keyed input
         "(conversation_id, sequence)", "(id)",
         "(tool_execution_id) WHERE (tool_execution_id IS NOT NULL)", "(turn_id)"]
-    assert columns_indexed("turnkit_toolexecution") == ["(id)", "(turn_id, tool_call_id)"]
+    assert columns_indexed("turnkit_toolexecution") == [
+        # 0010: the approvals inbox and expiry, over parked calls only
+        "(created_at) WHERE (((status)::text = 'pending'::text) AND "
+        "((approval -> 'state'::text) = '\"requested\"'::jsonb))",
+        "(id)", "(turn_id, tool_call_id)"]
+    assert columns_indexed("turnkit_event") == ["(id)", "(root_turn_id, id)"]  # 0010: cursor
     turn = indexes("turnkit_turn")
     assert "turnkit_one_running_submitted_turn" in turn
     assert "UNIQUE" in turn["turnkit_one_running_submitted_turn"]

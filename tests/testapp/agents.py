@@ -53,6 +53,9 @@ def respond(request: ModelRequest) -> Entry:
     record("model.done", turn=turn_id, step=step)
     if "call" in entry:
         return call(entry["call"], id=f"call_{turn_id}_{step}", **entry.get("args", {}))
+    if "calls" in entry:  # several calls in one response
+        return [call(c["call"], id=f"call_{turn_id}_{step}_{i}", **c.get("args", {}))
+                for i, c in enumerate(entry["calls"])]
     return reply(str(entry.get("reply", "done")))
 
 
@@ -77,6 +80,12 @@ def safe_effect(ctx: ToolContext, label: str, hold: str = "", seconds: float = 0
     return _effect("safe_effect", ctx, label, hold, seconds)
 
 
+@tool(approval=True)
+def approved_refund(ctx: ToolContext, label: str, hold: str = "") -> str:
+    """Refund, once a person approved the call (a side effect that must not run twice)."""
+    return _effect("approved_refund", ctx, label, hold)
+
+
 @tool
 def span(ctx: ToolContext, label: str, seconds: float = 0.2) -> str:
     """Record when this call starts and ends, ``seconds`` apart."""
@@ -97,7 +106,7 @@ def poison(ctx: ToolContext) -> str:
 scripted = register(Agent(
     SCRIPTED_AGENT,
     instructions="Follow the script.",
-    tools=[unsafe_effect, safe_effect, span, poison],
+    tools=[unsafe_effect, safe_effect, span, poison, approved_refund],
     client=FunctionClient(respond),
 ))
 

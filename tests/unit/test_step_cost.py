@@ -20,10 +20,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 #: Statements per step, locks included, BEGIN/COMMIT not counted (the targets of section 12 are
 #: at most 6 per model step and 4 per tool call; a tool call costs 5 today: the tree lock, the
 #: execution's compare-and-set, the sequence allocation, the result message, and the turn's
-#: state or the next call's intent).
-MODEL_STEP = 5
-TOOL_CALL = 5
-TOOL_CALL_STARTING_THE_NEXT = 6  # + the next call's intent row
+#: state or the next call's intent), plus the durable ``message.created`` event row written in
+#: the step's transaction (on PostgreSQL's fast path it is a CTE of the step's one statement:
+#: tests/integration/test_fast_path.py).
+MODEL_STEP = 6
+TOOL_CALL = 6
+TOOL_CALL_STARTING_THE_NEXT = 7  # + the next call's intent row
 
 
 @tool

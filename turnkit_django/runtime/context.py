@@ -23,6 +23,10 @@ class Suspended(Exception):
     """The turn released its claim to wait (background fan-out, wait_for)."""
 
 
+class ControlPending(Exception):
+    """An application control (pause, steering) waits: handle it at this step boundary."""
+
+
 class HandBack(Exception):
     """The worker is shutting down: stop at this step boundary and give the turn back."""
 
@@ -142,4 +146,5 @@ class ToolBinding:
     media_calls: int = 0
 
 
-__all__ = ["ChildRunner", "HandBack", "InFlight", "Suspended", "ToolBinding", "TurnContext"]
+__all__ = ["ChildRunner", "ControlPending", "HandBack", "InFlight", "Suspended", "ToolBinding",
+           "TurnContext"]

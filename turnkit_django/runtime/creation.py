@@ -100,13 +100,14 @@ def new_turn(agent: AgentDefinition, parts: Sequence[Part] = (), *,
 
 def new_claimed_turn(agent: AgentDefinition, parts: Sequence[Part], worker: str, *,
                      prepare: Prepare | None = None,
-                     message_metadata: dict[str, Any] | None = None, **options: Any,
+                     message_metadata: dict[str, Any] | None = None,
+                     message_key: str | None = None, **options: Any,
                      ) -> tuple[Claim, Turn, Ledger, Message | None]:
     """Create a root turn already claimed by ``worker`` (an inline run; see
     :func:`~turnkit_django.store.create_claimed`); ``options`` as for :func:`turn_spec`."""
     conversation, spec = turn_spec(agent, **options)
     return create_claimed(spec, conversation, parts, worker, prepare=prepare,
-                          message_metadata=message_metadata)
+                          message_metadata=message_metadata, message_key=message_key)
 
 
 def turn_spec(

@@ -41,9 +41,9 @@ from ..store import (
     visible_chat,
     worker_identity,
 )
-from . import budget
+from . import budget, controls
 from .calls import turn_tools
-from .context import HandBack, Suspended, TurnContext
+from .context import ControlPending, HandBack, Suspended, TurnContext
 from .creation import new_claimed_turn
 from .delegation import inherited_client
 from .heartbeat import Heartbeat
@@ -62,8 +62,14 @@ def run(ctx: TurnContext) -> None:
     try:
         while ctx.state.phase in STEPS:
             ctx.check_stop()
+            if ctx.fenced.controls_pending:  # a step boundary: pause, steering
+                controls.boundary(ctx)
+                continue
             phase = ctx.state.phase
-            STEPS[phase](ctx)
+            try:
+                STEPS[phase](ctx)
+            except ControlPending:
+                continue
             if phase == Phase.OUTPUT and ctx.state.phase != Phase.MODEL:
                 return  # published or failed (not sent back for a revision)
     except (LostClaim, Suspended):
@@ -113,8 +119,10 @@ def context(claim: Claim, row: Turn, agent: AgentDefinition, *, client: Client,
     """The context of a claimed turn, with the transcript it sees and the tools it may call
     (``ledger``: the tree's ledger as the claim left it; ``visible``: the transcript, when the
     caller has it)."""
+    fenced = Fenced(claim, ledger)
+    fenced.controls_pending = row.controls_pending  # a control recorded before the claim
     return TurnContext(
-        claim=claim, row=row, fenced=Fenced(claim, ledger), agent=agent, client=client,
+        claim=claim, row=row, fenced=fenced, agent=agent, client=client,
         state=TurnState.from_json(row.state),
         # Tools of loaded skills are derived from persisted executions, so a resumed turn agrees.
         tools=turn_tools(agent, row.pk),
@@ -159,7 +167,8 @@ def execute(
 
 def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "inline",
                 client: Client | None = None, on_event: EventCallback | None = None,
-                message_metadata: dict[str, Any] | None = None, **options: Any) -> Turn:
+                message_metadata: dict[str, Any] | None = None, message_key: str | None = None,
+                **options: Any) -> Turn:
     """Create a root turn claimed by this process, with ``parts`` as its input, and run it.
 
     An inline run (``agent.run()``, ``conversation.ask()``): the turn is created with its claim
@@ -169,7 +178,7 @@ def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "i
     refuse_atomic_block("executing a turn")
     claim, row, ledger, message = new_claimed_turn(
         agent, parts, worker_identity(kind), prepare=on_claim,
-        message_metadata=message_metadata, **options)
+        message_metadata=message_metadata, message_key=message_key, **options)
     # The conversation's only message is the input: that is all the turn sees.
     only_input = message is not None and message.sequence == 1
     visible = [to_chat(message)] if only_input and message is not None else visible_chat(row)

@@ -117,6 +117,9 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
         )
         recorded = state.replace(response_message_id=message.pk,
                                  budget_completion_call_id=completion.choose(ctx, ledger, calls))
+        publishing = publish and not ctx.fenced.controls_pending  # a control first
+        if publish and not publishing:
+            recorded = recorded.replace(phase=Phase.OUTPUT)
         opened = None
         if first is not None:
             try:
@@ -124,7 +127,7 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
                                    final_save=first.id == recorded.budget_completion_call_id)
             except BudgetExceeded:
                 pass  # out of time or money: the tools phase fails the turn
-        if publish:
+        if publishing:
             publish_locked(ctx, recorded, response.text, response.output_data,
                            callback_allowed=callback, charge=fee, delta=delta)
         else:
@@ -148,7 +151,7 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
     ctx.emit("model.completed", model=response.model or ctx.row.model,
              tool_call_count=len(calls), usage=response.usage.as_dict(),
              cost=None if cost is None else str(cost))
-    if publish:
+    if publish and ctx.state.phase == Phase.DONE:
         ctx.emit("turn.completed", status=TurnStatus.COMPLETED, output_text=response.text)
     return error
 

@@ -23,7 +23,7 @@ from ..messages import TextPart
 from ..states import Phase, TurnStatus
 from ..store import Charge, LedgerDelta, TurnState, repair
 from . import budget, internal
-from .context import TurnContext
+from .context import ControlPending, TurnContext
 from .deliveries import callback_decision, finished
 
 
@@ -139,6 +139,8 @@ def publish(ctx: TurnContext, text: str, data: Any, **extra: Any) -> None:
     state = ctx.state.replace(phase=Phase.DONE)
     callback = callback_decision(ctx.row)  # the policy is asked before the lock is taken
     with ctx.fenced.atomic():
+        if ctx.fenced.controls_pending:  # steering or a pause first: never a stale output
+            raise ControlPending(ctx.row.pk)
         publish_locked(ctx, state, text, data, callback_allowed=callback, **extra)
     ctx.state = state
     ctx.emit("turn.completed", status=TurnStatus.COMPLETED, output_text=text)

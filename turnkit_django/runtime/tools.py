@@ -32,7 +32,8 @@ from ..tools.base import Tool, ToolContext
 from ..tools.coordination import CoordinationTool
 from . import budget, completion, coordination, delegation, fanout
 from .calls import CallOutcome, precheck, turn_tools, unknown_tool
-from .context import ToolBinding, TurnContext
+from .context import ControlPending, ToolBinding, TurnContext
+from .controls import approval_gate
 from .results import Opened, Then, delegates, finish, leave, open_call, skip
 
 
@@ -114,13 +115,17 @@ def run_call(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution | No
              rest: list[ToolCallPart], existing: dict[str, ToolExecution]) -> Terminal | None:
     """Run one tool call to its single result; return the terminal record if it ends the turn."""
     ctx.check_stop()  # a step boundary: a worker shutting down gives the turn back here
+    if ctx.fenced.controls_pending:
+        raise ControlPending(ctx.row.pk)
     if execution is None or execution.pk not in ctx.started:
         execution = _start(ctx, call, execution)
         if execution is None:
             return None
+    tool = ctx.tools.get(call.name)
+    call, refused = approval_gate(ctx, tool, call, execution)
     ctx.emit("tool_call.started", id=call.id, name=call.name)
     failpoints.hit("after_tool_intent")
-    outcome = invoke(ctx, ctx.tools.get(call.name), call, execution)
+    outcome = refused or invoke(ctx, tool, call, execution)
     failpoints.hit("after_tool_call")
     then = Then(rest, outcome.terminal, existing) if outcome.error is None else None
     error = finish(ctx, execution, call, outcome.status, outcome.content,

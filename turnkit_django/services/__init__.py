@@ -9,10 +9,12 @@
 
 from __future__ import annotations
 
+from .approvals import expire_approvals, pending_approvals
 from .cancellation import CancelReport, cancel, cancel_sweep
 from .compaction import compact_conversation
 from .costs import CostBreakdown, TurnCost, cost_breakdown
 from .deliveries import deliver, send_message, wake
+from .inputs import InputStatus, input_status, keyed_input, post, taker
 from .recovery import ReconcileReport, drain, reconcile, release_waiting
 from .retention import prune
 from .turns import dispatch, maintain_when_due, new_conversation, new_turn, run_turn, submit
@@ -21,6 +23,7 @@ from .waits import add_wait, join_for_inline
 __all__ = [
     "CancelReport",
     "CostBreakdown",
+    "InputStatus",
     "ReconcileReport",
     "TurnCost",
     "add_wait",
@@ -31,15 +34,21 @@ __all__ = [
     "deliver",
     "dispatch",
     "drain",
+    "expire_approvals",
+    "input_status",
     "join_for_inline",
+    "keyed_input",
     "maintain_when_due",
     "new_conversation",
     "new_turn",
+    "pending_approvals",
+    "post",
     "prune",
     "reconcile",
     "release_waiting",
     "run_turn",
     "send_message",
     "submit",
+    "taker",
     "wake",
 ]

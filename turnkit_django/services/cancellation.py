@@ -43,6 +43,7 @@ from ..serialization import json_safe
 from ..states import ACTIVE_TURN_STATUSES, TurnStatus
 from ..store import lock_tree
 from ..store.deliveries import COMPLETION_PREFIX
+from ..store.events import record_event
 from ..store.turns import end, set_options
 
 logger = logging.getLogger("turnkit_django.cancel")
@@ -124,6 +125,8 @@ def cancel_row(row: Turn, error: ErrorRecord, *, mark: bool, callback_allowed: b
     record = error.for_turn()
     extra = {"options": {**(row.options or {}), "cancel_cascade": True}} if mark else {}
     closed = end(row, "cancel", reason="cancelled", repair_reason=REASON, error=record, **extra)
+    record_event(row.root_turn_id, row.pk, row.conversation_id, "turn.cancelled",
+                 {"status": TurnStatus.CANCELLED})
     completion_callback(row, callback_allowed)
     for call in closed:
         if call.interrupted:

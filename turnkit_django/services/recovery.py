@@ -26,6 +26,7 @@ from ..store import database_now, lease_of, lock_tree
 from ..store.transcript import ClosedCall, interrupt_running
 from ..store.turns import count_recovery, end, release, revoke, touch
 from ..store.waits import join
+from .approvals import expire_approvals
 
 logger = logging.getLogger("turnkit_django.services")
 
@@ -220,13 +221,15 @@ def _release(waiting: list[tuple[str, str]], *, rotate: bool) -> list[str]:
 
 
 def drain() -> list[str]:
-    """One bounded maintenance pass: release waiters, re-ring turns that lost their doorbell.
+    """One bounded maintenance pass: deny expired approvals, release waiters, re-ring turns
+    that lost their doorbell.
 
     Reads only active rows (the partial actionable index), at most MAINTENANCE_BATCH_SIZE of
     them per query, oldest-touched first, and touches what it handled so the next pass rotates.
     """
     batch = int(turnkit_settings.MAINTENANCE_BATCH_SIZE)
     deliver_pending(batch)
+    expire_approvals()
     release_waiting(batch)
     quiet = database_now() - timedelta(seconds=float(turnkit_settings.RECONCILE_INTERVAL))
     # Ring only the head of each conversation's lane: a turn queued behind a busy or older turn

@@ -25,9 +25,10 @@ from django.utils import timezone
 from ..exceptions import LostClaim
 from ..limits import Limits
 from ..messages import Part
-from ..models import Conversation, Lease, Message, Turn
+from ..models import Conversation, Event, Lease, Message, Turn
 from ..states import TurnStatus
 from . import steps
+from .events import message_events
 from .locks import Ledger, LedgerDelta, database_now, lock_tree
 from .state import TurnState
 from .transcript import NewMessage, build_messages, insert_rows
@@ -126,6 +127,7 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
 def create_claimed(spec: NewTurn, conversation: Conversation, parts: Sequence[Part],
                    worker: str, *, prepare: Prepare | None = None,
                    message_metadata: dict[str, Any] | None = None,
+                   message_key: str | None = None,
                    ) -> tuple[Claim, Turn, Ledger, Message | None]:
     """Create a root turn already claimed by ``worker``: an inline run.
 
@@ -139,7 +141,8 @@ def create_claimed(spec: NewTurn, conversation: Conversation, parts: Sequence[Pa
     message = None
     if parts:
         message = build_messages(conversation.pk, [NewMessage("user", parts,
-                                                              metadata=message_metadata)])[0]
+                                                              metadata=message_metadata,
+                                                              key=message_key)])[0]
     turn = build_turn(spec, conversation, 0)  # its input sequence is allocated below
     raw = (turn.options or {}).get("limits")
     limits = None if raw is None else Limits.from_json(raw)
@@ -158,8 +161,10 @@ def create_claimed(spec: NewTurn, conversation: Conversation, parts: Sequence[Pa
     turn.tree_iterations, turn.tree_tool_executions = delta.iterations, delta.tool_executions
     turn.tree_tool_counts, turn.tree_spend = dict(delta.tool_counts or {}), delta.spend
     lease = Lease(turn_id=turn.pk, fence=1, worker=worker, heartbeat_at=start)
+    events = [] if message is None else message_events(turn.pk, turn.pk, [message])
     if connection.vendor == "postgresql":
-        now, sequence = steps.insert_claimed(conversation, message, turn, lease, lifetime)
+        now, sequence = steps.insert_claimed(conversation, message, turn, lease, lifetime,
+                                             events)
     else:
         with transaction.atomic():
             if conversation._state.adding:
@@ -175,6 +180,7 @@ def create_claimed(spec: NewTurn, conversation: Conversation, parts: Sequence[Pa
             turn.save(force_insert=True)
             lease.heartbeat_at = now
             lease.save(force_insert=True)
+            Event.objects.bulk_create(events)
     if message is not None:
         message.sequence = sequence
     turn.context_sequence, turn.started_at, turn.updated_at = sequence, now, now

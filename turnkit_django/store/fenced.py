@@ -24,10 +24,11 @@ from django.db.models.functions import Now
 
 from ..exceptions import LostClaim
 from ..messages import MessageKind, Part, ToolCallPart
-from ..models import Conversation, Message, ToolExecution, Turn
-from ..states import ToolStatus, TurnStatus
+from ..models import Conversation, Event, Message, ToolExecution, Turn
+from ..states import TRANSITIONS, ToolStatus, TurnStatus
 from . import steps
 from .claims import Claim
+from .events import TRANSITION_EVENTS, build_event, message_events
 from .locks import Ledger, LedgerDelta, lock_tree
 from .rows import new_row
 from .state import TurnState
@@ -73,6 +74,10 @@ class Fenced:
         self._known: Ledger | None = None
         self._known_at = 0.0  # time.monotonic() when the database clock read known.now
         self._writes: StepWrites | None = None
+        #: An application control (pause, steer) waits for this worker: the fast path refuses
+        #: while it does, and :meth:`atomic` reads it under the lock.
+        self.controls_pending = False
+        self._events: list[Event] = []  # written at the end of the atomic block
         if ledger is not None:
             self._remember(ledger, time.monotonic())
 
@@ -104,13 +109,21 @@ class Fenced:
             ledger = lock_tree(claim.root_id)
             locked_at = time.monotonic()
             if claim.is_root:
-                fence, status = ledger.fence, ledger.status
+                fence, status, pending = ledger.fence, ledger.status, ledger.controls_pending
             else:
-                row = Turn.objects.filter(pk=claim.turn_id).values_list("fence", "status").first()
-                fence, status = row if row else (-1, "")
+                row = Turn.objects.filter(pk=claim.turn_id).values_list(
+                    "fence", "status", "controls_pending").first()
+                fence, status, pending = row if row else (-1, "", False)
+            self.controls_pending = bool(pending)
             if fence != claim.fence or status != TurnStatus.RUNNING:
                 raise LostClaim(claim.turn_id, claim.fence)
-            yield ledger
+            outer, self._events = self._events, []
+            try:
+                yield ledger
+                if self._events:  # the block's events, in order, in one insert
+                    Event.objects.bulk_create(self._events)
+            finally:
+                self._events = outer
         self._remember(ledger, locked_at)
 
     def step(self, body: Callable[[Ledger], T], *, buffered: bool = True) -> T:
@@ -164,10 +177,22 @@ class Fenced:
             m.turn_id = m.turn_id or self.claim.turn_id
             items.append(m)
         rows = build_messages(self.claim.conversation_id, items)
+        events = message_events(self.claim.root_id, self.claim.turn_id, rows)
         if self._writes is not None:
             self._writes.messages.extend(rows)
+            self._writes.events.extend(events)
             return rows
+        self._events.extend(events)
         return insert_rows(self.claim.conversation_id, rows, touch=False)
+
+    def event(self, type_: str, **payload: Any) -> None:
+        """Write a durable event of this turn with the step."""
+        claim = self.claim
+        event = build_event(claim.root_id, claim.turn_id, claim.conversation_id, type_, payload)
+        if self._writes is not None:
+            self._writes.events.append(event)
+        else:
+            self._events.append(event)
 
     def record(self, state: TurnState | None = None, *, charge: Charge | None = None,
              delta: LedgerDelta | None = None) -> None:
@@ -204,10 +229,35 @@ class Fenced:
             self.move_execution(execution_id, [ToolStatus.RUNNING], ToolStatus.PENDING)
         self._write(_claim_ended(), None, transition="hand_back")
 
+    def pause(self, not_started: Iterable[str], controls: dict[str, Any]) -> None:
+        """Acknowledge a pause at a step boundary: ``paused``, claim released, ``controls``
+        written (the request settled); intents not started go back to ``pending``."""
+        for execution_id in not_started:
+            self.move_execution(execution_id, [ToolStatus.RUNNING], ToolStatus.PENDING)
+        self._write({"controls": controls, "controls_pending": False, **_claim_ended()}, None,
+                    transition="pause_at_boundary")
+        self.controls_pending = False
+
+    def await_approval(self, execution_id: str, approval: dict[str, Any],
+                       controls: dict[str, Any]) -> None:
+        """Park a call until a person decides: the execution back to ``pending`` with its
+        approval request, the turn ``paused`` with its claim released."""
+        self.move_execution(execution_id, [ToolStatus.RUNNING], ToolStatus.PENDING,
+                            approval=approval)
+        self._write({"controls": controls, **_claim_ended()}, None,
+                    transition="await_approval")
+
+    def settle_controls(self, controls: dict[str, Any]) -> None:
+        """Write the turn's controls with every request handled (the fast path resumes)."""
+        self._write({"controls": controls, "controls_pending": False}, None)
+        self.controls_pending = False
+
     def _write(self, fields: dict[str, Any], delta: LedgerDelta | None, *,
                transition: str | None = None) -> None:
         """The turn's own row (``updated_at`` moves with a status change only, so state
         writes stay HOT updates); ``delta`` goes to the root's ledger."""
+        if transition in TRANSITION_EVENTS:
+            self.event(TRANSITION_EVENTS[transition], status=TRANSITIONS[transition].target)
         writes = self._writes
         if writes is not None:
             if (transition and writes.transition) or writes.turn.keys() & fields.keys():

@@ -29,7 +29,7 @@ from ..models import Conversation, Turn
 GRAPH_LOCK_KEY = zlib.crc32(b"turnkit.wait_graph")
 
 _LEDGER_FIELDS = ("fence", "status", "deadline_at", "tree_iterations", "tree_tool_executions",
-                  "tree_tool_counts", "tree_spend", "options")
+                  "tree_tool_counts", "tree_spend", "options", "controls_pending")
 
 
 @dataclass
@@ -53,6 +53,8 @@ class Ledger:
     now: datetime
     #: ``limits`` as the root's options store them (the fast path's guard compares it).
     limits_json: Any = None
+    #: The root's own flag: an application control waits for its worker.
+    controls_pending: bool = False
 
     @classmethod
     def from_row(cls, root_id: str, row: dict[str, Any]) -> Ledger:
@@ -61,7 +63,7 @@ class Ledger:
                    int(row["tree_iterations"]), int(row["tree_tool_executions"]),
                    {str(k): int(v) for k, v in (row["tree_tool_counts"] or {}).items()},
                    Decimal(row["tree_spend"]), None if raw is None else Limits.from_json(raw),
-                   row["db_now"], raw)
+                   row["db_now"], raw, bool(row.get("controls_pending")))
 
 
 @dataclass

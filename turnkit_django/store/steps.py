@@ -36,7 +36,7 @@ from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from ..models import Conversation, Lease, Message, ToolExecution, Turn
+from ..models import Conversation, Event, Lease, Message, ToolExecution, Turn
 from ..states import TRANSITIONS, TurnStatus
 from .locks import Ledger, LedgerDelta
 
@@ -67,6 +67,8 @@ class StepWrites:
     messages: list[Message] = field(default_factory=list)
     created: list[ToolExecution] = field(default_factory=list)
     moves: list[Move] = field(default_factory=list)
+    #: Durable events of the step (see :mod:`.events`).
+    events: list[Event] = field(default_factory=list)
     #: Whether the conversation's ``updated_at`` moves (a turn's terminal write).
     touch: bool = False
 
@@ -224,6 +226,23 @@ def _insert(name: str, obj: Model, params: list[Any], *, source: str,
             f"jsonb_populate_record(NULL::{table}, {value}) AS r)")
 
 
+def _insert_events(events: list[Event], params: list[Any], source: str = "t") -> str:
+    """One CTE inserting the step's events in order, their ids drawn from the sequence row by
+    row, under the tree lock the statement holds (the tree's cursor order)."""
+    records = []
+    for event in events:
+        event.created_at = event.created_at or timezone.now()
+        records.append({c.column: c.to_json(getattr(event, c.attname))
+                        for c in _columns(Event) if c.name != "id"})
+    params += [json.dumps(records, separators=(",", ":")), Event._meta.db_table]
+    table = _table(Event)
+    return (f"e AS (INSERT INTO {table} SELECT r.* FROM {source}, "
+            "jsonb_array_elements(%s::jsonb) "
+            f"WITH ORDINALITY AS x(value, n), jsonb_populate_record(NULL::{table}, x.value || "
+            "jsonb_build_object('id', nextval(pg_get_serial_sequence(%s, 'id')))) AS r "
+            "ORDER BY x.n)")
+
+
 def _ledger_guard(known: Ledger, params: list[Any], db: BaseDatabaseWrapper) -> str:
     """The root row still holds the ledger the step was decided against."""
     counts = _field(Turn, "tree_tool_counts").get_db_prep_save(known.tool_counts, db)
@@ -268,7 +287,8 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int, know
         own["fence"] = fence  # a no-op assignment: the guard still locks and checks the row
     assignments = _assign(Turn, own, params, db)
     params += [turn_id, fence, TurnStatus.RUNNING]
-    where = "id = %s AND fence = %s AND status = %s"
+    # A pending control (pause, steer) refuses the fast path: the worker sees it under the lock.
+    where = "id = %s AND fence = %s AND status = %s AND NOT controls_pending"
     if turn_id == root_id:
         where += " AND " + _ledger_guard(known, params, db)
     ctes.append(f"t AS (UPDATE {turn_table} SET {assignments} WHERE {where}{guard_source} "
@@ -288,6 +308,8 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int, know
         sequence = f"s.last_sequence - {count - 1 - index}"
         ctes.append(_insert(f"m{index}", message, params, source="s",
                             computed={"sequence": (sequence, [])}))
+    if writes.events:
+        ctes.append(_insert_events(writes.events, params))
     for index, move in enumerate(writes.moves):
         assignments = _assign(ToolExecution, move.fields, params, db)
         placeholders = ", ".join(["%s"] * len(move.expected))
@@ -326,14 +348,15 @@ def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Le
     first = 0 if last is None else int(last) - len(writes.messages) + 1
     for index, message in enumerate(writes.messages):
         message.sequence = first + index
-    for obj in (*writes.messages, *writes.created):
+    for obj in (*writes.messages, *writes.created, *writes.events):
         obj._state.adding = False
         obj._state.db = db.alias
     return True
 
 
 def insert_claimed(conversation: Conversation, message: Message | None, turn: Turn,
-                   lease: Lease, lifetime: timedelta | None) -> tuple[datetime, int]:
+                   lease: Lease, lifetime: timedelta | None,
+                   events: list[Event] | None = None) -> tuple[datetime, int]:
     """Insert a turn already claimed (with its conversation when new, its input, its lease)
     as one statement; return the database's clock and the turn's input sequence.
 
@@ -365,6 +388,8 @@ def insert_claimed(conversation: Conversation, message: Message | None, turn: Tu
                     "statement_timestamp() + %s::interval", [lifetime])}
     ctes.append(_insert("t", turn, params, source="s", computed=computed))
     ctes.append(_insert("l", lease, params, source="s", computed={"heartbeat_at": now}))
+    if events:  # the input's event: the new tree's first
+        ctes.append(_insert_events(events, params, source="s"))
     with _cursor(db) as cursor:
         cursor.execute(f"WITH {', '.join(ctes)} SELECT statement_timestamp(), "
                        "(SELECT last_sequence FROM s)", params)

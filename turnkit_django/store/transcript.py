@@ -34,6 +34,8 @@ class NewMessage:
     tool_execution_id: str | None = None
     metadata: dict[str, Any] | None = None
     fence: int | None = None
+    #: The application's idempotency key of an input (unique per conversation).
+    key: str | None = None
 
 
 def allocate_sequences(conversation_id: str, count: int = 1, *, touch: bool = True) -> int:
@@ -74,6 +76,7 @@ def build_messages(conversation_id: str, messages: Sequence[NewMessage]) -> list
             tool_execution_id=m.tool_execution_id,
             metadata=m.metadata or {},
             fence=m.fence,
+            key=m.key or "",
         )
         for m in messages
     ]
@@ -100,11 +103,11 @@ def insert_messages(conversation_id: str, messages: Sequence[NewMessage]) -> lis
 
 
 def append_input(conversation_id: str, parts: Sequence[Part], *,
-                 metadata: dict[str, Any] | None = None) -> Message:
+                 metadata: dict[str, Any] | None = None, key: str | None = None) -> Message:
     """Append application input (not owned by any claim) to a conversation."""
     with transaction.atomic():
-        return insert_messages(conversation_id, [NewMessage("user", parts,
-                                                            metadata=metadata)])[0]
+        return insert_messages(conversation_id, [NewMessage("user", parts, metadata=metadata,
+                                                            key=key)])[0]
 
 
 def to_chat(message: Message) -> ChatMessage:

@@ -22,8 +22,9 @@ from ..exceptions import InvalidTransition
 from ..ids import new_id
 from ..limits import Limits
 from ..messages import Part
-from ..models import Conversation, ToolExecution, Turn
+from ..models import Conversation, Event, ToolExecution, Turn
 from ..states import TRANSITIONS, TurnStatus
+from .events import message_events
 from .locks import database_now, lock_tree
 from .transcript import ClosedCall, NewMessage, insert_messages, repair
 from .waits import submit_status
@@ -117,6 +118,8 @@ def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part]
                 "last_sequence", flat=True).get()
         turn = build_turn(spec, conversation, sequence)
         turn.save(force_insert=True)
+        if parts:  # the stream of the turn's tree shows its input
+            Event.objects.bulk_create(message_events(turn.root_turn_id, turn.pk, [last]))
         return turn
 
 

@@ -18,6 +18,9 @@ from ..serialization import render_result
 
 Recovery = Literal["unknown", "replay_safe"]
 Terminal = bool | str | Callable[[Any], str]
+#: Whether a call waits for a person's approval: always, or decided per call from its
+#: validated arguments and its ToolContext.
+Approval = bool | Callable[[Any, "ToolContext"], bool]
 _NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")
 
 
@@ -61,6 +64,10 @@ class Tool:
     #: The one call that may still run from the response that exhausted the spend limit (a
     #: final save); only on a terminal, replay-safe tool.
     budget_completion: bool = False
+    #: A call waits for a person's approval before it runs (see ``run.approve``).
+    approval: Approval = False
+    #: Seconds an approval request stays open; maintenance denies it when they pass.
+    approval_timeout: float | None = None
     #: Set on built-in tools the runtime executes itself (sub-agents, coordination tools).
     builtin: ClassVar[str | None] = None
 
@@ -87,6 +94,13 @@ class Tool:
     def validate(self, arguments: dict[str, Any]) -> BaseModel:
         """Validate model-supplied arguments; raises pydantic's ``ValidationError``."""
         return self.Args.model_validate(arguments)
+
+    def needs_approval(self, args: Any, ctx: ToolContext) -> bool:
+        """Whether this call (its validated arguments) waits for a person's approval."""
+        approval = self.approval
+        if callable(approval):
+            return approval(args, ctx) is True
+        return approval is True
 
     def completion_text(self, result: Any) -> str:
         """The turn's output text when this terminal tool ends it."""
@@ -122,6 +136,16 @@ class Tool:
                 "recovery='replay_safe' (it is the final save after the spend limit, so it must "
                 "end the turn and be safe to run again after a crash)"
             )
+        if not (isinstance(self.approval, bool) or callable(self.approval)):
+            raise ConfigurationError(
+                f"tool {self.tool_name!r}: approval must be True, False or a callable "
+                f"(args, ctx) -> bool, got {self.approval!r}")
+        wait = self.approval_timeout
+        if wait is not None and (not isinstance(wait, int | float) or isinstance(wait, bool)
+                                 or wait <= 0):
+            raise ConfigurationError(
+                f"tool {self.tool_name!r}: approval_timeout must be a positive number of "
+                f"seconds or None, got {wait!r}")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.tool_name!r}>"
@@ -141,8 +165,12 @@ class FunctionTool(Tool):
         timeout: float | None = None,
         read_only: bool = False,
         budget_completion: bool = False,
+        approval: Approval = False,
+        approval_timeout: float | None = None,
     ) -> None:
         self.func = func
+        self.approval = approval
+        self.approval_timeout = approval_timeout
         self.name = name or func.__name__
         self.description = description or inspect.cleandoc(func.__doc__ or "") or self.name
         self.terminal = terminal
@@ -206,6 +234,8 @@ def tool(
     timeout: float | None = None,
     read_only: bool = False,
     budget_completion: bool = False,
+    approval: Approval = False,
+    approval_timeout: float | None = None,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -220,13 +250,16 @@ def tool(
     timeout: float | None = None,
     read_only: bool = False,
     budget_completion: bool = False,
+    approval: Approval = False,
+    approval_timeout: float | None = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a tool. Its docstring is the description given to the model."""
 
     def build(f: Callable[..., Any]) -> FunctionTool:
         built = FunctionTool(f, name=name, description=description, terminal=terminal,
                              recovery=recovery, timeout=timeout, read_only=read_only,
-                             budget_completion=budget_completion)
+                             budget_completion=budget_completion, approval=approval,
+                             approval_timeout=approval_timeout)
         built.check()
         return built
 

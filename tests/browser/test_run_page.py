@@ -1,0 +1,74 @@
+"""The live run page (issue 15) in headless Chromium, served by a real ASGI server.
+
+A background run parks a refund for approval; the page shows the call as a pending approval
+and the transcript so far. A person approves it (in another thread: no ORM call runs in the
+browser's thread), a worker finishes the run, and the page, still open, shows the approval gone,
+the run completed and the model's answer; after a reload it shows the same transcript again.
+Screenshot: build/screenshots/run-page.png.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from playwright.sync_api import expect
+
+from tests.asgi_server import serving
+from tests.browser.conftest import Shots, chromium
+from tests.helpers import registered
+from tests.integration.test_controls import issue_refund, refund_then_report
+from turnkit_django import Agent, load_run, services
+from turnkit_django.models import ToolExecution
+from turnkit_django.testing import FunctionClient
+
+__all__ = ["registered"]
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
+
+
+def approve_and_finish(run_id: str, call_id: str, errors: list[BaseException]) -> None:
+    try:
+        load_run(run_id).approve(call_id)
+        services.run_turn(run_id)
+    except BaseException as exc:  # reported by the test
+        errors.append(exc)
+
+
+def test_the_run_page_shows_a_pending_approval_and_the_live_transcript(
+        registered, tmp_path: Path, shots: Shots) -> None:
+    agent = registered(Agent("paged", tools=[issue_refund],
+                             client=FunctionClient(refund_then_report("issue_refund"))))
+    user = User.objects.create_user("reader", password="pw")
+    client = Client()
+    client.force_login(user)
+    session = client.cookies["sessionid"].value
+    run = agent.submit("refund order 42")
+    assert services.run_turn(run.id)
+    call_id = ToolExecution.objects.awaiting_approval().get(turn_id=run.id).tool_call_id
+    errors: list[BaseException] = []
+
+    with serving() as base, chromium(tmp_path) as page:
+        page.context.add_cookies([{"name": "sessionid", "value": session, "url": base}])
+        page.goto(f"{base}/turnkit/runs/{run.id}/")
+        expect(page.locator(f"#approval-{call_id}")).to_contain_text("issue_refund")
+        expect(page.locator("#transcript")).to_contain_text("refund order 42")
+        expect(page.locator("#status")).to_have_text("paused")
+        page.screenshot(path=shots.path("run-page"), full_page=True)
+
+        worker = threading.Thread(target=approve_and_finish, args=(run.id, call_id, errors))
+        worker.start()
+        expect(page.locator("#status")).to_have_text("completed", timeout=30_000)
+        expect(page.locator("#transcript")).to_contain_text("refunded 500")
+        expect(page.locator(f"#approval-{call_id}")).to_have_count(0)
+        expect(page.locator("#no-approvals")).to_be_visible()
+        worker.join(timeout=30)
+
+        page.reload()
+        expect(page.locator("#transcript")).to_contain_text("refunded 500")
+        expect(page.locator("#status")).to_have_attribute("data-ended", "1")
+    assert errors == []
+    assert load_run(run.id).status == "completed"

@@ -1,0 +1,119 @@
+"""The interactive controls of the handles: approvals, pause/resume, steering, post, events.
+
+Mixed into :class:`~turnkit_django.handles.TurnHandle` (so ``Run`` too) and
+:class:`~turnkit_django.handles.ConversationHandle`; the work is in ``services``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from django.db.models import QuerySet
+
+from .authorization import authorize
+from .events import EventCallback
+from .models import Conversation, Delivery, Event, ToolExecution, Turn
+from .runtime import execute, refuse_atomic_block
+from .services import approvals, controls, inputs
+from .services.inputs import InputStatus
+from .states import TurnStatus
+from .store import reload
+
+_UNSET: Any = object()
+
+
+class TurnControls:
+    """Approve, deny, pause, resume, steer, and read the tree's durable events."""
+
+    row: Turn
+    _on_event: EventCallback | None
+
+    @property
+    def agent(self) -> Any:  # pragma: no cover - provided by the handle
+        raise NotImplementedError
+
+    def _continue_inline(self, turn_id: str) -> None:
+        """Execute a decided or resumed inline turn now, in this process (its caller's)."""
+        refuse_atomic_block("running a resumed turn")
+        row = Turn.objects.filter(pk=turn_id).only("status", "submitted_at").first()
+        if row is not None and row.status == TurnStatus.PENDING and row.submitted_at is None:
+            agent = self.agent if turn_id == self.row.pk else None
+            execute(turn_id, agent=agent, on_event=self._on_event,
+                    root_id=self.row.root_turn_id)
+
+    def approve(self, call_id: str, *, principal: Any = None,
+                arguments: dict[str, Any] | None = None) -> ToolExecution:
+        """Let the parked tool call ``call_id`` run (with ``arguments``, re-validated, if
+        given); an inline turn continues now. Approving twice is a no-op."""
+        return self._decide(call_id, "approved", principal=principal, arguments=arguments)
+
+    def deny(self, call_id: str, *, reason: str = "", principal: Any = None) -> ToolExecution:
+        """Refuse the parked tool call ``call_id``: the model reads the denial as its result."""
+        return self._decide(call_id, "denied", principal=principal, reason=reason)
+
+    def _decide(self, call_id: str, state: str, **options: Any) -> ToolExecution:
+        decision = approvals.decide(self.row.root_turn_id, call_id, state, **options)
+        if decision.execute_inline:
+            self._continue_inline(decision.execution.turn_id)
+        reload(self.row)
+        return decision.execution
+
+    def pending_approvals(self, *, principal: Any = None) -> list[ToolExecution]:
+        """The tree's tool calls waiting for a decision that ``principal`` may take."""
+        return [e for e in approvals.pending_approvals(principal=principal)
+                if e.turn.root_turn_id == self.row.root_turn_id]
+
+    def pause(self, *, principal: Any = None, cascade: bool = False) -> Self:
+        """Pause at the next step boundary (at once when idle); the claim is released."""
+        controls.pause(self.row, principal=principal, cascade=cascade)
+        reload(self.row)
+        return self
+
+    def resume(self, *, principal: Any = None, cascade: bool = False) -> Self:
+        """Resume a paused turn: a background one is dispatched, an inline one runs now."""
+        resumed = controls.resume(self.row, principal=principal, cascade=cascade)
+        if self.row.pk in resumed:
+            self._continue_inline(self.row.pk)
+        reload(self.row)
+        return self
+
+    def steer(self, text: str, *, key: str, principal: Any = None,
+              descendants: bool = False) -> dict[str, Any]:
+        """Durable guidance for the current turn, before its next model request; returns
+        the receipt (an exact retry returns the same one)."""
+        receipt = controls.steer(self.row, text, key=key, principal=principal,
+                                 descendants=descendants)
+        reload(self.row)
+        return receipt
+
+    def events(self, after: int = 0, *, limit: int | None = None,
+               principal: Any = _UNSET) -> QuerySet[Event]:
+        """The tree's durable events with an id greater than ``after`` (the cursor), in order.
+
+        With ``principal=`` the ``read_messages`` action is authorized first.
+        """
+        if principal is not _UNSET:
+            authorize("read_messages", principal=principal, turn_id=self.row.pk,
+                      conversation_id=self.row.conversation_id)
+        rows = Event.objects.filter(root_turn_id=self.row.root_turn_id, id__gt=int(after))
+        rows = rows.order_by("id")
+        return rows[:limit] if limit is not None else rows
+
+
+class ConversationInputs:
+    """Idempotent next-turn input and its receipts."""
+
+    row: Conversation
+
+    def post(self, text: str, *, key: str, principal: Any = None) -> Delivery:
+        """Durable input for the next turn, once per ``key``; a running turn never sees it."""
+        return inputs.post(self.row, text, key=key, principal=principal)
+
+    def input_status(self, key: str, *, principal: Any = _UNSET) -> InputStatus:
+        """Whether the input ``key`` (posted or asked) is ``pending`` or ``applied`` (by which
+        turn)."""
+        return inputs.input_status(self.row, key, principal=None if principal is _UNSET
+                                   else principal, check=principal is not _UNSET)
+
+
+__all__ = ["ConversationInputs", "TurnControls"]

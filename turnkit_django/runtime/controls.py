@@ -1,0 +1,199 @@
+"""Application controls as a running turn meets them: pause, steering, approvals.
+
+The application records a control on the turn's row under the tree lock (services.controls)
+and raises the turn's ``controls_pending`` flag, which makes the worker's next fast-path step
+refuse; the step is then decided under the lock, where :class:`~turnkit_django.store.Fenced`
+reads the flag, and the loop handles the control at the next step boundary (:func:`boundary`):
+
+* a pause request: the turn becomes ``paused`` and releases its claim; intents written but not
+  started go back to ``pending`` (the next claim starts them);
+* steering: tool calls of the current response that have not started get a "superseded"
+  result, the guidance is appended as user messages, and the turn goes back to the model.
+
+A tool that needs approval parks its call (:func:`approval_gate`): the execution goes back to
+``pending`` with the request, and the turn to ``paused``, claim released, until a person
+decides (services.approvals); the next claim runs the approved call or reports the denial.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import ErrorRecord, outcome_unknown
+from ..messages import MessageKind, TextPart, ToolCallPart, ToolResultPart
+from ..models import Message, ToolExecution, Turn
+from ..states import FINISHED_TOOL_STATUSES, Phase, ToolStatus
+from ..store import Ledger
+from ..store.events import stamp
+from ..tools.base import Tool, ToolContext
+from . import budget
+from .calls import CallOutcome
+from .context import Suspended, TurnContext
+from .results import skip_locked
+
+SUPERSEDED = ErrorRecord(
+    "superseded", "Not executed: superseded by new guidance from the user; read it and plan "
+    "again.")
+
+
+def not_started(ctx: TurnContext) -> list[str]:
+    """Intents this worker wrote (``running``) for calls it has not started."""
+    if not ctx.started:
+        return []
+    return list(ToolExecution.objects.filter(pk__in=ctx.started, turn_id=ctx.row.pk).running()
+                .values_list("pk", flat=True))
+
+
+def boundary(ctx: TurnContext) -> None:
+    """Handle the controls waiting for this turn; raise Suspended when it paused."""
+    idle = not_started(ctx)
+    executions = {e.tool_call_id: e for e in ToolExecution.objects.filter(turn_id=ctx.row.pk)}
+    written: list[Message] = []
+    paused = False
+    with ctx.fenced.atomic() as ledger:
+        if not ctx.fenced.controls_pending:
+            return
+        controls = dict(Turn.objects.filter(pk=ctx.row.pk).values_list("controls", flat=True)
+                        .get() or {})
+        if controls.pop("pause_requested", None):
+            controls.update(paused_at=stamp(ledger.now), paused_from="running")
+            ctx.fenced.pause(idle, controls)
+            paused = True
+        else:
+            written = _steer(ctx, ledger, controls, executions, set(idle))
+            ctx.fenced.settle_controls(controls)
+    if paused:
+        ctx.emit("turn.paused", phase=str(ctx.state.phase))
+        raise Suspended(ctx.row.pk)
+    for message in written:
+        ctx.remember(message)
+
+
+def _steer(ctx: TurnContext, ledger: Ledger, controls: dict[str, Any],
+           executions: dict[str, ToolExecution], idle: set[str]) -> list[Message]:
+    """Under the lock: supersede the unstarted calls, append the guidance, back to the model."""
+    receipts = [dict(r) for r in controls.get("steers") or ()]
+    waiting = [r for r in receipts if not r.get("message_id")]
+    if not waiting:
+        return []
+    written = _supersede(ctx, executions, idle) if ctx.state.phase == Phase.TOOLS else []
+    for receipt in waiting:
+        message = ctx.fenced.append("user", [TextPart(str(receipt["text"]))], metadata={
+            "source": "steer", "steer_key": receipt["key"],
+            "sender_principal": receipt.get("principal")})
+        receipt["message_id"] = message.pk
+        ctx.fenced.event("turn.steered", key=receipt["key"], message_id=message.pk)
+        written.append(message)
+    controls["steers"] = receipts
+    state = ctx.state.replace(phase=Phase.MODEL, terminal=None)
+    if state.reservation is None:
+        delta, reservation = budget.reserve_next(ledger)
+        state = state.replace(reservation=reservation)
+        ctx.fenced.record(state, delta=delta)
+    else:
+        ctx.fenced.record(state)
+    ctx.state = state
+    return written
+
+
+def _supersede(ctx: TurnContext, executions: dict[str, ToolExecution],
+               idle: set[str]) -> list[Message]:
+    """Every call of the current response that has not started gets a "superseded" result."""
+    content = SUPERSEDED.for_model()
+    written: list[Message] = []
+    for call in _response_calls(ctx):
+        execution = executions.get(call.id)
+        if execution is None:
+            written.append(skip_locked(ctx, call, "superseded by new guidance from the user"))
+        elif execution.status == ToolStatus.PENDING or execution.pk in idle:
+            ctx.fenced.move_execution(execution.pk, [ToolStatus.PENDING, ToolStatus.RUNNING],
+                                      ToolStatus.CANCELLED, result=content)
+            written.append(ctx.fenced.append(
+                "tool", [ToolResultPart(call.id, call.name, content, is_error=True)],
+                kind=MessageKind.TOOL_RESULT, tool_execution_id=execution.pk))
+        elif execution.status not in FINISHED_TOOL_STATUSES:  # its worker died mid-call
+            unknown = outcome_unknown().for_model()
+            ctx.fenced.move_execution(execution.pk, [ToolStatus.RUNNING],
+                                      ToolStatus.INTERRUPTED, error=unknown)
+            written.append(ctx.fenced.append(
+                "tool", [ToolResultPart(call.id, call.name, unknown, is_error=True)],
+                kind=MessageKind.TOOL_RESULT, tool_execution_id=execution.pk,
+                metadata={"interrupted": True}))
+    return written
+
+
+def _response_calls(ctx: TurnContext) -> list[ToolCallPart]:
+    for chat in reversed(ctx.visible):
+        if chat.role == "assistant":
+            return chat.tool_calls
+    return []
+
+
+# --------------------------------------------------------------------------- approvals
+
+
+def approval_gate(ctx: TurnContext, tool: Tool | None, call: ToolCallPart,
+                  execution: ToolExecution) -> tuple[ToolCallPart, CallOutcome | None]:
+    """The call to run (with approved, possibly edited arguments) or the denial's outcome;
+    parks the call and raises Suspended while it waits for a person."""
+    decided = execution.approval or {}
+    state = decided.get("state")
+    if state == "approved":
+        arguments = execution.arguments
+        return (call if arguments == call.arguments else replace(call, arguments=arguments)), None
+    if state in ("denied", "expired"):
+        reason = str(decided.get("reason") or "no reason given")
+        return call, CallOutcome.failed(ErrorRecord(
+            "approval_denied", f"A person did not approve this call ({state}: {reason}). Do not "
+            "call it again with the same arguments unless the user asks you to."))
+    if state is None and not _needs_approval(ctx, tool, call, execution):
+        return call, None
+    _park(ctx, tool, call, execution)
+    raise Suspended(ctx.row.pk)
+
+
+def _needs_approval(ctx: TurnContext, tool: Tool | None, call: ToolCallPart,
+                    execution: ToolExecution) -> bool:
+    if tool is None or tool.approval is False or call.raw_arguments is not None:
+        return False
+    if tool.approval is True:
+        return True
+    try:
+        args = tool.validate(call.arguments)
+    except ValidationError:
+        return False  # the call fails its validation instead
+    tool_ctx = ToolContext(turn=ctx.handle(), conversation_id=ctx.row.conversation_id,
+                           execution_id=execution.pk, tool_call_id=call.id,
+                           principal=copy.deepcopy(ctx.principal),
+                           context=copy.deepcopy((ctx.row.options or {}).get("context") or {}))
+    try:
+        return tool.needs_approval(args, tool_ctx)
+    except Exception:  # a broken decision never lets a call through unapproved
+        return True
+
+
+def _park(ctx: TurnContext, tool: Tool | None, call: ToolCallPart,
+          execution: ToolExecution) -> None:
+    timeout = None if tool is None else tool.approval_timeout
+    with ctx.fenced.atomic() as ledger:
+        expires = None if timeout is None else stamp(ledger.now + timedelta(seconds=timeout))
+        approval = {"state": "requested", "requested_at": stamp(ledger.now),
+                    "arguments": call.arguments}
+        if expires is not None:  # absent, not null: a JSON null sorts before every stamp
+            approval["expires_at"] = expires
+        controls = dict(Turn.objects.filter(pk=ctx.row.pk).values_list("controls", flat=True)
+                        .get() or {})
+        controls.update(paused_at=stamp(ledger.now), paused_from="running")
+        ctx.fenced.event("approval.requested", call_id=call.id, execution_id=execution.pk,
+                         tool=call.name, arguments=call.arguments, expires_at=expires)
+        ctx.fenced.await_approval(execution.pk, approval, controls)
+    ctx.emit("approval.requested", id=call.id, name=call.name, tool_execution_id=execution.pk,
+             expires_at=expires)
+
+
+__all__ = ["SUPERSEDED", "approval_gate", "boundary", "not_started"]

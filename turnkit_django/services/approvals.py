@@ -1,0 +1,160 @@
+"""Approve or deny a parked tool call, the inbox of pending approvals, and their expiry.
+
+A call of a tool declared ``approval=True`` (or whose approval callable says so) is parked by
+its turn (runtime.controls): the execution waits ``pending`` with ``approval.state ==
+"requested"`` and the turn is ``paused`` with its claim released. A decision, under the tree
+lock, records the approval (edited arguments re-validated first) and resumes the turn: a
+background turn is dispatched, an inline one is left ``pending`` for the caller to execute
+(the handles do). The next claim runs the approved call exactly once (with the arguments as
+approved) or gives the model the denial as a failed tool result.
+
+Deciding again the same way is a no-op; deciding otherwise raises ApprovalError. Maintenance
+denies requests whose ``approval_timeout`` passed (:func:`expire_approvals`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from pydantic import ValidationError
+
+from ..agents import get_agent
+from ..authorization import authorize, is_allowed
+from ..conf import turnkit_settings
+from ..events import emit
+from ..exceptions import ApprovalError, ConfigurationError, InputError
+from ..models import ToolExecution
+from ..runtime.calls import turn_tools
+from ..runtime.submission import dispatch
+from ..serialization import json_safe, json_value
+from ..states import TurnStatus
+from ..store import controls, database_now, lock_tree
+from ..store.events import stamp
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a decision did: the execution as decided, and whether the caller must execute the
+    (inline) turn now."""
+
+    execution: ToolExecution
+    changed: bool
+    execute_inline: bool
+
+
+def find(root_id: str, call_id: str) -> ToolExecution:
+    """The tool execution of ``call_id`` (a tool call id or an execution id) in the tree."""
+    found = ToolExecution.objects.select_related("turn").filter(
+        Q(tool_call_id=call_id) | Q(pk=call_id), turn__root_turn_id=root_id).order_by(
+        "-created_at").first()
+    if found is None:
+        raise ApprovalError(f"no tool call {call_id!r} in run {root_id!r}; pass the call id "
+                            "an approval.requested event or pending_approvals() gave")
+    return found
+
+
+def _validated(execution: ToolExecution, arguments: Any) -> dict[str, Any]:
+    arguments = json_value(arguments, "arguments")
+    if not isinstance(arguments, dict):
+        raise InputError(f"edited arguments for {execution.tool_name!r} must be a dict")
+    turn = execution.turn
+    tool = turn_tools(get_agent(turn.agent_name), turn.pk).get(execution.tool_name)
+    if tool is None:
+        raise ConfigurationError(f"tool {execution.tool_name!r} is not a tool of agent "
+                                 f"{turn.agent_name!r} any more; register the agent with it")
+    try:
+        tool.validate(arguments)
+    except ValidationError as exc:
+        raise InputError(
+            f"the edited arguments for {execution.tool_name!r} are invalid; fix them and "
+            "approve again",
+            errors=[dict(e) for e in exc.errors(include_url=False, include_input=False)],
+        ) from exc
+    return arguments
+
+
+def decide(root_id: str, call_id: str, state: str, *, principal: Any, reason: str = "",
+           arguments: Any = None, system: bool = False) -> Decision:
+    """Approve (``state="approved"``) or deny a parked call; see the module docstring."""
+    execution = find(root_id, call_id)
+    row = execution.turn
+    action = "approve" if state == "approved" else "deny"
+    if not system:
+        authorize(action, principal=principal, turn_id=row.pk,
+                  conversation_id=row.conversation_id, turn_principal=row.principal,
+                  tool=execution.tool_name, call_id=execution.tool_call_id,
+                  arguments=execution.arguments if arguments is None else arguments)
+    edited = None if arguments is None else _validated(execution, arguments)
+    with transaction.atomic():
+        now = lock_tree(row.root_turn_id).now
+        execution = ToolExecution.objects.select_related("turn").get(pk=execution.pk)
+        row = execution.turn
+        current = dict(execution.approval or {})
+        if current.get("state") == state and (edited is None or edited == execution.arguments):
+            return Decision(execution, False, False)  # decided this way already
+        if current.get("state") != "requested" or row.status != TurnStatus.PAUSED:
+            raise ApprovalError(f"tool call {execution.tool_call_id!r} is not waiting for an "
+                                f"approval (it is {current.get('state') or execution.status})")
+        if not system and current.get("expires_at") and current["expires_at"] < stamp(now):
+            raise ApprovalError(f"the approval request of tool call {execution.tool_call_id!r} "
+                                "expired; it is denied by maintenance")
+        decided = {**current, "state": state, "decided_at": stamp(now),
+                   "by": json_safe(principal)}
+        if reason:
+            decided["reason"] = reason
+        if edited is not None:
+            decided["proposed_arguments"] = execution.arguments
+        controls.decide(execution, row, decided, edited)
+        paused = controls.resume(row, now)
+        if paused is not None:
+            controls.extend_deadline(row.root_turn_id, paused)
+        background = row.submitted_at is not None
+        if background:
+            dispatch(row.pk)
+    emit(f"approval.{state}", turn_id=row.pk, conversation_id=row.conversation_id,
+         id=execution.tool_call_id, name=execution.tool_name, tool_execution_id=execution.pk)
+    return Decision(execution, True, not background)
+
+
+def pending_approvals(*, principal: Any = None, limit: int | None = None,
+                      ) -> list[ToolExecution]:
+    """Tool calls waiting for a decision, oldest first, that ``principal`` may approve."""
+    size = int(limit or turnkit_settings.MAINTENANCE_BATCH_SIZE)
+    rows = ToolExecution.objects.awaiting_approval().select_related("turn").order_by(
+        "created_at", "id")[:size]
+    return [r for r in rows if is_allowed(
+        "approve", principal=principal, turn_id=r.turn_id, conversation_id=r.turn.conversation_id,
+        turn_principal=r.turn.principal, tool=r.tool_name, call_id=r.tool_call_id,
+        arguments=r.arguments)]
+
+
+def expire_approvals() -> list[str]:
+    """Deny the approval requests whose time passed (maintenance); return their executions.
+
+    A background turn resumes and its model reads the denial; an inline turn stays ``pending``
+    until the application executes it (``run.execute()`` or ``run.resume()``).
+    """
+    batch = int(turnkit_settings.MAINTENANCE_BATCH_SIZE)
+    expired = list(ToolExecution.objects.approval_expired(stamp(database_now())).select_related(
+        "turn").order_by("created_at")[:batch])
+    done: list[str] = []
+    for execution in expired:
+        try:
+            decide(execution.turn.root_turn_id, execution.pk, "expired", principal=None,
+                   reason="the approval request expired", system=True)
+        except ApprovalError:
+            continue  # decided meanwhile
+        done.append(execution.pk)
+    return done
+
+
+def awaiting(turn_ids: list[str]) -> set[str]:
+    """The turns among ``turn_ids`` with a call waiting for approval."""
+    return set(ToolExecution.objects.awaiting_approval().filter(turn_id__in=turn_ids)
+               .values_list("turn_id", flat=True))
+
+
+__all__ = ["Decision", "awaiting", "decide", "expire_approvals", "find", "pending_approvals"]

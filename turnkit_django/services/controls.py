@@ -1,0 +1,159 @@
+"""Pause, resume and steer a turn (and, on request, its descendants), as use cases.
+
+Each control asks the policy for EVERY turn it will change before any change (``pause``,
+``resume``, ``steer``); one denial raises AuthorizationError and writes nothing. The changes are
+made under the tree lock (store.controls); a running turn's worker handles them at its next
+step boundary (runtime.controls).
+
+Deadlines: paused time does not count. Resuming moves the tree's deadline later by the time the
+turn was paused (the longest pause among the turns a call resumes), so a turn that waited a day
+for a person is not failed for its ``TIMEOUT`` the moment it resumes.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+
+from ..authorization import authorize
+from ..conf import turnkit_settings
+from ..events import emit
+from ..exceptions import InvalidTransition, KeyConflict
+from ..ids import new_id
+from ..models import Turn
+from ..runtime.submission import dispatch
+from ..serialization import json_value
+from ..states import ACTIVE_TURN_STATUSES, TERMINAL_TURN_STATUSES, TurnStatus
+from ..store import controls, lock_tree
+from ..store.events import stamp
+from . import approvals
+
+
+def selected(target: Turn, *, cascade: bool) -> list[Turn]:
+    """``target`` and, with ``cascade``, its active descendants (parents first; at most
+    ``MAINTENANCE_BATCH_SIZE`` of them)."""
+    rows = [target]
+    if not cascade:
+        return rows
+    limit = int(turnkit_settings.MAINTENANCE_BATCH_SIZE)
+    frontier = [target.pk]
+    while frontier and len(rows) <= limit:
+        children = list(Turn.objects.filter(parent_turn_id__in=frontier).order_by(
+            "created_at", "id")[:limit])
+        frontier = [c.pk for c in children]
+        rows += [c for c in children if c.status in ACTIVE_TURN_STATUSES]
+    return rows[:limit + 1]
+
+
+def _authorize(action: str, rows: list[Turn], principal: Any, **resources: Any) -> None:
+    for row in rows:
+        authorize(action, principal=principal, turn_id=row.pk,
+                  conversation_id=row.conversation_id, turn_principal=row.principal,
+                  **resources)
+
+
+def _locked(rows: list[Turn]) -> list[Turn]:
+    """``rows`` read again (the caller holds their tree lock)."""
+    found = {r.pk: r for r in Turn.objects.filter(pk__in=[r.pk for r in rows])}
+    return [found[r.pk] for r in rows if r.pk in found]
+
+
+def pause(target: Turn, *, principal: Any = None, cascade: bool = False) -> list[str]:
+    """Pause ``target`` (and its descendants): idle turns at once, running ones at their
+    worker's next step boundary; return the ids it changed. Pausing twice is a no-op."""
+    rows = selected(target, cascade=cascade)
+    _authorize("pause", rows, principal, cascade=cascade)
+    changed: list[str] = []
+    with transaction.atomic():
+        now = lock_tree(target.root_turn_id).now
+        for row in _locked(rows):
+            if controls.request_pause(row, now):
+                changed.append(row.pk)
+    for turn_id in changed:
+        emit("turn.pause_requested", turn_id=turn_id, conversation_id=target.conversation_id)
+    return changed
+
+
+def resume(target: Turn, *, principal: Any = None, cascade: bool = False) -> list[str]:
+    """Resume paused turns (or retract a pause not yet reached); return the ids resumed.
+
+    A background turn is dispatched; an inline one is left ``pending`` for the caller to
+    execute. A turn whose tool call waits for approval resumes only by a decision
+    (``approve``/``deny``). Resuming a turn that is not paused is a no-op.
+    """
+    rows = selected(target, cascade=cascade)
+    _authorize("resume", rows, principal, cascade=cascade)
+    awaiting = approvals.awaiting([r.pk for r in rows])
+    if target.pk in awaiting:
+        raise InvalidTransition(target.pk, "waiting for an approval", "resume")
+    resumed: list[str] = []
+    with transaction.atomic():
+        now = lock_tree(target.root_turn_id).now
+        longest = timedelta(0)
+        for row in _locked(rows):
+            if row.pk in awaiting:
+                continue
+            paused = controls.resume(row, now)
+            if paused is None:
+                continue
+            longest = max(longest, paused)
+            resumed.append(row.pk)
+            if row.submitted_at is not None and row.status == TurnStatus.PENDING:
+                dispatch(row.pk)
+        controls.extend_deadline(target.root_turn_id, longest)
+    for turn_id in resumed:
+        emit("turn.resumed", turn_id=turn_id, conversation_id=target.conversation_id)
+    return resumed
+
+
+def steer(target: Turn, text: str, *, key: str, principal: Any = None,
+          descendants: bool = False) -> dict[str, Any]:
+    """Give the current turn durable guidance before its next model request; idempotent by
+    ``key`` (unique per turn). Return the target's receipt.
+
+    Tool calls the turn proposed before the guidance and has not started are skipped with a
+    "superseded" result. An exact retry returns the same receipt; the same key with other text
+    or another principal raises KeyConflict. A finished turn cannot be steered
+    (InvalidTransition), except by an exact retry.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("steering needs non-empty text")
+    if not isinstance(key, str) or not key.strip():
+        raise ValueError("steering needs a non-empty key= (its idempotency key)")
+    principal = json_value(principal, "principal")
+    rows = selected(target, cascade=descendants)
+    _authorize("steer", rows, principal, descendants=descendants)
+    receipt: dict[str, Any] | None = None
+    with transaction.atomic():
+        now = lock_tree(target.root_turn_id).now
+        for row in _locked(rows):
+            found = _receipt(row, key, text, principal)
+            if found is None and row.status in TERMINAL_TURN_STATUSES:
+                if row.pk == target.pk:
+                    raise InvalidTransition(row.pk, row.status, "steer")
+                continue
+            if found is None:
+                found = {"id": new_id("steer"), "key": key, "turn_id": row.pk, "text": text,
+                         "principal": principal, "at": stamp(now), "message_id": None}
+                controls.add_steering(row, found)
+            if row.pk == target.pk:
+                receipt = found
+    if receipt is None:  # pragma: no cover - the target is always selected
+        raise InvalidTransition(target.pk, target.status, "steer")
+    emit("turn.steer_requested", turn_id=target.pk, conversation_id=target.conversation_id,
+         key=key)
+    return receipt
+
+
+def _receipt(row: Turn, key: str, text: str, principal: Any) -> dict[str, Any] | None:
+    for receipt in (row.controls or {}).get("steers") or ():
+        if receipt.get("key") == key:
+            if receipt.get("text") != text or receipt.get("principal") != principal:
+                raise KeyConflict(key, "steering")
+            return dict(receipt)
+    return None
+
+
+__all__ = ["pause", "resume", "selected", "steer"]

@@ -1,0 +1,94 @@
+"""Idempotent application input: ``conv.post`` (next-turn input), ``ask(key=...)``, receipts.
+
+``post`` is a delivery from the conversation to itself (key ``post:<conversation>:<key>``): a
+busy conversation buffers it for its next turn, so a running turn's frozen input never changes;
+an idle one starts a continuation turn for it, acting for the conversation's principal. An
+``ask`` key is stored on the input message (unique per conversation). Either way a retry with
+the same key and text returns what the first call made, and :func:`input_status` says whether
+a turn has taken the input yet, and which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..authorization import authorize
+from ..exceptions import KeyConflict
+from ..messages import text_of
+from ..models import Conversation, Delivery, Message, Turn
+from ..runtime.deliveries import send_message
+from ..store.transcript import to_chat
+
+
+def post_key(conversation_id: str, key: str) -> str:
+    return f"post:{conversation_id}:{key}"
+
+
+def _checked(key: str) -> str:
+    if not isinstance(key, str) or not key.strip():
+        raise ValueError("an idempotent input needs a non-empty key=")
+    return key
+
+
+def post(conversation: Conversation, text: str, *, key: str, principal: Any = None,
+         ) -> Delivery:
+    """Durable input for the conversation's next turn, once per ``key``."""
+    return send_message(conversation, conversation, text,
+                        key=post_key(conversation.pk, _checked(key)), principal=principal)
+
+
+def keyed_input(conversation: Conversation, key: str, text: str) -> Message | None:
+    """The input an earlier ``ask(key=...)`` appended; KeyConflict if its text differs."""
+    found = Message.objects.filter(conversation_id=conversation.pk, key=_checked(key)).first()
+    if found is not None and to_chat(found).text != text:
+        raise KeyConflict(key, "input")
+    return found
+
+
+def taker(message: Message) -> Turn | None:
+    """The first turn whose input includes ``message``."""
+    return Turn.objects.filter(conversation_id=message.conversation_id,
+                               context_sequence__gte=message.sequence).order_by(
+        "created_at", "id").first()
+
+
+@dataclass(frozen=True)
+class InputStatus:
+    """Where an idempotent input stands: ``pending`` (no turn took it yet) or ``applied``."""
+
+    key: str
+    status: str
+    turn_id: str | None = None
+    message_id: str | None = None
+    text: str = ""
+
+
+def input_status(conversation: Conversation, key: str, *, principal: Any = None,
+                 check: bool = False) -> InputStatus:
+    """The receipt of the input ``key`` (posted or asked) of ``conversation``.
+
+    Raises LookupError when the conversation has no input with that key.
+    """
+    if check:
+        authorize("read_messages", principal=principal, conversation_id=conversation.pk,
+                  conversation_principal=conversation.principal)
+    message = Message.objects.filter(conversation_id=conversation.pk, key=_checked(key)).first()
+    text = ""
+    if message is None:
+        delivery = Delivery.objects.filter(key=post_key(conversation.pk, key),
+                                           destination_conversation_id=conversation.pk).first()
+        if delivery is None:
+            raise LookupError(f"conversation {conversation.pk!r} has no input with key {key!r}")
+        text = str((delivery.payload or {}).get("text") or "")
+        if delivery.message_id is None:
+            return InputStatus(key, "pending", text=text)
+        message = Message.objects.get(pk=delivery.message_id)
+    text = text or text_of(to_chat(message).parts)
+    turn = taker(message)
+    if turn is None:
+        return InputStatus(key, "pending", message_id=message.pk, text=text)
+    return InputStatus(key, "applied", turn.pk, message.pk, text)
+
+
+__all__ = ["InputStatus", "input_status", "keyed_input", "post", "post_key", "taker"]

@@ -1,0 +1,99 @@
+"""The application's control writes: pause and resume, steering receipts, approval decisions.
+
+Every function here is called with the tree lock of the turn held (services.controls and
+services.approvals take it), so each write is linearised with the turn's worker, whose next
+fast-path step refuses once ``controls_pending`` is set (see runtime.controls).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import F
+from django.db.models.functions import Now
+
+from ..models import ToolExecution, Turn
+from ..states import TurnStatus
+from .events import record_event, stamp
+from .turns import apply_transition
+
+
+def _event(row: Turn, type_: str, **payload: Any) -> None:
+    record_event(row.root_turn_id, row.pk, row.conversation_id, type_, payload)
+
+
+def request_pause(row: Turn, now: datetime) -> bool:
+    """Pause ``row``: at once when idle (pending, waiting), at its worker's next step boundary
+    when running. Return whether anything changed (a paused or finished turn: no)."""
+    controls = dict(row.controls or {})
+    if row.status in (TurnStatus.PENDING, TurnStatus.WAITING):
+        controls.update(paused_at=stamp(now), paused_from=str(row.status))
+        apply_transition(row.pk, "pause", updated_at=Now(), controls=controls)
+        row.status, row.controls = TurnStatus.PAUSED, controls
+        _event(row, "turn.paused", status=TurnStatus.PAUSED)
+        return True
+    if row.status == TurnStatus.RUNNING and not controls.get("pause_requested"):
+        controls["pause_requested"] = True
+        Turn.objects.filter(pk=row.pk).update(controls=controls, controls_pending=True)
+        row.controls, row.controls_pending = controls, True
+        _event(row, "turn.pause_requested")
+        return True
+    return False
+
+
+def resume(row: Turn, now: datetime) -> timedelta | None:
+    """Resume a paused ``row`` (or retract a pause its worker has not reached); return how
+    long it was paused (None: it was not paused)."""
+    controls = dict(row.controls or {})
+    if row.status == TurnStatus.RUNNING and controls.pop("pause_requested", None):
+        Turn.objects.filter(pk=row.pk).update(controls=controls)
+        row.controls = controls
+        _event(row, "turn.resumed", retracted=True)
+        return None
+    if row.status != TurnStatus.PAUSED:
+        return None
+    paused_at = controls.pop("paused_at", None)
+    came_from = controls.pop("paused_from", None)
+    transition = "resume_waiting" if came_from == TurnStatus.WAITING else "resume"
+    apply_transition(row.pk, transition, updated_at=Now(), controls=controls)
+    row.status = TurnStatus.PENDING if transition == "resume" else TurnStatus.WAITING
+    row.controls = controls
+    _event(row, "turn.resumed", status=row.status)
+    if paused_at is None:
+        return timedelta(0)
+    return max(now - datetime.fromisoformat(paused_at), timedelta(0))
+
+
+def extend_deadline(root_id: str, by: timedelta) -> None:
+    """Move the tree's deadline later by ``by`` (paused time does not count against it)."""
+    if by > timedelta(0):
+        Turn.objects.filter(pk=root_id, deadline_at__isnull=False).update(
+            deadline_at=F("deadline_at") + by)
+
+
+def add_steering(row: Turn, receipt: dict[str, Any]) -> None:
+    """Record a steering receipt for ``row``'s worker (it reads it at its next boundary)."""
+    controls = dict(row.controls or {})
+    controls["steers"] = [*(controls.get("steers") or ()), receipt]
+    Turn.objects.filter(pk=row.pk).update(controls=controls, controls_pending=True)
+    row.controls, row.controls_pending = controls, True
+    _event(row, "turn.steer_requested", key=receipt["key"])
+
+
+def decide(execution: ToolExecution, row: Turn, approval: dict[str, Any],
+           arguments: dict[str, Any] | None = None) -> None:
+    """Record a person's decision on a parked call (``arguments``: the approved, edited ones)."""
+    fields: dict[str, Any] = {"approval": approval, "updated_at": Now()}
+    if arguments is not None:
+        fields["arguments"] = arguments
+    ToolExecution.objects.filter(pk=execution.pk).update(**fields)
+    execution.approval = approval
+    if arguments is not None:
+        execution.arguments = arguments
+    _event(row, f"approval.{approval['state']}", call_id=execution.tool_call_id,
+           execution_id=execution.pk, tool=execution.tool_name,
+           reason=approval.get("reason"))
+
+
+__all__ = ["add_steering", "decide", "extend_deadline", "request_pause", "resume"]

@@ -1,0 +1,130 @@
+"""A run's durable events as Server-Sent Events, and a minimal live page (no build step).
+
+``path("turnkit/", include("turnkit_django.urls"))`` serves:
+
+* ``runs/<id>/events``: an async view streaming the tree's event rows after the cursor the
+  client sends (``Last-Event-ID``, as a browser's ``EventSource`` does on reconnect, or
+  ``?after=``), each as ``id: <event id>``, ``event: <type>``, ``data: <json>``. A refresh or a
+  dropped connection resumes exactly after the last event received: no gap, no duplicate. The
+  stream ends with an ``end`` event once the run is finished and every event was sent, and
+  after ``max_seconds`` otherwise (the browser reconnects with its cursor).
+* ``runs/<id>/``: a page showing the live transcript and the pending approvals.
+
+Both require a logged-in user and authorize ``read_messages`` for the principal
+:meth:`EventStream.principal` gives (``{"user": pk}``; override it for your own shape).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.views import View
+
+from .authorization import is_allowed
+from .models import Event, Turn
+
+
+def principal_of(request: HttpRequest) -> Any:
+    """The principal the views act for: the logged-in user's id."""
+    return {"user": request.user.pk}
+
+
+def _cursor(request: HttpRequest) -> int:
+    raw = request.headers.get("Last-Event-ID") or request.GET.get("after") or "0"
+    try:
+        return max(int(raw), 0)
+    except ValueError:
+        return 0
+
+
+def _allowed(request: HttpRequest, run_id: str, principal: Any) -> Turn:
+    """The run's root turn, if the user may read it (else 404: nothing is disclosed)."""
+    if not request.user.is_authenticated:
+        raise Http404("no such run")
+    root = Turn.objects.filter(pk=run_id, root_turn_id=run_id).first()
+    if root is None or not is_allowed("read_messages", principal=principal, turn_id=root.pk,
+                                      conversation_id=root.conversation_id,
+                                      turn_principal=root.principal):
+        raise Http404("no such run")
+    return root
+
+
+def _batch(run_id: str, after: int, size: int) -> tuple[list[Event], bool]:
+    """Events after ``after`` and whether the run had finished before they were read."""
+    finished = Turn.objects.filter(pk=run_id).terminal().exists()
+    rows = list(Event.objects.filter(root_turn_id=run_id, id__gt=after).order_by("id")[:size])
+    return rows, finished
+
+
+def frame(event: Event) -> str:
+    """One event as an SSE frame."""
+    data = json.dumps({"id": event.pk, "type": event.type, "turn_id": event.turn_id,
+                       "conversation_id": event.conversation_id, "payload": event.payload,
+                       "created_at": event.created_at.isoformat()}, separators=(",", ":"))
+    return f"id: {event.pk}\nevent: {event.type}\ndata: {data}\n\n"
+
+
+class EventStream(View):
+    """The SSE stream of a run's durable events (see the module docstring)."""
+
+    #: Seconds between reads of the event table while nothing new arrived.
+    poll_interval = 0.5
+    #: Seconds a stream stays open; the browser reconnects from its cursor afterwards.
+    max_seconds = 300.0
+    batch_size = 200
+
+    def principal(self, request: HttpRequest) -> Any:
+        return principal_of(request)
+
+    async def get(self, request: HttpRequest, run_id: str) -> StreamingHttpResponse:
+        user = await request.auser()
+        request.user = user
+        principal = self.principal(request)
+        await sync_to_async(_allowed)(request, run_id, principal)
+        response = StreamingHttpResponse(self.stream(run_id, _cursor(request)),
+                                         content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
+        return response
+
+    async def stream(self, run_id: str, after: int) -> AsyncIterator[str]:
+        deadline = time.monotonic() + self.max_seconds
+        yield "retry: 1000\n\n"
+        while time.monotonic() < deadline:
+            rows, finished = await sync_to_async(_batch)(run_id, after, self.batch_size)
+            for event in rows:
+                after = event.pk
+                yield frame(event)
+            if finished and len(rows) < self.batch_size:
+                yield "event: end\ndata: {}\n\n"
+                return
+            if not rows:
+                yield ": waiting\n\n"  # a comment: keeps proxies from closing an idle stream
+                await asyncio.sleep(self.poll_interval)
+
+
+class RunPage(View):
+    """A minimal live page of a run: its transcript and pending approvals, from the stream."""
+
+    def principal(self, request: HttpRequest) -> Any:
+        return principal_of(request)
+
+    def get(self, request: HttpRequest, run_id: str) -> HttpResponse:
+        root = _allowed(request, run_id, self.principal(request))
+        stream = reverse("turnkit:run-events", kwargs={"run_id": root.pk})
+        return render(request, "turnkit_django/run.html",
+                      {"run": root, "stream_url": stream})
+
+
+event_stream = EventStream.as_view()
+run_page = RunPage.as_view()
+
+__all__ = ["EventStream", "RunPage", "event_stream", "frame", "principal_of", "run_page"]
