@@ -83,7 +83,7 @@ def safe_effect(ctx: ToolContext, label: str, hold: str = "", seconds: float = 0
 @tool(approval=True)
 def approved_refund(ctx: ToolContext, label: str, hold: str = "") -> str:
     """Refund, once a person approved the call (a side effect that must not run twice)."""
-    return _effect("approved_refund", ctx, label, hold)
+    return _effect("approved_refund", ctx, label, hold, 0)
 
 
 @tool
