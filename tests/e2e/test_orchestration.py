@@ -103,8 +103,10 @@ def test_cascade_cancel_of_a_running_tree_stops_every_descendant(cluster: Cluste
     cluster.start(3)
     launch = {"call": "launch_agent",
               "args": {"agent": "e2e_leaf", "task": script({"reply": "leaf", "gate": "cc-leaf"})}}
+    # B's last answer is gated in both cases: a B that finished before the cancel would be a
+    # legitimate "completed" (the cancel then finds the leaf under a finished parent).
     b_steps = ([launch, {"reply": "b done", "gate": "cc-b"}] if moment == "launched"
-               else [{**launch, "gate": "cc-b"}, {"reply": "b done"}])
+               else [{**launch, "gate": "cc-b"}, {"reply": "b done", "gate": "cc-b2"}])
     root_id = orchestrate(
         delegate(script({"call": "unsafe_effect", "args": {"label": "a", "hold": "cc-a"}},
                         {"reply": "a done"}),
@@ -122,7 +124,7 @@ def test_cascade_cancel_of_a_running_tree_stops_every_descendant(cluster: Cluste
 
     report = services.cancel(root_id, cascade=True, principal={"user": "operator"})
     assert report.changed
-    for gate in ("cc-a", "cc-b", "cc-leaf"):
+    for gate in ("cc-a", "cc-b", "cc-b2", "cc-leaf"):
         cluster.open_gate(gate)
     quiet(cluster)
     services.cancel_sweep()  # beat's job: descendants launched while the cancel ran
