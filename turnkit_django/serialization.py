@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeAlias
 
-from pydantic import BaseModel
+from pydantic import BaseModel, JsonValue
 
 from .exceptions import ConfigurationError
+
+#: A JSON object as the database stores it (a JSONField's value, a tool's arguments, a
+#: provider's wire payload): values are :data:`pydantic.JsonValue`, so readers narrow them.
+JsonObject: TypeAlias = dict[str, JsonValue]
+#: A read-only view of a JSON object, for parameters that only read (accepts any mapping).
+JsonMapping: TypeAlias = Mapping[str, object]
 
 
 def canonical(value: Any) -> str:
@@ -79,4 +86,5 @@ def render_result(value: Any) -> str:
         return str(value)
 
 
-__all__ = ["canonical", "json_safe", "json_value", "render_result", "snapshot", "to_json"]
+__all__ = ["JsonMapping", "JsonObject", "JsonValue", "canonical", "json_safe", "json_value",
+           "render_result", "snapshot", "to_json"]
