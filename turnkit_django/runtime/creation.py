@@ -9,11 +9,11 @@ from django.db.models import Model
 
 from ..agents import AgentDefinition, schema_json
 from ..agents.compaction import check_options as check_compaction
-from ..agents.definition import check_thinking
+from ..agents.definition import Schema, check_thinking
 from ..agents.prompting import check_options
 from ..messages import Part
 from ..models import Conversation, Message, ToolExecution, Turn
-from ..serialization import json_value, snapshot
+from ..serialization import JsonMapping, JsonObject, JsonValue, json_value, snapshot
 from ..store import (
     Claim,
     Ledger,
@@ -30,9 +30,9 @@ from ..store.claims import Prepare
 def new_conversation(
     agent: AgentDefinition,
     *,
-    principal: Any = None,
-    context: dict[str, Any] | None = None,
-    metadata: dict[str, Any] | None = None,
+    principal: object = None,
+    context: JsonObject | None = None,
+    metadata: JsonObject | None = None,
     subject: Model | None = None,
     model: str | None = None,
     parent: Turn | None = None,
@@ -47,35 +47,36 @@ def new_conversation(
 def conversation_spec(
     agent: AgentDefinition,
     *,
-    principal: Any = None,
-    context: dict[str, Any] | None = None,
-    metadata: dict[str, Any] | None = None,
+    principal: object = None,
+    context: JsonObject | None = None,
+    metadata: JsonObject | None = None,
     subject: Model | None = None,
     model: str | None = None,
     parent: Turn | None = None,
     parent_execution: ToolExecution | None = None,
 ) -> NewConversation:
     """What :func:`new_conversation` creates, checked."""
-    principal = json_value(principal, "principal")
+    checked = json_value(principal, "principal")
     subject_prompt = ""
     if subject is not None:
         to_prompt = getattr(subject, "to_prompt", None)
         subject_prompt = str(to_prompt() if callable(to_prompt) else subject)
     return NewConversation(
-        agent_name=agent.name, model=model or agent.resolved_model(), principal=principal,
+        agent_name=agent.name, model=model or agent.resolved_model(), principal=checked,
         context=snapshot(context or {}, "context"), metadata=dict(metadata or {}),
         subject=subject, subject_prompt=subject_prompt, parent=parent,
         parent_execution=parent_execution)
 
 
-def turn_options(agent: AgentDefinition, *, output_schema: Any = None, thinking: Any = None,
-                 prompt_mode: str | None = None, compaction: Any = None, root: bool = True,
-                 **extra: Any) -> dict[str, Any]:
+def turn_options(agent: AgentDefinition, *, output_schema: Schema = None,
+                 thinking: JsonObject | bool | None = None, prompt_mode: str | None = None,
+                 compaction: bool | JsonObject | None = None, root: bool = True,
+                 **extra: JsonValue) -> JsonObject:
     """The write-once options of a new turn of ``agent`` (its limits snapshot when a root)."""
     check_options(agent.name, prompt_mode, None)
     check_thinking(thinking, f"turn of agent {agent.name!r}")
     check_compaction(compaction, f"turn of agent {agent.name!r}")
-    options: dict[str, Any] = {
+    options: JsonObject = {
         "output_schema": schema_json(output_schema or agent.output_schema),
         "thinking": thinking if thinking is not None else agent.thinking,
         "prompt_mode": prompt_mode,
@@ -89,7 +90,7 @@ def turn_options(agent: AgentDefinition, *, output_schema: Any = None, thinking:
 
 
 def new_turn(agent: AgentDefinition, parts: Sequence[Part] = (), *,
-             message_metadata: dict[str, Any] | None = None, **options: Any) -> Turn:
+             message_metadata: JsonMapping | None = None, **options: Any) -> Turn:
     """Create a pending turn (and its conversation and input message when needed).
 
     ``options`` are those of :func:`turn_spec`.
@@ -100,7 +101,7 @@ def new_turn(agent: AgentDefinition, parts: Sequence[Part] = (), *,
 
 def new_claimed_turn(agent: AgentDefinition, parts: Sequence[Part], worker: str, *,
                      prepare: Prepare | None = None,
-                     message_metadata: dict[str, Any] | None = None,
+                     message_metadata: JsonObject | None = None,
                      message_key: str | None = None, **options: Any,
                      ) -> tuple[Claim, Turn, Ledger, Message | None]:
     """Create a root turn already claimed by ``worker`` (an inline run; see
@@ -116,15 +117,15 @@ def turn_spec(
     conversation: Conversation | None = None,
     parent: Turn | None = None,
     parent_execution: ToolExecution | None = None,
-    principal: Any = None,
-    context: dict[str, Any] | None = None,
-    output_schema: Any = None,
-    thinking: dict[str, Any] | bool | None = None,
+    principal: object = None,
+    context: JsonObject | None = None,
+    output_schema: Schema = None,
+    thinking: JsonObject | bool | None = None,
     prompt_mode: str | None = None,
     model: str | None = None,
-    compaction: bool | dict[str, Any] | None = None,
-    options: dict[str, Any] | None = None,
-    metadata: dict[str, Any] | None = None,
+    compaction: bool | JsonObject | None = None,
+    options: JsonObject | None = None,
+    metadata: JsonObject | None = None,
     subject: Model | None = None,
     tree: Turn | None = None,
     turn_id: str | None = None,
@@ -139,20 +140,20 @@ def turn_spec(
     if conversation is not None and (metadata is not None or subject is not None):
         raise TypeError("metadata and subject describe a new conversation; set them when the "
                         "conversation is created (agent.conversation(metadata=..., subject=...))")
-    principal = json_value(principal, "principal")
+    checked = json_value(principal, "principal")
     turn_config = turn_options(agent, output_schema=output_schema, thinking=thinking,
                                prompt_mode=prompt_mode, compaction=compaction,
                                root=parent is None and tree is None, **(options or {}))
     if conversation is None:
         conversation = build_conversation(conversation_spec(
-            agent, principal=principal, context=context, parent=parent,
+            agent, principal=checked, context=context, parent=parent,
             parent_execution=parent_execution, model=model, metadata=metadata,
             subject=subject))
     spec = NewTurn(
         agent_name=agent.name,
         options=turn_config,
         model=model or conversation.model or agent.resolved_model(),
-        principal=principal,
+        principal=checked,
         # A deep copy: later changes to the caller's dict never reach the turn.
         context=None if context is None else snapshot(context, "context"),
         parent=parent,

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from ..models import Event, Message
-from ..serialization import json_safe
+from ..serialization import JsonMapping, json_safe
 from .rows import new_row
 
 #: How much of a message's text an event carries (the transcript holds the rest).
@@ -36,20 +36,46 @@ def stamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
 
 
+class CalledTool(TypedDict):
+    """A tool call a message makes, as its event names it."""
+
+    id: str
+    name: str
+
+
+class ToolOutcome(TypedDict):
+    """A tool result a message gives, as its event names it."""
+
+    id: str
+    name: str
+    is_error: bool
+
+
+class MessagePayload(TypedDict):
+    """The payload of a ``message.created`` event."""
+
+    message_id: str
+    role: str
+    kind: str
+    text: str
+    tool_calls: NotRequired[list[CalledTool]]
+    tool_results: NotRequired[list[ToolOutcome]]
+
+
 def build_event(root_id: str, turn_id: str, conversation_id: str, type_: str,
-                payload: dict[str, Any] | None = None) -> Event:
+                payload: JsonMapping | None = None) -> Event:
     """An unsaved event row."""
     return new_row(Event, root_turn_id=root_id, turn_id=turn_id,
                    conversation_id=conversation_id, type=type_,
                    payload=json_safe(payload or {}))
 
 
-def message_payload(message: Message) -> dict[str, Any]:
+def message_payload(message: Message) -> MessagePayload:
     """What a ``message.created`` event says about ``message``: ids, role, kind, its text
     (cut at :data:`TEXT_LIMIT`) and the tools it calls; never provider-only parts."""
     texts: list[str] = []
-    calls: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] = []
+    calls: list[CalledTool] = []
+    results: list[ToolOutcome] = []
     for part in message.content or []:
         kind = part.get("kind")
         if kind == "text":
@@ -59,7 +85,7 @@ def message_payload(message: Message) -> dict[str, Any]:
         elif kind == "tool_result":
             results.append({"id": part.get("tool_call_id"),
                             "name": part.get("name"), "is_error": bool(part.get("is_error"))})
-    payload: dict[str, Any] = {"message_id": message.pk, "role": message.role,
+    payload: MessagePayload = {"message_id": message.pk, "role": message.role,
                                "kind": message.kind, "text": "\n".join(texts)[:TEXT_LIMIT]}
     if calls:
         payload["tool_calls"] = calls
@@ -74,12 +100,12 @@ def message_events(root_id: str, turn_id: str, messages: Sequence[Message]) -> l
 
 
 def record_event(root_id: str, turn_id: str, conversation_id: str, type_: str,
-                 payload: dict[str, Any] | None = None) -> Event:
+                 payload: JsonMapping | None = None) -> Event:
     """Write one event now (the caller holds the tree lock of ``root_id``)."""
     event = build_event(root_id, turn_id, conversation_id, type_, payload)
     event.save(force_insert=True)
     return event
 
 
-__all__ = ["TEXT_LIMIT", "TRANSITION_EVENTS", "build_event", "message_events",
-           "message_payload", "record_event", "stamp"]
+__all__ = ["TEXT_LIMIT", "TRANSITION_EVENTS", "CalledTool", "MessagePayload", "ToolOutcome",
+           "build_event", "message_events", "message_payload", "record_event", "stamp"]

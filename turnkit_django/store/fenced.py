@@ -11,12 +11,12 @@ method of :class:`Fenced`, used inside one of them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import TypeVar, Unpack
 
 from django.db import connection, transaction
 from django.db.models import F
@@ -25,10 +25,12 @@ from django.db.models.functions import Now
 from ..exceptions import LostClaim
 from ..messages import MessageKind, Part, ToolCallPart
 from ..models import Conversation, Event, Message, ToolExecution, Turn
+from ..serialization import JsonMapping, JsonObject, JsonValue
 from ..states import TRANSITIONS, ToolStatus, TurnStatus
 from . import steps
 from .claims import Claim
 from .events import TRANSITION_EVENTS, build_event, message_events
+from .fields import TerminalFields, TurnFields
 from .locks import Ledger, LedgerDelta, lock_tree
 from .rows import new_row
 from .state import TurnState
@@ -43,11 +45,11 @@ T = TypeVar("T")
 class Charge:
     """What a model response costs the turn: its new usage total and its cost (None: unknown)."""
 
-    usage: dict[str, Any]
+    usage: JsonObject
     cost: Decimal | None
 
-    def fields(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {"usage": self.usage}
+    def fields(self) -> TurnFields:
+        fields: TurnFields = {"usage": self.usage}
         if self.cost is None:
             fields["cost_unknown"] = True
         else:
@@ -57,7 +59,7 @@ class Charge:
 
 #: The fields that end a claim: the fence moves on (no worker holds the new one) and the owner
 #: is cleared. Every end of a claim writes them with the status change, in one statement.
-def _claim_ended() -> dict[str, Any]:
+def _claim_ended() -> TurnFields:
     return {"fence": F("fence") + 1, "claimed_by": ""}
 
 
@@ -141,12 +143,12 @@ class Fenced:
         if ledger is not None:
             self._writes = writes = StepWrites()
             try:
-                result = body(ledger)
+                result, decided = body(ledger), True
             except Exception:  # decided on a view that may be stale: decide again
-                result = _UNDECIDED
+                decided = False
             finally:
                 self._writes = None
-            if result is not _UNDECIDED and self._send(writes):
+            if decided and self._send(writes):
                 self._remember(ledger)
                 return result
         with self.atomic() as locked:
@@ -165,7 +167,7 @@ class Fenced:
     # The methods below write at once inside ``atomic()``, or are buffered inside ``step()``.
 
     def append(self, role: str, parts: Sequence[Part], *, kind: str = MessageKind.TEXT,
-               tool_execution_id: str | None = None, metadata: dict[str, Any] | None = None,
+               tool_execution_id: str | None = None, metadata: JsonMapping | None = None,
                ) -> Message:
         return self.append_many([NewMessage(role, parts, kind, self.claim.turn_id,
                                             tool_execution_id, metadata)])[0]
@@ -185,7 +187,7 @@ class Fenced:
         self._events.extend(events)
         return insert_rows(self.claim.conversation_id, rows, touch=False)
 
-    def event(self, type_: str, **payload: Any) -> None:
+    def event(self, type_: str, **payload: object) -> None:
         """Write a durable event of this turn with the step."""
         claim = self.claim
         event = build_event(claim.root_id, claim.turn_id, claim.conversation_id, type_, payload)
@@ -198,21 +200,23 @@ class Fenced:
              delta: LedgerDelta | None = None) -> None:
         """Write the turn's next state (with a response's charge); ``delta`` goes to the root's
         ledger, in the same statement when the turn is its own root."""
-        fields: dict[str, Any] = {} if state is None else {"state": state.as_json()}
+        fields: TurnFields = {} if state is None else {"state": state.as_json()}
         if charge is not None:
             fields.update(charge.fields())
         self._write(fields, delta)
 
-    def publish(self, state: TurnState, *, text: str, data: Any, charge: Charge | None = None,
-                delta: LedgerDelta | None = None, **extra: Any) -> None:
+    def publish(self, state: TurnState, *, text: str, data: JsonValue,
+                charge: Charge | None = None, delta: LedgerDelta | None = None,
+                **extra: Unpack[TerminalFields]) -> None:
         """Complete the turn with its output; the claim ends."""
-        fields = {"state": state.as_json(), "output_text": text, "output_data": data,
+        fields: TurnFields = {"state": state.as_json(), "output_text": text, "output_data": data,
                   "completed_at": Now(), **_claim_ended(), **extra}
         if charge is not None:
             fields.update(charge.fields())
         self._write(fields, delta, transition="publish")
 
-    def fail(self, state: TurnState, *, error: dict[str, Any], **extra: Any) -> None:
+    def fail(self, state: TurnState, *, error: JsonObject,
+             **extra: Unpack[TerminalFields]) -> None:
         """Fail the turn with ``error``; the claim ends. Repair its transcript first."""
         self._write({"state": state.as_json(), "error": error, "completed_at": Now(),
                      **_claim_ended(), **extra}, None, transition="fail")
@@ -229,7 +233,7 @@ class Fenced:
             self.move_execution(execution_id, [ToolStatus.RUNNING], ToolStatus.PENDING)
         self._write(_claim_ended(), None, transition="hand_back")
 
-    def pause(self, not_started: Iterable[str], controls: dict[str, Any]) -> None:
+    def pause(self, not_started: Iterable[str], controls: JsonMapping) -> None:
         """Acknowledge a pause at a step boundary: ``paused``, claim released, ``controls``
         written (the request settled); intents not started go back to ``pending``."""
         for execution_id in not_started:
@@ -238,8 +242,8 @@ class Fenced:
                     transition="pause_at_boundary")
         self.controls_pending = False
 
-    def await_approval(self, execution_id: str, approval: dict[str, Any],
-                       controls: dict[str, Any]) -> None:
+    def await_approval(self, execution_id: str, approval: JsonMapping,
+                       controls: JsonMapping) -> None:
         """Park a call until a person decides: the execution back to ``pending`` with its
         approval request, the turn ``paused`` with its claim released."""
         self.move_execution(execution_id, [ToolStatus.RUNNING], ToolStatus.PENDING,
@@ -247,12 +251,12 @@ class Fenced:
         self._write({"controls": controls, **_claim_ended()}, None,
                     transition="await_approval")
 
-    def settle_controls(self, controls: dict[str, Any]) -> None:
+    def settle_controls(self, controls: JsonMapping) -> None:
         """Write the turn's controls with every request handled (the fast path resumes)."""
         self._write({"controls": controls, "controls_pending": False}, None)
         self.controls_pending = False
 
-    def _write(self, fields: dict[str, Any], delta: LedgerDelta | None, *,
+    def _write(self, fields: TurnFields, delta: LedgerDelta | None, *,
                transition: str | None = None) -> None:
         """The turn's own row (``updated_at`` moves with a status change only, so state
         writes stay HOT updates); ``delta`` goes to the root's ledger."""
@@ -269,13 +273,15 @@ class Fenced:
                 writes.delta.add(delta)
             return
         root = delta.fields() if delta else {}
+        changes: Mapping[str, object] = fields
         if root and self.claim.is_root:
-            fields, root = {**fields, **root}, {}
+            changes, root = {**fields, **root}, {}
         if transition is None:
-            if fields:
-                Turn.objects.filter(pk=self.claim.turn_id).update(**fields)
+            if changes:
+                Turn.objects.filter(pk=self.claim.turn_id).update(**changes)
         else:
-            apply_transition(self.claim.turn_id, transition, updated_at=Now(), **fields)
+            apply_transition(self.claim.turn_id, transition, expected_fence=None,
+                             updated_at=Now(), **changes)
             if transition in _TERMINAL:
                 Conversation.objects.filter(pk=self.claim.conversation_id).update(
                     updated_at=Now())
@@ -293,7 +299,7 @@ class Fenced:
 
     # -- tool executions ----------------------------------------------------------------
 
-    def open_execution(self, call: ToolCallPart, status: str, **fields: Any) -> ToolExecution:
+    def open_execution(self, call: ToolCallPart, status: str, **fields: object) -> ToolExecution:
         """Create the execution row of ``call`` (the intent, or a result decided at once)."""
         execution = new_row(ToolExecution, turn_id=self.claim.turn_id, fence=self.claim.fence,
                             tool_call_id=call.id, tool_name=call.name,
@@ -305,7 +311,7 @@ class Fenced:
         return execution
 
     def move_execution(self, execution_id: str, expected: Iterable[str], status: str,
-                       **fields: Any) -> bool:
+                       **fields: object) -> bool:
         """Compare-and-set a tool execution's status; False if it was not in ``expected``
         (inside a step, a move that does not hold makes the step decide again under the
         lock, so it answers True)."""
@@ -322,8 +328,6 @@ class Fenced:
                                    ToolStatus.RUNNING, started_at=Now(),
                                    attempts=F("attempts") + 1)
 
-
-_UNDECIDED: Any = object()
 
 #: Transitions that end a turn: the conversation's ``updated_at`` (idle since) moves with them.
 _TERMINAL = frozenset({"publish", "fail"})

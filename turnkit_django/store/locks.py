@@ -14,22 +14,39 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import TypedDict, cast
 
 from django.db import connection
 from django.db.models import F
+from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..exceptions import ConfigurationError
 from ..limits import Limits
 from ..models import Conversation, Turn
+from ..serialization import JsonObject, JsonValue
 
 #: The advisory lock key of the wait graph (one key for the whole database).
 GRAPH_LOCK_KEY = zlib.crc32(b"turnkit.wait_graph")
 
 _LEDGER_FIELDS = ("fence", "status", "deadline_at", "tree_iterations", "tree_tool_executions",
                   "tree_tool_counts", "tree_spend", "options", "controls_pending")
+
+
+class LedgerRow(TypedDict):
+    """The root's row as :func:`lock_tree` reads it (its ledger columns and the clock)."""
+
+    fence: int
+    status: str
+    deadline_at: datetime | None
+    tree_iterations: int
+    tree_tool_executions: int
+    tree_tool_counts: dict[str, int] | None
+    tree_spend: Decimal
+    options: JsonObject | None
+    controls_pending: bool
+    db_now: datetime
 
 
 @dataclass
@@ -52,17 +69,18 @@ class Ledger:
     #: The database's clock when the lock was taken: every deadline is compared with it.
     now: datetime
     #: ``limits`` as the root's options store them (the fast path's guard compares it).
-    limits_json: Any = None
+    limits_json: JsonValue = None
     #: The root's own flag: an application control waits for its worker.
     controls_pending: bool = False
 
     @classmethod
-    def from_row(cls, root_id: str, row: dict[str, Any]) -> Ledger:
+    def from_row(cls, root_id: str, row: LedgerRow) -> Ledger:
         raw = (row["options"] or {}).get("limits")
         return cls(root_id, int(row["fence"]), str(row["status"]), row["deadline_at"],
                    int(row["tree_iterations"]), int(row["tree_tool_executions"]),
                    {str(k): int(v) for k, v in (row["tree_tool_counts"] or {}).items()},
-                   Decimal(row["tree_spend"]), None if raw is None else Limits.from_json(raw),
+                   Decimal(row["tree_spend"]),
+                   Limits.from_json(raw) if isinstance(raw, dict) else None,
                    row["db_now"], raw, bool(row.get("controls_pending")))
 
 
@@ -86,9 +104,9 @@ class LedgerDelta:
             self.tool_counts = other.tool_counts
         self.spend += other.spend
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, Combinable | dict[str, int]]:
         """The root row's fields (relative updates, so concurrent deltas add up)."""
-        out: dict[str, Any] = {}
+        out: dict[str, Combinable | dict[str, int]] = {}
         if self.iterations:
             out["tree_iterations"] = F("tree_iterations") + self.iterations
         if self.tool_executions:
@@ -112,7 +130,7 @@ def lock_tree(root_id: str) -> Ledger:
            .annotate(db_now=Now()).values(*_LEDGER_FIELDS, "db_now").first())
     if row is None:
         raise Turn.DoesNotExist(f"root turn {root_id!r} does not exist")
-    return Ledger.from_row(root_id, row)
+    return Ledger.from_row(root_id, cast(LedgerRow, row))  # the query's boundary
 
 
 def lock_conversation(conversation_id: str) -> Conversation:

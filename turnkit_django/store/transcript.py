@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from datetime import datetime
 
 from django.db import connection, transaction
 from django.db.models.functions import Now
@@ -20,6 +20,7 @@ from django.utils import timezone
 from ..errors import not_executed, outcome_unknown
 from ..messages import ChatMessage, MessageKind, Part, ToolResultPart, dump_parts, load_parts
 from ..models import Conversation, Message, ToolExecution, Turn
+from ..serialization import JsonMapping, JsonObject, JsonValue
 from ..states import ToolStatus
 from .rows import new_row
 from .seen import read_through
@@ -32,7 +33,7 @@ class NewMessage:
     kind: str = MessageKind.TEXT
     turn_id: str | None = None
     tool_execution_id: str | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JsonMapping | None = None
     fence: int | None = None
     #: The application's idempotency key of an input (unique per conversation).
     key: str | None = None
@@ -48,7 +49,7 @@ def allocate_sequences(conversation_id: str, count: int = 1, *, touch: bool = Tr
     touched = ", updated_at = statement_timestamp()" if touch else ""
     if connection.vendor != "postgresql":
         touched = ", updated_at = %s" if touch else ""
-    params: list[Any] = [count]
+    params: list[int | datetime] = [count]
     if touch and connection.vendor != "postgresql":
         params.append(timezone.now())
     with connection.cursor() as cursor:
@@ -103,7 +104,7 @@ def insert_messages(conversation_id: str, messages: Sequence[NewMessage]) -> lis
 
 
 def append_input(conversation_id: str, parts: Sequence[Part], *,
-                 metadata: dict[str, Any] | None = None, key: str | None = None) -> Message:
+                 metadata: JsonMapping | None = None, key: str | None = None) -> Message:
     """Append application input (not owned by any claim) to a conversation."""
     with transaction.atomic():
         return insert_messages(conversation_id, [NewMessage("user", parts, metadata=metadata,
@@ -142,8 +143,8 @@ class ClosedCall:
     message_id: str = ""
 
 
-def _result(execution_id: str, turn: Turn, call_id: str, name: str, content: Any, *,
-            metadata: dict[str, Any], fence: int | None) -> NewMessage:
+def _result(execution_id: str, turn: Turn, call_id: str, name: str, content: JsonValue, *,
+            metadata: JsonMapping, fence: int | None) -> NewMessage:
     return NewMessage("tool", [ToolResultPart(call_id, name, content, is_error=True)],
                       kind=MessageKind.TOOL_RESULT, turn_id=turn.pk,
                       tool_execution_id=execution_id, metadata=metadata, fence=fence)
@@ -184,9 +185,9 @@ def _with_messages(closed: list[ClosedCall], rows: list[Message]) -> list[Closed
     return [replace(call, message_id=row.pk) for call, row in zip(closed, rows, strict=True)]
 
 
-def open_tool_calls(turn_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+def open_tool_calls(turn_id: str) -> list[tuple[str, str, JsonObject]]:
     """Return (call id, tool name, arguments) of calls in the turn without a result message."""
-    calls: list[tuple[str, str, dict[str, Any]]] = []
+    calls: list[tuple[str, str, JsonObject]] = []
     answered: set[str] = set()
     seen: set[str] = set()
     for stored in Message.objects.filter(turn_id=turn_id).values_list("content", flat=True):
@@ -213,7 +214,7 @@ def repair(turn: Turn, *, reason: str, fence: int | None = None) -> list[ClosedC
     closed: list[ClosedCall] = []
     for call_id, name, arguments in pending:
         execution = executions.get(call_id)
-        content: Any
+        content: JsonValue
         if execution is None:
             execution = ToolExecution.objects.create(
                 turn_id=turn.pk, tool_call_id=call_id, tool_name=name, arguments=arguments,

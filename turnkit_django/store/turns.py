@@ -23,8 +23,10 @@ from ..ids import new_id
 from ..limits import Limits
 from ..messages import Part
 from ..models import Conversation, Event, ToolExecution, Turn
+from ..serialization import JsonMapping, JsonObject, JsonValue
 from ..states import TRANSITIONS, TurnStatus
 from .events import message_events
+from .fields import TurnFields
 from .locks import database_now, lock_tree
 from .transcript import ClosedCall, NewMessage, insert_messages, repair
 from .waits import submit_status
@@ -33,7 +35,7 @@ M = TypeVar("M", bound=Model)
 
 
 def apply_transition(turn_id: str, name: str, *, expected_fence: int | None = None,
-                     **fields: Any) -> None:
+                     **fields: object) -> None:
     """Move ``turn_id`` along transition ``name``, writing ``fields`` with the status.
 
     Raises InvalidTransition (writing nothing) when the turn is not in one of the transition's
@@ -55,9 +57,9 @@ def apply_transition(turn_id: str, name: str, *, expected_fence: int | None = No
 class NewConversation:
     agent_name: str
     model: str
-    principal: Any = None
-    context: dict[str, Any] = field(default_factory=dict)
-    metadata: dict[str, Any] = field(default_factory=dict)
+    principal: JsonValue = None
+    context: JsonObject = field(default_factory=dict)
+    metadata: JsonObject = field(default_factory=dict)
     subject: Model | None = None
     subject_prompt: str = ""
     parent: Turn | None = None
@@ -66,7 +68,7 @@ class NewConversation:
 
 def build_conversation(spec: NewConversation) -> Conversation:
     """The row of a new conversation, unsaved."""
-    fields: dict[str, Any] = {}
+    fields: dict[str, object] = {}  # the conversation's origin: Model instances and ids
     if spec.subject is not None:
         fields.update(subject_type=ContentType.objects.get_for_model(spec.subject),
                       subject_id=str(spec.subject.pk), subject_prompt=spec.subject_prompt)
@@ -89,10 +91,10 @@ class NewTurn:
     context); ``options`` is the write-once configuration (``context`` is added to it)."""
 
     agent_name: str
-    options: dict[str, Any]
+    options: JsonObject
     model: str | None = None
-    principal: Any = None
-    context: dict[str, Any] | None = None
+    principal: JsonValue = None
+    context: JsonObject | None = None
     parent: Turn | None = None
     parent_execution: ToolExecution | None = None
     #: A root-level task of an existing tree (no parent): it shares that root's budget and
@@ -103,7 +105,7 @@ class NewTurn:
 
 
 def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part] = (), *,
-                message_metadata: dict[str, Any] | None = None) -> Turn:
+                message_metadata: JsonMapping | None = None) -> Turn:
     """Create a pending turn over ``conversation`` (saved first when it is new), with
     ``parts`` as its new user input."""
     with transaction.atomic(savepoint=False):
@@ -208,7 +210,7 @@ def submit(turn: Turn, *, callback_conversation_id: str | None = None) -> tuple[
             return row, False
         if row.status not in TRANSITIONS["submit"].sources:
             raise InvalidTransition(row.pk, row.status, "submit")
-        fields: dict[str, Any] = {"submitted_at": now, "updated_at": now}
+        fields: TurnFields = {"submitted_at": now, "updated_at": now}
         if callback_conversation_id is not None:
             fields["options"] = dict(row.options, callback_conversation=callback_conversation_id)
         if row.is_root:
@@ -226,7 +228,7 @@ def _lifetime(row: Turn) -> timedelta | None:
 
 
 def revoke(turn: Turn, transition: str, *, reason: str, at: datetime | None = None,
-           **fields: Any) -> int:
+           **fields: object) -> int:
     """Fence out any worker of ``turn`` and move it along ``transition``; return the new fence.
 
     The fence log records the conversation's last sequence at this point, so the invariant
@@ -244,8 +246,8 @@ def revoke(turn: Turn, transition: str, *, reason: str, at: datetime | None = No
     return fence
 
 
-def end(turn: Turn, transition: str, *, reason: str, error: dict[str, Any],
-        repair_reason: str, **fields: Any) -> list[ClosedCall]:
+def end(turn: Turn, transition: str, *, reason: str, error: JsonObject,
+        repair_reason: str, **fields: object) -> list[ClosedCall]:
     """End a turn another process may be executing: close its open tool calls, fence it out,
     and move it along ``transition`` (cancel, dead-letter, abandon) with ``error``.
 
@@ -278,7 +280,7 @@ def touch(turn_ids: Sequence[str]) -> None:
     Turn.objects.filter(pk__in=list(turn_ids)).update(updated_at=Now())
 
 
-def set_options(turn: Turn, **changes: Any) -> None:
+def set_options(turn: Turn, **changes: JsonValue) -> None:
     """Add to a turn's options (marks such as ``cancel_cascade`` or ``callback_denied``)."""
     turn.options = {**(turn.options or {}), **changes}
     Turn.objects.filter(pk=turn.pk).update(options=turn.options)
