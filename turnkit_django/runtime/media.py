@@ -47,7 +47,9 @@ from dataclasses import replace
 from typing import Any
 
 from ..agents import AgentDefinition, schema_json
+from ..agents.definition import Schema
 from ..clients import AnthropicClient, ModelResponse, OpenAIClient
+from ..clients.base import BaseClient
 from ..clients.media import (
     Capability,
     ImageRequest,
@@ -69,6 +71,7 @@ from ..exceptions import (
     MediaError,
 )
 from ..models import Message, Turn
+from ..serialization import JsonMapping, JsonObject
 from ..states import TERMINAL_TURN_STATUSES, Phase, TurnStatus
 from ..store import Ledger, LedgerDelta, MediaCall, TurnState, claim_turn, worker_identity
 from ..store.media import delete_images
@@ -77,12 +80,12 @@ from .context import ToolBinding, TurnContext
 from .deliveries import callback_decision
 from .heartbeat import Heartbeat
 from .loop import context, refuse_atomic_block
-from .media_operations import Operation, PaintOperation, ViewOperation
+from .media_operations import Operation, PaintOperation, Result, ViewOperation
 from .output import fail, publish_locked
 
 _SIZE = re.compile(r"^(?:\d{2,5}x\d{2,5}|auto)$")
-_PROVIDERS: dict[str, type[Any]] = {"openai": OpenAIClient, "anthropic": AnthropicClient}
-_provider_clients: dict[str, Any] = {}
+_PROVIDERS: dict[str, type[BaseClient]] = {"openai": OpenAIClient, "anthropic": AnthropicClient}
+_provider_clients: dict[str, BaseClient] = {}
 _lock = threading.Lock()
 
 
@@ -91,9 +94,9 @@ _lock = threading.Lock()
 
 def paint(row: Turn, agent: AgentDefinition, prompt: str, *, binding: ToolBinding | None = None,
           on_event: EventCallback | None = None, model: str | None = None,
-          provider: str | None = None, size: str | None = None, input_images: Any = (),
-          mask: Any = None, params: dict[str, Any] | None = None,
-          metadata: dict[str, Any] | None = None, client: Any = None,
+          provider: str | None = None, size: str | None = None, input_images: object = (),
+          mask: object = None, params: JsonMapping | None = None,
+          metadata: object = None, client: object = None,
           max_bytes: int | None = None) -> ImageResult:
     """Generate images from ``prompt`` (or edit ``input_images``, where ``mask`` marks what to
     change), record them on the turn and return them (see the module docstring)."""
@@ -113,11 +116,12 @@ def paint(row: Turn, agent: AgentDefinition, prompt: str, *, binding: ToolBindin
     return _in_tool(binding, op) if binding is not None else _on_pending(row, agent, on_event, op)
 
 
-def view_media(row: Turn, agent: AgentDefinition, media: Any, *, objective: str,
+def view_media(row: Turn, agent: AgentDefinition, media: object, *, objective: str,
                binding: ToolBinding | None = None, on_event: EventCallback | None = None,
-               output_schema: Any = None, model: str | None = None, provider: str | None = None,
-               params: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None,
-               client: Any = None, max_bytes: int | None = None) -> MediaAnalysis:
+               output_schema: Schema = None, model: str | None = None,
+               provider: str | None = None, params: JsonMapping | None = None,
+               metadata: object = None, client: object = None,
+               max_bytes: int | None = None) -> MediaAnalysis:
     """Analyse ``media`` (one item or a list) for ``objective``, record the analysis on the turn
     and return it; with ``output_schema`` (a pydantic class or JSON schema) its ``data`` holds
     the structured answer. The model defaults to the turn's."""
@@ -131,7 +135,7 @@ def view_media(row: Turn, agent: AgentDefinition, media: Any, *, objective: str,
     return _in_tool(binding, op) if binding is not None else _on_pending(row, agent, on_event, op)
 
 
-def media_client(capability: Capability, *, client: Any, provider: str | None,
+def media_client(capability: Capability, *, client: object, provider: str | None,
                  agent: AgentDefinition) -> Any:
     """The client for ``capability``: ``client``, else ``provider``'s, else the agent's own."""
     if client is not None:
@@ -154,7 +158,7 @@ def media_client(capability: Capability, *, client: Any, provider: str | None,
     )
 
 
-def _json_object(metadata: Any) -> dict[str, Any]:
+def _json_object(metadata: object) -> JsonObject:
     if metadata is None:
         return {}
     if not isinstance(metadata, dict):
@@ -169,7 +173,7 @@ def _json_object(metadata: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the protocol
 
 
-def _in_tool(binding: ToolBinding, op: Operation) -> Any:
+def _in_tool(binding: ToolBinding, op: Operation[Result]) -> Result:
     """Record the intent, call, record the outcome, all under the running turn's claim."""
     ctx, execution = binding.ctx, binding.execution
     binding.media_calls += 1
@@ -190,7 +194,7 @@ def _in_tool(binding: ToolBinding, op: Operation) -> Any:
 
 
 def _on_pending(row: Turn, agent: AgentDefinition, on_event: EventCallback | None,
-                op: Operation) -> Any:
+                op: Operation[Result]) -> Result:
     """Claim the pending turn, make the call under a heartbeat, complete (or fail) the turn."""
     refuse_atomic_block(f"turn.{op.name}() on a pending turn")  # the claim must commit first
     row.refresh_from_db()
@@ -243,20 +247,22 @@ def _check_claimable(row: Turn, operation: str) -> None:
         raise error
 
 
-def _call_and_record(ctx: TurnContext, op: Operation, key: str, link: dict[str, str], *,
-                     finish: bool) -> Any:
+def _call_and_record(ctx: TurnContext, op: Operation[Result], key: str, link: dict[str, str],
+                     *, finish: bool) -> Result:
     """Call the provider (no transaction open), keep the result, then write it in one step."""
-    result: Any = None
+    answered: object = None  # what the client returned, checked before it is kept
     try:
-        result = op.invoke(key)
-        op.check(result)
-        stored, parts, result = op.store(result, ctx.row.pk)
+        answered = op.invoke(key)
+        op.check(answered)
+        kept = op.store(answered, ctx.row.pk)
     except LostClaim:
         raise
     except Exception as exc:
-        _record_failure(ctx, op, key, exc, result, finish=finish)
+        _record_failure(ctx, op, key, exc, answered, finish=finish)
         raise
-    text, data = "", None
+    stored, parts, result = kept
+    text: str = ""
+    data: JsonObject | None = None
     callback = callback_decision(ctx.row) if finish else None  # asked before the lock
     answer = _as_response(result)
     price = internal.price(answer, result.model)  # COST_CALCULATOR runs outside the step
@@ -293,21 +299,21 @@ def _call_and_record(ctx: TurnContext, op: Operation, key: str, link: dict[str, 
     return result
 
 
-def _record_failure(ctx: TurnContext, op: Operation, key: str, exc: Exception, result: Any, *,
-                    finish: bool) -> None:
+def _record_failure(ctx: TurnContext, op: Operation[Result], key: str, exc: Exception,
+                    result: object, *, finish: bool) -> None:
     """Record a failed call (charging what it used, if the provider answered); on a pending
     turn, fail the turn."""
     error = ErrorRecord.of(exc)
     state = ctx.state.with_media(key, replace(ctx.state.media[key], status="failed",
                                               error=error.for_turn()))
     fee = None
-    answered = isinstance(result, ImageResult | MediaAnalysis)  # the provider answered: billed
-    answer = _as_response(result) if answered else None
-    price = internal.price(answer, result.model) if answer is not None else None
+    # The provider answered (the call is billed) when it returned a result of its kind.
+    answer = _as_response(result) if isinstance(result, ImageResult | MediaAnalysis) else None
+    price = internal.price(answer, answer.model) if answer is not None else None
     try:
         with ctx.fenced.atomic() as ledger:
             if answer is not None:
-                fee, delta, _ = internal.charge(ctx, ledger, answer, result.model, price)
+                fee, delta, _ = internal.charge(ctx, ledger, answer, answer.model, price)
                 ctx.fenced.record(state, charge=fee, delta=delta)
             else:
                 ctx.fenced.record(state)

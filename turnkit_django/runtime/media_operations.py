@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
 
 from ..clients.base import Usage
 from ..clients.media import (
@@ -26,32 +26,46 @@ from ..exceptions import ModelError
 from ..ids import new_id
 from ..messages import ImagePart, MediaAnalysisPart, MessageKind, Part, load_parts
 from ..models import Message
+from ..serialization import JsonObject, JsonValue
 from ..store.media import image_url, save_image
 
+#: What an operation returns: the images of a ``paint``, the analysis of a ``view_media``.
+Result = TypeVar("Result", ImageResult, MediaAnalysis)
 
-class Operation(Protocol):
+
+class Operation(Protocol[Result]):
     """One media call: make it, check and keep its answer, describe it, read it back."""
 
     name: ClassVar[str]
     event: ClassVar[str]
     kind: ClassVar[str]
-    client: Any
-    metadata: dict[str, Any]
+    client: Any  # a model client with the operation's capability (clients.media.require)
+    metadata: JsonObject
 
-    def requested(self) -> dict[str, Any]: ...
+    def requested(self) -> JsonObject: ...
 
-    def invoke(self, key: str) -> Any: ...
+    def invoke(self, key: str) -> Result: ...
 
-    def check(self, result: Any) -> None: ...
+    def check(self, result: object) -> None: ...
 
-    def store(self, result: Any, turn_id: str
-              ) -> tuple[list[tuple[str, str]], list[Part], Any]: ...
+    def store(self, result: Result, turn_id: str
+              ) -> tuple[list[tuple[str, str]], list[Part], Result]: ...
 
-    def details(self) -> dict[str, Any]: ...
+    def details(self) -> JsonObject: ...
 
-    def completion(self, result: Any) -> tuple[str, dict[str, Any]]: ...
+    def completion(self, result: Result) -> tuple[str, JsonObject]: ...
 
-    def from_message(self, message: Message) -> Any: ...
+    def from_message(self, message: Message) -> Result: ...
+
+
+class Recorded(TypedDict):
+    """What a media message recorded of its call: model, usage, provider, cost, its id."""
+
+    model: str
+    usage: Usage
+    provider: str | None
+    message_id: str
+    cost: Decimal | None
 
 
 R = TypeVar("R", ImageRequest, MediaRequest)
@@ -61,9 +75,9 @@ R = TypeVar("R", ImageRequest, MediaRequest)
 class _Call(Generic[R]):
     """The client an operation calls, its request and the metadata its message keeps."""
 
-    client: Any
+    client: Any  # checked for the capability by media.media_client
     request: R
-    metadata: dict[str, Any]
+    metadata: JsonObject
 
 
 class PaintOperation(_Call[ImageRequest]):
@@ -71,7 +85,7 @@ class PaintOperation(_Call[ImageRequest]):
     event: ClassVar[str] = "image"
     kind: ClassVar[str] = MessageKind.IMAGE
 
-    def requested(self) -> dict[str, Any]:
+    def requested(self) -> JsonObject:
         r = self.request
         return {"model": r.model, "size": r.size, "edit": r.is_edit,
                 "reference_count": len(r.input_images), "mask": r.mask is not None}
@@ -79,7 +93,7 @@ class PaintOperation(_Call[ImageRequest]):
     def invoke(self, key: str) -> ImageResult:
         return self.client.paint(replace(self.request, idempotency_key=key))
 
-    def check(self, result: Any) -> None:
+    def check(self, result: object) -> None:
         if not isinstance(result, ImageResult) or not result.images:
             raise ModelError(f"{self.client!r} returned no images; nothing was recorded")
         if any(i.url is None and i.data is None for i in result.images):
@@ -104,16 +118,16 @@ class PaintOperation(_Call[ImageRequest]):
         ]
         return stored, parts, replace(result, images=tuple(images))
 
-    def details(self) -> dict[str, Any]:
+    def details(self) -> JsonObject:
         r = self.request
         return {"operation": "edit" if r.is_edit else "paint", "size": r.size,
                 "references": [m.describe() for m in r.input_images],
                 "mask": None if r.mask is None else r.mask.describe()}
 
-    def completion(self, result: ImageResult) -> tuple[str, dict[str, Any]]:
+    def completion(self, result: ImageResult) -> tuple[str, JsonObject]:
+        images: list[JsonValue] = [i.as_json() for i in result.images]
         return image_url(result.images[0]) or "", {
-            "type": "image", "images": [i.as_json() for i in result.images],
-            "message_id": result.message_id}
+            "type": "image", "images": images, "message_id": result.message_id}
 
     def from_message(self, message: Message) -> ImageResult:
         images = tuple(
@@ -131,17 +145,18 @@ class ViewOperation(_Call[MediaRequest]):
     kind: ClassVar[str] = MessageKind.MEDIA_ANALYSIS
 
     @property
-    def described(self) -> tuple[dict[str, Any], ...]:
+    def described(self) -> tuple[JsonObject, ...]:
         return tuple(m.describe() for m in self.request.media)
 
-    def requested(self) -> dict[str, Any]:
+    def requested(self) -> JsonObject:
+        media: list[JsonValue] = [_brief(m) for m in self.request.media]
         return {"model": self.request.model, "objective": self.request.objective[:200],
-                "media": [_brief(m) for m in self.request.media]}
+                "media": media}
 
     def invoke(self, key: str) -> MediaAnalysis:
         return self.client.view_media(self.request)
 
-    def check(self, result: Any) -> None:
+    def check(self, result: object) -> None:
         if not isinstance(result, MediaAnalysis):
             raise ModelError(f"{self.client!r} did not return a MediaAnalysis")
 
@@ -151,10 +166,10 @@ class ViewOperation(_Call[MediaRequest]):
                                  data=result.data, media=self.described)
         return [], [part], replace(result, media=self.described)
 
-    def details(self) -> dict[str, Any]:
+    def details(self) -> JsonObject:
         return {"operation": "view_media"}
 
-    def completion(self, result: MediaAnalysis) -> tuple[str, dict[str, Any]]:
+    def completion(self, result: MediaAnalysis) -> tuple[str, JsonObject]:
         return result.text, {"type": "media_analysis", "text": result.text,
                              "data": result.data, "media": list(result.media),
                              "message_id": result.message_id}
@@ -165,11 +180,11 @@ class ViewOperation(_Call[MediaRequest]):
                              **_recorded(message))
 
 
-def _brief(media: MediaInput) -> dict[str, Any]:
+def _brief(media: MediaInput) -> JsonObject:
     return {"name": media.name, "mime_type": media.mime_type, "size": media.size}
 
 
-def _recorded(message: Message) -> dict[str, Any]:
+def _recorded(message: Message) -> Recorded:
     """The model, usage, provider and cost a media message recorded, and its id."""
     meta = message.metadata or {}
     cost = meta.get("cost")
