@@ -36,6 +36,7 @@ from ..messages import (
     ToolCallPart,
     ToolResultPart,
 )
+from ..serialization import JsonMapping
 from . import internal
 from .context import TurnContext
 from .media_projection import describe
@@ -44,15 +45,6 @@ logger = logging.getLogger("turnkit_django.compaction")
 
 SUMMARY_KIND = MessageKind.CONTEXT_SUMMARY
 REQUEST_KIND = "context_summary_request"  # the synthetic question before a summary
-DEFAULTS: dict[str, Any] = {
-    "enabled": True,
-    "context_limit": 128_000,
-    "threshold": 0.75,
-    "reserved_tokens": 20_000,
-    "tail_messages": 12,
-    "tool_output_max_chars": 2_000,
-    "model": None,
-}
 SUMMARY_INSTRUCTIONS = """\
 You compact the history of an agent's conversation so that work can continue from your summary
 alone. Write markdown with these headings, leaving out any that would be empty:
@@ -213,7 +205,7 @@ def summary_text(response: ModelResponse) -> str:
 
 
 def summary_metadata(rng: tuple[int, int], options: dict[str, Any], model: str, focus: str | None,
-              auto: bool, **extra: Any) -> dict[str, Any]:
+              auto: bool, **extra: object) -> JsonMapping:
     return {"replaced_range": list(rng), "model": model, "focus": focus, "auto": auto,
             "tail_messages": options["tail_messages"], "compacted_at": timezone.now().isoformat(),
             **extra}

@@ -29,6 +29,7 @@ from ..events import EventCallback
 from ..exceptions import AtomicBlockError, BudgetExceeded, LostClaim, ModelError, TurnkitError
 from ..messages import ChatMessage, Part
 from ..models import ToolExecution, Turn
+from ..serialization import JsonObject
 from ..states import Phase, TurnStatus
 from ..store import (
     Claim,
@@ -167,7 +168,7 @@ def execute(
 
 def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "inline",
                 client: Client | None = None, on_event: EventCallback | None = None,
-                message_metadata: dict[str, Any] | None = None, message_key: str | None = None,
+                message_metadata: JsonObject | None = None, message_key: str | None = None,
                 **options: Any) -> Turn:
     """Create a root turn claimed by this process, with ``parts`` as its input, and run it.
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from ..messages import (
     MEDIA_KINDS,
@@ -32,6 +31,7 @@ from ..messages import (
     TextPart,
     ToolResultPart,
 )
+from ..serialization import JsonMapping
 
 
 def project_media(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
@@ -92,11 +92,12 @@ def describe_analysis(part: MediaAnalysisPart) -> str:
     return "\n".join(lines)
 
 
-def _medium(info: dict[str, Any]) -> str:
+def _medium(info: JsonMapping) -> str:
     name = info.get("name") or "unnamed"
     details = [str(info.get("mime_type") or "unknown type")]
-    if isinstance(info.get("size"), int):
-        details.append(_size(info["size"]))
+    size = info.get("size")
+    if isinstance(size, int):
+        details.append(_size(size))
     return f"{name} ({', '.join(details)})"
 
 
@@ -108,7 +109,7 @@ def _size(count: int) -> str:
     return f"{count / (1024 * 1024):.1f} MB"
 
 
-def _render(value: Any) -> str:
+def _render(value: object) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)

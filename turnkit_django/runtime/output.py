@@ -13,15 +13,17 @@ in one transaction.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from .. import failpoints
 from ..agents.policies import Audit, Policy, Violation, judge_request, revision_text, verdict
 from ..errors import ErrorRecord
 from ..exceptions import LostClaim
 from ..messages import TextPart
+from ..serialization import JsonObject, JsonValue
 from ..states import Phase, TurnStatus
 from ..store import Charge, LedgerDelta, TurnState, repair
+from ..store.fields import TerminalFields
 from . import budget, internal
 from .context import ControlPending, TurnContext
 from .deliveries import callback_decision, finished
@@ -36,7 +38,7 @@ class Outcome:
 
     revised: bool = False
     error: ErrorRecord | None = None
-    audit: dict[str, Any] | None = None
+    audit: JsonObject | None = None
 
 
 def output_step(ctx: TurnContext) -> None:
@@ -47,11 +49,15 @@ def output_step(ctx: TurnContext) -> None:
     if outcome.revised:
         return
     failpoints.hit("before_publish")
-    extra = {} if outcome.audit is None else {"audit": outcome.audit}
+    ended: TerminalFields = {}
+    if outcome.error is not None:  # a failed turn keeps the candidate it was refused for
+        ended.update({"output_text": text, "output_data": data})
+    if outcome.audit is not None:
+        ended["audit"] = outcome.audit
     if outcome.error is not None:
-        fail(ctx, outcome.error, output_text=text, output_data=data, **extra)
+        fail(ctx, outcome.error, **ended)
     else:
-        publish(ctx, text, data, **extra)
+        publish(ctx, text, data, **ended)
 
 
 def review(ctx: TurnContext, text: str, data: Any) -> Outcome:
@@ -134,7 +140,8 @@ def _revise(ctx: TurnContext, audit: Audit) -> None:
     failpoints.hit("after_revision_commit")
 
 
-def publish(ctx: TurnContext, text: str, data: Any, **extra: Any) -> None:
+def publish(ctx: TurnContext, text: str, data: JsonValue,
+            **extra: Unpack[TerminalFields]) -> None:
     """The terminal write completing the turn with ``text`` and ``data``."""
     state = ctx.state.replace(phase=Phase.DONE)
     callback = callback_decision(ctx.row)  # the policy is asked before the lock is taken
@@ -146,9 +153,9 @@ def publish(ctx: TurnContext, text: str, data: Any, **extra: Any) -> None:
     ctx.emit("turn.completed", status=TurnStatus.COMPLETED, output_text=text)
 
 
-def publish_locked(ctx: TurnContext, state: TurnState, text: str, data: Any, *,
+def publish_locked(ctx: TurnContext, state: TurnState, text: str, data: JsonValue, *,
                    callback_allowed: bool | None, charge: Charge | None = None,
-                   delta: LedgerDelta | None = None, **extra: Any) -> None:
+                   delta: LedgerDelta | None = None, **extra: Unpack[TerminalFields]) -> None:
     """:func:`publish` inside an open fenced transaction (with the callback decision taken
     before it); the caller emits the event."""
     ctx.fenced.publish(state, text=text, data=data, charge=charge, delta=delta, **extra)
@@ -156,7 +163,7 @@ def publish_locked(ctx: TurnContext, state: TurnState, text: str, data: Any, *,
         finished(ctx.row.pk, callback_allowed=callback_allowed)
 
 
-def fail(ctx: TurnContext, error: ErrorRecord, **extra: Any) -> None:
+def fail(ctx: TurnContext, error: ErrorRecord, **extra: Unpack[TerminalFields]) -> None:
     """Finish the turn as failed, closing every open tool call first."""
     state = ctx.state.replace(phase=Phase.DONE)
     record = error.for_turn()

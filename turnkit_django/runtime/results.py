@@ -154,8 +154,8 @@ def finish(ctx: TurnContext, execution: ToolExecution, call: ToolCallPart, statu
     was refused), if any.
     """
     is_error = status != ToolStatus.COMPLETED
-    fields: dict[str, Any] = {"completed_at": timezone.now()}
-    fields["error" if is_error else "result"] = content
+    fields: dict[str, object] = {"completed_at": timezone.now(),
+                                 "error" if is_error else "result": content}
 
     def step(ledger: Ledger) -> tuple[Message, Then | None]:
         if not ctx.fenced.move_execution(execution.pk, expected, status, **fields):

@@ -29,7 +29,7 @@ from ..exceptions import ApprovalError, ConfigurationError, InputError
 from ..models import ToolExecution
 from ..runtime.calls import turn_tools
 from ..runtime.submission import dispatch
-from ..serialization import json_safe, json_value
+from ..serialization import JsonObject, json_safe, json_value
 from ..states import TurnStatus
 from ..store import controls, database_now, lock_tree
 from ..store.events import stamp
@@ -56,7 +56,7 @@ def find(root_id: str, call_id: str) -> ToolExecution:
     return found
 
 
-def _validated(execution: ToolExecution, arguments: Any) -> dict[str, Any]:
+def _validated(execution: ToolExecution, arguments: object) -> JsonObject:
     arguments = json_value(arguments, "arguments")
     if not isinstance(arguments, dict):
         raise InputError(f"edited arguments for {execution.tool_name!r} must be a dict")

@@ -24,7 +24,7 @@ from ..exceptions import InvalidTransition, KeyConflict
 from ..ids import new_id
 from ..models import Turn
 from ..runtime.submission import dispatch
-from ..serialization import json_value
+from ..serialization import JsonObject, json_value
 from ..states import ACTIVE_TURN_STATUSES, TERMINAL_TURN_STATUSES, TurnStatus
 from ..store import controls, lock_tree
 from ..store.events import stamp
@@ -109,7 +109,7 @@ def resume(target: Turn, *, principal: Any = None, cascade: bool = False) -> lis
 
 
 def steer(target: Turn, text: str, *, key: str, principal: Any = None,
-          descendants: bool = False) -> dict[str, Any]:
+          descendants: bool = False) -> JsonObject:
     """Give the current turn durable guidance before its next model request; idempotent by
     ``key`` (unique per turn). Return the target's receipt.
 
@@ -125,7 +125,7 @@ def steer(target: Turn, text: str, *, key: str, principal: Any = None,
     principal = json_value(principal, "principal")
     rows = selected(target, cascade=descendants)
     _authorize("steer", rows, principal, descendants=descendants)
-    receipt: dict[str, Any] | None = None
+    receipt: JsonObject | None = None
     with transaction.atomic():
         now = lock_tree(target.root_turn_id).now
         for row in _locked(rows):
@@ -147,7 +147,7 @@ def steer(target: Turn, text: str, *, key: str, principal: Any = None,
     return receipt
 
 
-def _receipt(row: Turn, key: str, text: str, principal: Any) -> dict[str, Any] | None:
+def _receipt(row: Turn, key: str, text: str, principal: object) -> JsonObject | None:
     for receipt in (row.controls or {}).get("steers") or ():
         if receipt.get("key") == key:
             if receipt.get("text") != text or receipt.get("principal") != principal:

@@ -11,14 +11,51 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import TypedDict, cast
 
 from ..clients import Usage
 from ..clients.accounting import ModelCost, by_model
 from ..models import Turn
+from ..serialization import JsonMapping, JsonObject
 
 _FIELDS = ("pk", "agent_name", "model", "depth", "parent_turn_id", "usage", "cost",
            "cost_unknown")
+
+
+class CostRow(TypedDict):
+    """A turn as a breakdown reads it: ``Turn.objects.values(*_FIELDS)``."""
+
+    pk: str
+    agent_name: str
+    model: str
+    depth: int
+    parent_turn_id: str | None
+    usage: JsonObject | None
+    cost: Decimal
+    cost_unknown: bool
+
+
+class TurnCostJson(TypedDict):
+    """:meth:`TurnCost.as_dict`: amounts as decimal strings."""
+
+    turn_id: str
+    agent: str
+    depth: int
+    parent_turn_id: str | None
+    usage: dict[str, int]
+    cost: str | None
+    known_cost: str
+    by_model: dict[str, JsonMapping]
+
+
+class CostBreakdownJson(TypedDict):
+    """:meth:`CostBreakdown.as_dict`: amounts as decimal strings."""
+
+    usage: dict[str, int]
+    cost: str | None
+    known_cost: str
+    by_model: dict[str, JsonMapping]
+    by_turn: list[TurnCostJson]
 
 
 @dataclass(frozen=True)
@@ -34,7 +71,7 @@ class TurnCost:
     known_cost: Decimal
     by_model: dict[str, ModelCost] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> TurnCostJson:
         return {"turn_id": self.turn_id, "agent": self.agent, "depth": self.depth,
                 "parent_turn_id": self.parent_turn_id, "usage": self.usage.as_dict(),
                 "cost": None if self.cost is None else str(self.cost),
@@ -61,7 +98,7 @@ class CostBreakdown:
     def thinking_tokens(self) -> int:
         return self.usage.thinking_tokens
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> CostBreakdownJson:
         return {"usage": self.usage.as_dict(),
                 "cost": None if self.cost is None else str(self.cost),
                 "known_cost": str(self.known_cost),
@@ -69,14 +106,14 @@ class CostBreakdown:
                 "by_turn": [t.as_dict() for t in self.by_turn]}
 
 
-def _turn_cost(row: dict[str, Any]) -> TurnCost:
+def _turn_cost(row: CostRow) -> TurnCost:
     cost = None if row["cost_unknown"] else Decimal(row["cost"])
     return TurnCost(row["pk"], row["agent_name"], row["depth"], row["parent_turn_id"],
                     Usage.from_dict(row["usage"]), cost, Decimal(row["cost"]),
                     by_model(row["usage"], fallback_model=row["model"], cost=cost))
 
 
-def breakdown(turns: Iterable[dict[str, Any]]) -> CostBreakdown:
+def breakdown(turns: Iterable[CostRow]) -> CostBreakdown:
     """Add up turns given as rows of ``Turn.objects.values(*_FIELDS)``."""
     parts = tuple(_turn_cost(row) for row in turns)
     models: dict[str, ModelCost] = {}
@@ -105,7 +142,8 @@ def cost_breakdown(root_turn_id: str | None = None, *, turn_id: str | None = Non
         key, value = chosen.popitem()
         rows = Turn.objects.filter(**{"pk" if key == "turn_id" else key: value}).order_by(
             "created_at", "id")
-    return breakdown(rows.values(*_FIELDS))
+    return breakdown(cast("Iterable[CostRow]", rows.values(*_FIELDS)))  # the query's rows
 
 
-__all__ = ["CostBreakdown", "TurnCost", "breakdown", "cost_breakdown"]
+__all__ = ["CostBreakdown", "CostBreakdownJson", "CostRow", "TurnCost", "TurnCostJson",
+           "breakdown", "cost_breakdown"]

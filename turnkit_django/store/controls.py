@@ -8,18 +8,18 @@ fast-path step refuses once ``controls_pending`` is set (see runtime.controls).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db.models import F
 from django.db.models.functions import Now
 
 from ..models import ToolExecution, Turn
+from ..serialization import JsonMapping, JsonObject
 from ..states import TurnStatus
 from .events import record_event, stamp
 from .turns import apply_transition
 
 
-def _event(row: Turn, type_: str, **payload: Any) -> None:
+def _event(row: Turn, type_: str, **payload: object) -> None:
     record_event(row.root_turn_id, row.pk, row.conversation_id, type_, payload)
 
 
@@ -72,7 +72,7 @@ def extend_deadline(root_id: str, by: timedelta) -> None:
             deadline_at=F("deadline_at") + by)
 
 
-def add_steering(row: Turn, receipt: dict[str, Any]) -> None:
+def add_steering(row: Turn, receipt: JsonMapping) -> None:
     """Record a steering receipt for ``row``'s worker (it reads it at its next boundary)."""
     controls = dict(row.controls or {})
     controls["steers"] = [*(controls.get("steers") or ()), receipt]
@@ -81,10 +81,10 @@ def add_steering(row: Turn, receipt: dict[str, Any]) -> None:
     _event(row, "turn.steer_requested", key=receipt["key"])
 
 
-def decide(execution: ToolExecution, row: Turn, approval: dict[str, Any],
-           arguments: dict[str, Any] | None = None) -> None:
+def decide(execution: ToolExecution, row: Turn, approval: JsonMapping,
+           arguments: JsonObject | None = None) -> None:
     """Record a person's decision on a parked call (``arguments``: the approved, edited ones)."""
-    fields: dict[str, Any] = {"approval": approval, "updated_at": Now()}
+    fields: dict[str, object] = {"approval": approval, "updated_at": Now()}
     if arguments is not None:
         fields["arguments"] = arguments
     ToolExecution.objects.filter(pk=execution.pk).update(**fields)

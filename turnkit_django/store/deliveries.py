@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -18,7 +17,7 @@ from django.utils import timezone
 from ..exceptions import DeliveryConflict
 from ..messages import TextPart
 from ..models import Conversation, Delivery, Message
-from ..serialization import canonical
+from ..serialization import JsonMapping, JsonObject, canonical
 from .locks import lock_conversation
 from .transcript import NewMessage, insert_messages
 
@@ -40,7 +39,7 @@ class _Identity:
                    delivery.source_turn_id, canonical(delivery.payload))
 
 
-def create(*, key: str, destination_id: str, payload: dict[str, Any],
+def create(*, key: str, destination_id: str, payload: JsonMapping,
            source_id: str | None = None, source_turn_id: str | None = None) -> Delivery:
     """Create the delivery for ``key``, or return the identical one already stored."""
     if not isinstance(key, str) or not key or len(key) > 255:
@@ -77,7 +76,7 @@ def append_delivered(delivery_id: str) -> tuple[Conversation, Delivery, Message 
     if delivery.delivered_at is not None:
         return conversation, delivery, None
     payload = delivery.payload or {}
-    metadata: dict[str, Any] = {
+    metadata: JsonObject = {
         "delivery_id": delivery.pk,
         "source": {"conversation_id": delivery.source_conversation_id,
                    "turn_id": delivery.source_turn_id},
