@@ -20,13 +20,13 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
 
 from pydantic import ValidationError
 
 from ..errors import ErrorRecord, outcome_unknown
 from ..messages import MessageKind, TextPart, ToolCallPart, ToolResultPart
 from ..models import Message, ToolExecution, Turn
+from ..serialization import JsonObject
 from ..states import FINISHED_TOOL_STATUSES, Phase, ToolStatus
 from ..store import Ledger
 from ..store.events import stamp
@@ -74,10 +74,11 @@ def boundary(ctx: TurnContext) -> None:
         ctx.remember(message)
 
 
-def _steer(ctx: TurnContext, ledger: Ledger, controls: dict[str, Any],
+def _steer(ctx: TurnContext, ledger: Ledger, controls: JsonObject,
            executions: dict[str, ToolExecution], idle: set[str]) -> list[Message]:
     """Under the lock: supersede the unstarted calls, append the guidance, back to the model."""
-    receipts = [dict(r) for r in controls.get("steers") or ()]
+    steers = controls.get("steers")
+    receipts = [dict(r) for r in steers if isinstance(r, dict)] if isinstance(steers, list) else []
     waiting = [r for r in receipts if not r.get("message_id")]
     if not waiting:
         return []
@@ -89,7 +90,7 @@ def _steer(ctx: TurnContext, ledger: Ledger, controls: dict[str, Any],
         receipt["message_id"] = message.pk
         ctx.fenced.event("turn.steered", key=receipt["key"], message_id=message.pk)
         written.append(message)
-    controls["steers"] = receipts
+    controls["steers"] = [*receipts]
     state = ctx.state.replace(phase=Phase.MODEL, terminal=None)
     if state.reservation is None:
         delta, reservation = budget.reserve_next(ledger)

@@ -209,8 +209,9 @@ class Fenced:
                 charge: Charge | None = None, delta: LedgerDelta | None = None,
                 **extra: Unpack[TerminalFields]) -> None:
         """Complete the turn with its output; the claim ends."""
-        fields: TurnFields = {"state": state.as_json(), "output_text": text, "output_data": data,
-                  "completed_at": Now(), **_claim_ended(), **extra}
+        fields: TurnFields = {"state": state.as_json(), "output_text": text,
+                              "output_data": data, "completed_at": Now(), **_claim_ended(),
+                              **extra}
         if charge is not None:
             fields.update(charge.fields())
         self._write(fields, delta, transition="publish")

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import JsonObject
 from ..exceptions import BudgetExceeded
+from ..serialization import JsonValue
 from ..states import Phase
 
 
@@ -33,13 +34,15 @@ class Reservation:
         if not self.granted:
             raise BudgetExceeded(self.reason, limit=self.limit)
 
-    def as_json(self) -> Any:
+    def as_json(self) -> JsonValue:
         return "granted" if self.granted else {"reason": self.reason, "limit": self.limit}
 
     @classmethod
-    def from_json(cls, data: Any) -> Reservation:
+    def from_json(cls, data: JsonValue) -> Reservation:
         if data == "granted":
             return GRANTED
+        if not isinstance(data, dict):
+            raise ValueError(f"a stored reservation is 'granted' or an object, not {data!r}")
         return cls(False, str(data["reason"]), str(data["limit"]))
 
 
@@ -51,7 +54,7 @@ class Candidate:
     """The output the turn would publish: the last response's text and structured data."""
 
     text: str = ""
-    data: Any = None
+    data: JsonValue = None
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class Terminal:
     tool: str
     call_id: str
     text: str
-    data: Any = None
+    data: JsonValue = None
 
 
 @dataclass(frozen=True)
