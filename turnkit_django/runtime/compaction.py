@@ -23,7 +23,7 @@ from typing import Any
 from django.utils import timezone
 
 from .. import failpoints
-from ..agents.compaction import options_for
+from ..agents.compaction import CompactionOptions, options_for
 from ..agents.prompting import data_block, render_value
 from ..clients import ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded, CompactionError, LostClaim
@@ -188,7 +188,7 @@ def _render(head: Sequence[ChatMessage], max_tool_chars: int) -> str:
     return "\n\n".join(lines)
 
 
-def summary_request(head: Sequence[ChatMessage], options: dict[str, Any], model: str,
+def summary_request(head: Sequence[ChatMessage], options: CompactionOptions, model: str,
                     focus: str | None) -> ModelRequest:
     """The request asking the model to summarise ``head``."""
     transcript = _render(head, int(options["tool_output_max_chars"]))
@@ -212,14 +212,14 @@ def summary_text(response: ModelResponse) -> str:
     return summary
 
 
-def summary_metadata(rng: tuple[int, int], options: dict[str, Any], model: str, focus: str | None,
-              auto: bool, **extra: Any) -> dict[str, Any]:
+def summary_metadata(rng: tuple[int, int], options: CompactionOptions, model: str,
+                     focus: str | None, auto: bool, **extra: Any) -> dict[str, Any]:
     return {"replaced_range": list(rng), "model": model, "focus": focus, "auto": auto,
             "tail_messages": options["tail_messages"], "compacted_at": timezone.now().isoformat(),
             **extra}
 
 
-def compact_turn(ctx: TurnContext, options: dict[str, Any], estimated_tokens: int) -> bool:
+def compact_turn(ctx: TurnContext, options: CompactionOptions, estimated_tokens: int) -> bool:
     """Summarise the turn's older visible messages; return whether a summary was appended."""
     chosen = choose(ctx.visible, int(options["tail_messages"]))
     if chosen is None:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from ..clients.base import ToolSpec
 from ..errors import ErrorRecord
 from ..exceptions import ConfigurationError
-from ..serialization import render_result
+from ..serialization import JsonValue, render_result
 
 Recovery = Literal["unknown", "replay_safe"]
 Terminal = bool | str | Callable[[Any], str]
@@ -277,7 +277,7 @@ def arguments_schema(args: type[BaseModel]) -> dict[str, Any]:
 
 def validation_error(tool_name: str, exc: ValidationError) -> ErrorRecord:
     """A readable tool error for invalid arguments: what was wrong, per field."""
-    problems = [
+    problems: list[JsonValue] = [
         {"field": ".".join(str(p) for p in err["loc"]) or "(arguments)", "problem": err["msg"]}
         for err in exc.errors(include_url=False, include_input=False)
     ]
