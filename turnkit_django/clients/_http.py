@@ -63,11 +63,6 @@ def members(value: object) -> list[JsonObject]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
-def count(value: object) -> int:
-    """Return a token count of a provider answer: its integer value, 0 when missing."""
-    return int(value) if isinstance(value, int | float | str) and value else 0
-
-
 def text_or_none(value: object) -> str | None:
     """Return ``value`` if it is a string, else None (a provider's optional text field)."""
     return value if isinstance(value, str) else None

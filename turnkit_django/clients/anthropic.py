@@ -42,7 +42,6 @@ from ..messages import (
 from ..serialization import JsonObject, JsonValue
 from . import _wire
 from ._http import (
-    count,
     error_message,
     json_object,
     json_text,
@@ -54,7 +53,7 @@ from ._http import (
     text_or_none,
 )
 from .anthropic_media import media_block
-from .base import BaseClient, ModelRequest, ModelResponse, Usage
+from .base import BaseClient, ModelRequest, ModelResponse, Usage, count
 from .media import MediaAnalysis, MediaRequest, analysis_from, analysis_request
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"

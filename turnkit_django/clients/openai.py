@@ -49,7 +49,6 @@ from ..serialization import JsonMapping, JsonObject
 from . import _wire, openai_media
 from ._http import (
     content_text,
-    count,
     error_message,
     json_text,
     member,
@@ -62,7 +61,7 @@ from ._http import (
     schema_name,
     text_or_none,
 )
-from .base import BaseClient, ModelRequest, ModelResponse, Usage
+from .base import BaseClient, ModelRequest, ModelResponse, Usage, count
 from .media import ImageRequest, ImageResult, MediaAnalysis, MediaRequest
 from .openai_http import API_KEY_ENV, OpenAIHTTP
 

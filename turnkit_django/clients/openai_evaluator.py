@@ -55,8 +55,8 @@ def _questions(request: EvaluationRequest) -> str:
     for question in request.questions:
         spec = question.as_json()
         line = f"- {question.key} ({question.kind}): {question.question}"
-        labelled = spec.get("options") or spec.get("rubric") or {}
-        if labelled:
+        labelled = spec.get("options") or spec.get("rubric")
+        if isinstance(labelled, dict) and labelled:
             order = "lowest to highest" if question.kind == "score" else "options"
             line += f"\n  {order}: " + "; ".join(
                 f"{label}" + (f" = {text}" if text else "") for label, text in labelled.items())
