@@ -52,10 +52,14 @@ def json_object(response: httpx.Response) -> JsonObject | None:
     return data if isinstance(data, dict) else None
 
 
+def as_object(value: object) -> JsonObject:
+    """Return ``value`` if it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
 def member(data: JsonMapping, key: str) -> JsonObject:
     """Return the JSON object at ``data[key]``; an empty one when it is missing or not one."""
-    value = data.get(key)
-    return value if isinstance(value, dict) else {}
+    return as_object(data.get(key))
 
 
 def members(value: object) -> list[JsonObject]:
