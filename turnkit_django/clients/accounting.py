@@ -14,7 +14,7 @@ from decimal import Decimal
 
 from ..serialization import JsonMapping, JsonObject
 from ._http import member
-from .base import Usage, count
+from .base import Usage, json_int
 
 BY_MODEL = "by_model"
 
@@ -50,7 +50,7 @@ def add_call(record: JsonMapping | None, usage: Usage, model: str,
     entry = member(models, model)
     tokens = (Usage.from_dict(entry) + usage).as_dict()
     known = Decimal(str(entry.get("cost") or 0)) + (cost or 0)
-    models[model] = {**tokens, "calls": count(entry.get("calls")) + 1, "cost": str(known),
+    models[model] = {**tokens, "calls": json_int(entry.get("calls")) + 1, "cost": str(known),
                      "cost_unknown": bool(entry.get("cost_unknown")) or cost is None}
     return {**totals, BY_MODEL: models}
 
@@ -70,7 +70,7 @@ def by_model(record: JsonMapping | None, *, fallback_model: str,
     for name in models:
         entry = member(models, name)
         known = Decimal(str(entry.get("cost") or 0))
-        out[str(name)] = ModelCost(str(name), count(entry.get("calls")), Usage.from_dict(entry),
+        out[str(name)] = ModelCost(str(name), json_int(entry.get("calls")), Usage.from_dict(entry),
                                    None if entry.get("cost_unknown") else known, known)
     return out
 

@@ -53,7 +53,7 @@ from ._http import (
     text_or_none,
 )
 from .anthropic_media import media_block
-from .base import BaseClient, ModelRequest, ModelResponse, Usage, count
+from .base import BaseClient, ModelRequest, ModelResponse, Usage, json_int
 from .media import MediaAnalysis, MediaRequest, analysis_from, analysis_request
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
@@ -240,7 +240,7 @@ class AnthropicClient(BaseClient):
                 "adaptive, effort, display, or the API's own form with a 'type' key"
             )
         thinking: JsonObject | None = None
-        budget = count(config.get("budget"))
+        budget = json_int(config.get("budget"))
         if budget:
             thinking = {"type": "enabled", "budget_tokens": budget}
         elif config.get("adaptive"):
@@ -365,10 +365,10 @@ class AnthropicClient(BaseClient):
         return ModelResponse(
             parts=tuple(parts),
             usage=Usage(
-                input_tokens=count(usage.get("input_tokens")),
-                output_tokens=count(usage.get("output_tokens")),
-                cache_read_tokens=count(usage.get("cache_read_input_tokens")),
-                cache_write_tokens=count(usage.get("cache_creation_input_tokens")),
+                input_tokens=json_int(usage.get("input_tokens")),
+                output_tokens=json_int(usage.get("output_tokens")),
+                cache_read_tokens=json_int(usage.get("cache_read_input_tokens")),
+                cache_write_tokens=json_int(usage.get("cache_creation_input_tokens")),
             ),
             model=str(data.get("model") or request.model),
             stop_reason=text_or_none(data.get("stop_reason")),

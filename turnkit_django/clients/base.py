@@ -22,8 +22,8 @@ from ..serialization import JsonMapping, JsonObject
 requests_blocked = threading.Event()
 
 
-def count(value: object) -> int:
-    """Return a token count read from JSON: its integer value, 0 when missing."""
+def json_int(value: object) -> int:
+    """Return an integer read from JSON (a token or call count); 0 when missing or empty."""
     return int(value) if isinstance(value, int | float | str) and value else 0
 
 
@@ -80,7 +80,7 @@ class Usage:
     def from_dict(cls, data: object) -> Usage:
         """Read a stored usage record (``as_dict``); a missing or malformed one counts 0."""
         record: JsonMapping = data if isinstance(data, Mapping) else {}
-        return cls(**{k: count(record.get(k)) for k in cls.__dataclass_fields__})
+        return cls(**{k: json_int(record.get(k)) for k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -201,4 +201,4 @@ class BaseClient:
 
 
 __all__ = ["BaseClient", "Client", "ModelRequest", "ModelResponse", "ToolSpec", "Usage",
-           "count", "requests_blocked"]
+           "json_int", "requests_blocked"]

@@ -61,7 +61,7 @@ from ._http import (
     schema_name,
     text_or_none,
 )
-from .base import BaseClient, ModelRequest, ModelResponse, Usage, count
+from .base import BaseClient, ModelRequest, ModelResponse, Usage, json_int
 from .media import ImageRequest, ImageResult, MediaAnalysis, MediaRequest
 from .openai_http import API_KEY_ENV, OpenAIHTTP
 
@@ -357,16 +357,16 @@ def _text(parts: tuple[Part, ...]) -> str:
 
 def _usage(usage: JsonMapping) -> Usage:
     details = member(usage, "prompt_tokens_details")
-    cached = count(details.get("cached_tokens"))
-    written = count(details.get("cache_write_tokens"))
-    prompt = count(usage.get("prompt_tokens"))
+    cached = json_int(details.get("cached_tokens"))
+    written = json_int(details.get("cache_write_tokens"))
+    prompt = json_int(usage.get("prompt_tokens"))
     return Usage(
         input_tokens=max(prompt - cached - written, 0),
-        output_tokens=count(usage.get("completion_tokens")),
+        output_tokens=json_int(usage.get("completion_tokens")),
         cache_read_tokens=cached,
         cache_write_tokens=written,
-        # part of the output
-        thinking_tokens=count(member(usage, "completion_tokens_details").get("reasoning_tokens")),
+        thinking_tokens=json_int(  # part of the output
+            member(usage, "completion_tokens_details").get("reasoning_tokens")),
     )
 
 

@@ -35,7 +35,7 @@ from ..exceptions import MediaError, ModelError
 from ..messages import ProviderPart
 from ..serialization import JsonObject, JsonValue
 from ._http import error_message, member, text_or_none
-from .base import Usage, count
+from .base import Usage, json_int
 from .media import (
     GeneratedImage,
     ImageRequest,
@@ -145,11 +145,11 @@ def image_usage(usage: object) -> Usage:
     if not isinstance(usage, dict):
         return Usage()
     details = member(usage, "input_tokens_details")
-    total_input = count(usage.get("input_tokens"))
-    image_tokens = count(details.get("image_tokens"))
-    cached = count(details.get("cached_tokens"))
-    text = count(details.get("text_tokens")) or max(total_input - image_tokens, 0)
-    return Usage(input_tokens=max(text - cached, 0), output_tokens=count(usage.get(
+    total_input = json_int(usage.get("input_tokens"))
+    image_tokens = json_int(details.get("image_tokens"))
+    cached = json_int(details.get("cached_tokens"))
+    text = json_int(details.get("text_tokens")) or max(total_input - image_tokens, 0)
+    return Usage(input_tokens=max(text - cached, 0), output_tokens=json_int(usage.get(
         "output_tokens")), cache_read_tokens=cached, image_input_tokens=image_tokens)
 
 
