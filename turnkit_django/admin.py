@@ -58,10 +58,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return []  # the change form template renders the page (admin/turnkit/change_form.html)
 
-    def console_context(self, request: HttpRequest, obj: Any) -> dict[str, Any]:
+    def console_context(self, request: HttpRequest, obj: Any) -> dict[str, object]:
         return {}
 
-    def render_change_form(self, request: HttpRequest, context: dict[str, Any],
+    def render_change_form(self, request: HttpRequest, context: dict[str, object],
                            add: bool = False, change: bool = False, form_url: str = "",
                            obj: Any = None) -> HttpResponse:
         if obj is not None:
@@ -206,7 +206,7 @@ class TurnAdmin(ReadOnlyAdmin):
 
     # -- the page
 
-    def console_context(self, request: HttpRequest, obj: Turn) -> dict[str, Any]:
+    def console_context(self, request: HttpRequest, obj: Turn) -> dict[str, object]:
         return turn_console(request, obj)
 
     def get_urls(self) -> list[URLPattern]:
@@ -292,7 +292,7 @@ class ConversationAdmin(ReadOnlyAdmin):
     def updated(self, obj: Conversation) -> str:
         return when(obj.updated_at)
 
-    def console_context(self, request: HttpRequest, obj: Conversation) -> dict[str, Any]:
+    def console_context(self, request: HttpRequest, obj: Conversation) -> dict[str, object]:
         readable = can_read_transcripts(request)
         return {"tk_view": conversation_transcript(obj, transcript=readable),
                 "tk_readable": readable}

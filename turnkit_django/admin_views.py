@@ -26,6 +26,7 @@ from django.utils.translation import ngettext
 
 from .exceptions import AuthorizationError, TurnkitError
 from .models import Turn
+from .serialization import JsonObject
 from .services import CancelReport, cancel
 from .states import ACTIVE_TURN_STATUSES
 from .store import lease_of
@@ -52,7 +53,7 @@ def can_cancel(request: HttpRequest) -> bool:
     return request.user.has_perm(CANCEL_PERMISSION)
 
 
-def operator_principal(request: HttpRequest) -> dict[str, Any]:
+def operator_principal(request: HttpRequest) -> JsonObject:
     """The principal admin actions act for: the staff user, marked as staff."""
     return {"user": request.user.pk, "staff": True}
 
@@ -177,7 +178,7 @@ def error_summary(error: Any) -> str:
     return str(error)
 
 
-def turn_console(request: HttpRequest, turn: Turn) -> dict[str, Any]:
+def turn_console(request: HttpRequest, turn: Turn) -> dict[str, object]:
     """The context of a turn's page: facts, totals, timings, transcript and tree (three
     queries)."""
     tree = load_tree(turn)

@@ -19,7 +19,6 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
 
 from django.conf import settings
 from django.core.files.storage import storages
@@ -28,7 +27,7 @@ from django.utils.module_loading import import_string
 
 from .exceptions import ConfigurationError
 
-DEFAULTS: dict[str, Any] = {
+DEFAULTS: dict[str, object] = {
     "DEFAULT_MODEL": "claude-sonnet-5-5",
     "CLIENT": "turnkit_django.clients.AnthropicClient",
     "MAX_ITERATIONS": 25,
@@ -89,26 +88,25 @@ class InvalidSetting(ConfigurationError):
         super().__init__(f"{problem.message} {problem.hint}")
 
 
-def _invalid(id_: str, key: str, value: Any, expected: str, hint: str) -> InvalidSetting:
+def _invalid(id_: str, key: str, value: object, expected: str, hint: str) -> InvalidSetting:
     return InvalidSetting(SettingProblem(
         id_, key, f"TURNKIT[{key!r}] must be {expected}; got {value!r}.", hint))
 
 
-def _seconds(key: str, value: Any) -> float:
-    ok = (isinstance(value, int | float) and not isinstance(value, bool)
-          and math.isfinite(value) and 0 < value <= MAX_SECONDS)
-    if not ok:
-        raise _invalid("turnkit.E003", key, value, "a positive number of seconds",
-                       f"Use a number such as {DEFAULTS[key] or 60!r}"
-                       f"{' (the default)' if DEFAULTS[key] else ', or None for no limit'}.")
-    return float(value)
+def _seconds(key: str, value: object) -> float:
+    if (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and 0 < value <= MAX_SECONDS):
+        return float(value)
+    raise _invalid("turnkit.E003", key, value, "a positive number of seconds",
+                   f"Use a number such as {DEFAULTS[key] or 60!r}"
+                   f"{' (the default)' if DEFAULTS[key] else ', or None for no limit'}.")
 
 
-def _optional_seconds(key: str, value: Any) -> float | None:
+def _optional_seconds(key: str, value: object) -> float | None:
     return None if value is None else _seconds(key, value)
 
 
-def _count(key: str, value: Any) -> int:
+def _count(key: str, value: object) -> int:
     minimum = COUNTS[key]
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
         expected = "a positive integer" if minimum else "an integer >= 0"
@@ -117,7 +115,7 @@ def _count(key: str, value: Any) -> int:
     return value
 
 
-def _spend(key: str, value: Any) -> Decimal | None:
+def _spend(key: str, value: object) -> Decimal | None:
     if value is None:
         return None
     amount: Decimal | None = None
@@ -132,7 +130,7 @@ def _spend(key: str, value: Any) -> Decimal | None:
     return amount
 
 
-def _by_name(key: str, value: Any) -> Mapping[str, int]:
+def _by_name(key: str, value: object) -> Mapping[str, int]:
     if not isinstance(value, Mapping):
         raise _invalid("turnkit.E008", key, value, "a dict of tool name -> maximum executions",
                        "For example {'search_docs': 3}.")
@@ -148,15 +146,15 @@ def _by_name(key: str, value: Any) -> Mapping[str, int]:
     return dict(value)
 
 
-def _text(key: str, value: Any) -> str:
+def _text(key: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _invalid("turnkit.E012", key, value, "a non-empty string",
                        f"For example {DEFAULTS[key]!r} (the default).")
     return value
 
 
-def _mapping(id_: str, hint: str) -> Callable[[str, Any], Mapping[str, Any]]:
-    def clean(key: str, value: Any) -> Mapping[str, Any]:
+def _mapping(id_: str, hint: str) -> Callable[[str, object], Mapping[str, object]]:
+    def clean(key: str, value: object) -> Mapping[str, object]:
         if not isinstance(value, Mapping):
             raise _invalid(id_, key, value, "a dict", hint)
         return value
@@ -164,7 +162,7 @@ def _mapping(id_: str, hint: str) -> Callable[[str, Any], Mapping[str, Any]]:
     return clean
 
 
-def _storage_alias(key: str, value: Any) -> str | None:
+def _storage_alias(key: str, value: object) -> str | None:
     if value is not None and (not isinstance(value, str) or value not in storages.backends):
         raise _invalid("turnkit.E021", key, value, "None or an alias of settings.STORAGES",
                        "Add the alias to STORAGES, or leave MEDIA_STORAGE out to keep generated "
@@ -172,7 +170,7 @@ def _storage_alias(key: str, value: Any) -> str | None:
     return value
 
 
-def _compaction(key: str, value: Any) -> bool | Mapping[str, Any]:
+def _compaction(key: str, value: object) -> bool | Mapping[str, object]:
     if value is None:
         return True
     if not isinstance(value, bool | Mapping):
@@ -181,7 +179,7 @@ def _compaction(key: str, value: Any) -> bool | Mapping[str, Any]:
     return value
 
 
-def _imported(key: str, value: Any) -> Any:
+def _imported(key: str, value: object) -> object:
     if not isinstance(value, str):
         return value
     try:
@@ -193,7 +191,7 @@ def _imported(key: str, value: Any) -> Any:
         )) from exc
 
 
-def _client(key: str, value: Any) -> object:
+def _client(key: str, value: object) -> object:
     obj = _imported(key, value)
     if not callable(obj) and not hasattr(obj, "complete"):
         raise _invalid("turnkit.E013", key, value,
@@ -203,8 +201,8 @@ def _client(key: str, value: Any) -> object:
     return obj
 
 
-def _callable(hint: str) -> Callable[[str, Any], Any]:
-    def clean(key: str, value: Any) -> Any:
+def _callable(hint: str) -> Callable[[str, object], object]:
+    def clean(key: str, value: object) -> object:
         obj = _imported(key, value)
         if obj is not None and not callable(obj):
             raise _invalid("turnkit.E013", key, value, "None, a callable or its import path", hint)
@@ -213,7 +211,7 @@ def _callable(hint: str) -> Callable[[str, Any], Any]:
     return clean
 
 
-CLEANERS: dict[str, Callable[[str, Any], Any]] = {
+CLEANERS: dict[str, Callable[[str, object], object]] = {
     **dict.fromkeys(SECONDS, _seconds),
     **dict.fromkeys(OPTIONAL_SECONDS, _optional_seconds),
     **dict.fromkeys(COUNTS, _count),
@@ -235,12 +233,12 @@ CLEANERS: dict[str, Callable[[str, Any], Any]] = {
 }
 
 
-def _as_is(key: str, value: Any) -> Any:
+def _as_is(key: str, value: object) -> object:
     """A key without a cleaner yet (tests/unit/test_settings_checks.py requires one)."""
     return value
 
 
-def raw_settings() -> Mapping[Any, Any]:
+def raw_settings() -> Mapping[object, object]:
     """Return ``settings.TURNKIT`` as given (missing or None: empty); raise if it is no dict."""
     value = getattr(settings, "TURNKIT", None)
     if value is None:
@@ -308,10 +306,10 @@ class TurnkitSettings:
     MAX_RECOVERY_ATTEMPTS: int
     MAINTENANCE_BATCH_SIZE: int
     AUTHORIZATION_POLICY: Callable[..., object] | None
-    COST_RATES: Mapping[str, Any]
+    COST_RATES: Mapping[str, object]
     QUEUE: str
     DISPATCHER: Callable[[str], object] | None
-    COMPACTION: bool | Mapping[str, Any]
+    COMPACTION: bool | Mapping[str, object]
     PROMPT_DATA_MAX_CHARS: int
     TOOL_TIMEOUT: float | None
     MODEL_TIMEOUT: float | None
@@ -319,10 +317,10 @@ class TurnkitSettings:
     MEDIA_STORAGE: str | None
 
     def __init__(self) -> None:
-        self._cache: dict[str, Any] = {}
+        self._cache: dict[str, object] = {}
 
     @property
-    def user_settings(self) -> Mapping[Any, Any]:
+    def user_settings(self) -> Mapping[object, object]:
         return raw_settings()
 
     def __getattr__(self, name: str) -> object:
@@ -342,7 +340,7 @@ class TurnkitSettings:
 turnkit_settings = TurnkitSettings()
 
 
-def _reload(*, setting: str, **kwargs: Any) -> None:
+def _reload(*, setting: str, **kwargs: object) -> None:
     if setting in ("TURNKIT", "STORAGES"):  # MEDIA_STORAGE is checked against STORAGES
         turnkit_settings.reload()
 

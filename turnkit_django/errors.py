@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .exceptions import BudgetExceeded
+from .serialization import JsonValue
 
+#: Deprecated: the old name :mod:`turnkit_django.store.state` still imports; new code uses
+#: :data:`turnkit_django.serialization.JsonObject` (values typed as JSON).
 JsonObject = dict[str, Any]
 
 OUTCOME_UNKNOWN = (
@@ -31,23 +34,23 @@ class ErrorRecord:
 
     code: str
     message: str
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, JsonValue] = field(default_factory=dict)
 
-    def for_model(self) -> JsonObject:
+    def for_model(self) -> dict[str, JsonValue]:
         """The failed tool result the model reads."""
         return {"error": self.code, "message": self.message, **self.details}
 
-    def for_turn(self) -> JsonObject:
+    def for_turn(self) -> dict[str, JsonValue]:
         """The record stored in ``Turn.error``."""
         return {"type": self.code, "message": self.message, **self.details}
 
-    def with_details(self, **details: Any) -> ErrorRecord:
+    def with_details(self, **details: JsonValue) -> ErrorRecord:
         return ErrorRecord(self.code, self.message, {**self.details, **details})
 
     @classmethod
-    def of(cls, exc: BaseException, **details: Any) -> ErrorRecord:
+    def of(cls, exc: BaseException, **details: JsonValue) -> ErrorRecord:
         """The record of an exception: its class name and message (budget reason and limit)."""
-        extra: dict[str, Any] = {}
+        extra: dict[str, JsonValue] = {}
         if isinstance(exc, BudgetExceeded):
             extra = {"reason": exc.reason, "limit": exc.limit}
         return cls(type(exc).__name__, str(exc), {**extra, **details})
@@ -77,7 +80,7 @@ def budget_exceeded(reason: str) -> ErrorRecord:
     return ErrorRecord("budget_exceeded", reason)
 
 
-def unknown_result() -> JsonObject:
+def unknown_result() -> dict[str, JsonValue]:
     """The tool result of a call whose outcome is unknown, as the model reads it."""
     return outcome_unknown().for_model()
 

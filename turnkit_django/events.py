@@ -10,11 +10,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
+
+from .serialization import JsonObject, JsonValue
 
 logger = logging.getLogger("turnkit_django.events")
 
@@ -83,7 +84,7 @@ approval_requested = signals["approval.requested"]
 approval_approved = signals["approval.approved"]
 approval_denied = signals["approval.denied"]
 
-EventCallback = Callable[["Event"], Any]
+EventCallback = Callable[["Event"], object]
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ class Event:
     type: str
     turn_id: str | None
     conversation_id: str | None
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: JsonObject = field(default_factory=dict)
     created_at: datetime = field(default_factory=timezone.now)
 
 
@@ -101,7 +102,7 @@ def emit(
     turn_id: str | None,
     conversation_id: str | None,
     callback: EventCallback | None = None,
-    **payload: Any,
+    **payload: JsonValue,
 ) -> None:
     """Send the event once the current transaction commits (at once outside one)."""
     listening = [s for s in (signals[type_], event) if s.has_listeners(Event)]

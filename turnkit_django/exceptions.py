@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -81,7 +82,8 @@ class LostClaim(TurnkitError):
 class InputError(TurnkitError):
     """Run input failed validation against the agent's input schema."""
 
-    def __init__(self, message: str, *, errors: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, message: str, *,
+                 errors: Sequence[Mapping[str, object]] | None = None) -> None:
         self.errors = errors or []
         super().__init__(message)
 

@@ -30,6 +30,7 @@ from .runtime import execute, execute_new, preview, refuse_atomic_block
 from .runtime.context import ToolBinding
 from .runtime.handles import provide
 from .runtime.running import RunningTurn
+from .serialization import JsonObject
 from .services.costs import CostBreakdown
 from .states import TERMINAL_TURN_STATUSES, TurnStatus
 from .store import append_input, reload
@@ -126,7 +127,7 @@ class TurnHandle(TurnControls, RunningTurn, MediaMethods):
         return self.row.output_data
 
     @property
-    def error(self) -> dict[str, Any] | None:
+    def error(self) -> JsonObject | None:
         return self.row.error
 
     @property
@@ -298,7 +299,7 @@ class ConversationHandle(ConversationInputs):
             self._agent = get_agent(self.row.agent_name)
         return self._agent
 
-    def say(self, text: str, *, metadata: dict[str, Any] | None = None,
+    def say(self, text: str, *, metadata: JsonObject | None = None,
             key: str | None = None) -> Message:
         """Append a user message; run nothing. With ``key``, once per key."""
         if key is not None:

@@ -14,12 +14,13 @@ from .authorization import authorize
 from .events import EventCallback
 from .models import Conversation, Delivery, Event, ToolExecution, Turn
 from .runtime import execute, refuse_atomic_block
+from .serialization import JsonObject
 from .services import approvals, controls, inputs
 from .services.inputs import InputStatus
 from .states import TurnStatus
 from .store import reload
 
-_UNSET: Any = object()
+_UNSET: object = object()
 
 
 class TurnControls:
@@ -41,13 +42,13 @@ class TurnControls:
             execute(turn_id, agent=agent, on_event=self._on_event,
                     root_id=self.row.root_turn_id)
 
-    def approve(self, call_id: str, *, principal: Any = None,
-                arguments: dict[str, Any] | None = None) -> ToolExecution:
+    def approve(self, call_id: str, *, principal: object = None,
+                arguments: JsonObject | None = None) -> ToolExecution:
         """Let the parked tool call ``call_id`` run (with ``arguments``, re-validated, if
         given); an inline turn continues now. Approving twice is a no-op."""
         return self._decide(call_id, "approved", principal=principal, arguments=arguments)
 
-    def deny(self, call_id: str, *, reason: str = "", principal: Any = None) -> ToolExecution:
+    def deny(self, call_id: str, *, reason: str = "", principal: object = None) -> ToolExecution:
         """Refuse the parked tool call ``call_id``: the model reads the denial as its result."""
         return self._decide(call_id, "denied", principal=principal, reason=reason)
 
@@ -58,18 +59,18 @@ class TurnControls:
         reload(self.row)
         return decision.execution
 
-    def pending_approvals(self, *, principal: Any = None) -> list[ToolExecution]:
+    def pending_approvals(self, *, principal: object = None) -> list[ToolExecution]:
         """The tree's tool calls waiting for a decision that ``principal`` may take."""
         return [e for e in approvals.pending_approvals(principal=principal)
                 if e.turn.root_turn_id == self.row.root_turn_id]
 
-    def pause(self, *, principal: Any = None, cascade: bool = False) -> Self:
+    def pause(self, *, principal: object = None, cascade: bool = False) -> Self:
         """Pause at the next step boundary (at once when idle); the claim is released."""
         controls.pause(self.row, principal=principal, cascade=cascade)
         reload(self.row)
         return self
 
-    def resume(self, *, principal: Any = None, cascade: bool = False) -> Self:
+    def resume(self, *, principal: object = None, cascade: bool = False) -> Self:
         """Resume a paused turn: a background one is dispatched, an inline one runs now."""
         resumed = controls.resume(self.row, principal=principal, cascade=cascade)
         if self.row.pk in resumed:
@@ -77,8 +78,8 @@ class TurnControls:
         reload(self.row)
         return self
 
-    def steer(self, text: str, *, key: str, principal: Any = None,
-              descendants: bool = False) -> dict[str, Any]:
+    def steer(self, text: str, *, key: str, principal: object = None,
+              descendants: bool = False) -> JsonObject:
         """Durable guidance for the current turn, before its next model request; returns
         the receipt (an exact retry returns the same one)."""
         receipt = controls.steer(self.row, text, key=key, principal=principal,
@@ -87,7 +88,7 @@ class TurnControls:
         return receipt
 
     def events(self, after: int = 0, *, limit: int | None = None,
-               principal: Any = _UNSET) -> QuerySet[Event]:
+               principal: object = _UNSET) -> QuerySet[Event]:
         """The tree's durable events with an id greater than ``after`` (the cursor), in order.
 
         With ``principal=`` the ``read_messages`` action is authorized first.
@@ -105,11 +106,11 @@ class ConversationInputs:
 
     row: Conversation
 
-    def post(self, text: str, *, key: str, principal: Any = None) -> Delivery:
+    def post(self, text: str, *, key: str, principal: object = None) -> Delivery:
         """Durable input for the next turn, once per ``key``; a running turn never sees it."""
         return inputs.post(self.row, text, key=key, principal=principal)
 
-    def input_status(self, key: str, *, principal: Any = _UNSET) -> InputStatus:
+    def input_status(self, key: str, *, principal: object = _UNSET) -> InputStatus:
         """Whether the input ``key`` (posted or asked) is ``pending`` or ``applied`` (by which
         turn)."""
         return inputs.input_status(self.row, key, principal=None if principal is _UNSET

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any
 
 from .conf import turnkit_settings
 from .exceptions import ConfigurationError
+from .serialization import JsonMapping, JsonObject
 
 ITERATIONS = "maximum iterations reached"
 TOOL_EXECUTIONS = "maximum tool executions reached"
@@ -41,29 +41,39 @@ class Limits:
     max_depth: int = 3
     timeout: float | None = None
 
-    def as_json(self) -> dict[str, Any]:
-        data = asdict(self)
+    def as_json(self) -> JsonObject:
+        data: JsonObject = asdict(self)
         data["max_spend"] = None if self.max_spend is None else str(self.max_spend)
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Limits:
+    def from_json(cls, data: JsonMapping) -> Limits:
         spend = data.get("max_spend")
         timeout = data.get("timeout")
+        by_name = data.get("max_tool_executions_by_name") or {}
+        if not isinstance(by_name, dict):
+            raise ConfigurationError(f"stored limits: max_tool_executions_by_name must be a "
+                                     f"JSON object, got {by_name!r}")
         return cls(
-            max_iterations=int(data["max_iterations"]),
-            max_tool_executions=int(data["max_tool_executions"]),
-            max_tool_executions_by_name={str(k): int(v) for k, v in
-                                         (data.get("max_tool_executions_by_name") or {}).items()},
+            max_iterations=int(_number(data["max_iterations"])),
+            max_tool_executions=int(_number(data["max_tool_executions"])),
+            max_tool_executions_by_name={str(k): int(_number(v)) for k, v in by_name.items()},
             max_spend=None if spend is None else Decimal(str(spend)),
-            max_depth=int(data.get("max_depth", 3)),
-            timeout=None if timeout is None else float(timeout),
+            max_depth=int(_number(data.get("max_depth", 3))),
+            timeout=None if timeout is None else float(_number(timeout)),
         )
 
     @property
     def lifetime(self) -> timedelta | None:
         """How long the tree may run from its start (None: no deadline)."""
         return None if not self.timeout else timedelta(seconds=float(self.timeout))
+
+
+def _number(value: object) -> int | float | str:
+    """A stored limit as a number (or its text); raise naming it when it is neither."""
+    if isinstance(value, int | float | str):
+        return value
+    raise ConfigurationError(f"stored limits: expected a number, got {value!r}")
 
 
 def resolve_limits(

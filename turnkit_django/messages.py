@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 from django.db import models
 from pydantic import Field, TypeAdapter
 
+from .serialization import JsonObject
+
 Role = Literal["user", "assistant", "tool"]
 
 
@@ -149,12 +151,12 @@ MEDIA_KINDS = frozenset({MessageKind.IMAGE, MessageKind.MEDIA_ANALYSIS})
 _parts_adapter: TypeAdapter[list[Part]] = TypeAdapter(list[Part])
 
 
-def dump_parts(parts: Iterable[Part]) -> list[dict[str, Any]]:
+def dump_parts(parts: Iterable[Part]) -> list[JsonObject]:
     """Serialize parts to the JSON stored in ``Message.content``."""
     return _parts_adapter.dump_python(list(parts), mode="json")
 
 
-def load_parts(content: Any) -> list[Part]:
+def load_parts(content: object) -> list[Part]:
     """Parse stored JSON back into parts."""
     return _parts_adapter.validate_python(content or [])
 

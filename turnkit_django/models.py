@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from decimal import Decimal
 from functools import partial
-from typing import Any
 
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
@@ -28,6 +27,7 @@ from .querysets import (
     TurnQuerySet,
     WaitQuerySet,
 )
+from .serialization import JsonObject
 from .states import ToolStatus, TurnStatus
 
 
@@ -193,12 +193,13 @@ class Turn(models.Model):
     def is_root(self) -> bool:
         return self.root_turn_id == self.id
 
-    def envelope(self) -> dict[str, Any]:
+    def envelope(self) -> JsonObject:
         """The compact result another turn receives for this one (a join, a callback), with
         the output metadata its tools or policies set for the output."""
-        envelope = {"agent": self.agent_name, "conversation_id": self.conversation_id,
-                    "turn_id": self.pk, "status": self.status, "output_text": self.output_text,
-                    "output_data": self.output_data, "error": self.error}
+        envelope: JsonObject = {"agent": self.agent_name, "conversation_id": self.conversation_id,
+                                "turn_id": self.pk, "status": self.status,
+                                "output_text": self.output_text,
+                                "output_data": self.output_data, "error": self.error}
         metadata = (self.state or {}).get("output_metadata")
         if metadata is not None:
             envelope["output_metadata"] = metadata

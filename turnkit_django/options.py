@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from django.db.models import Model
 
 from .agents.definition import Schema
 from .events import EventCallback
 from .messages import TextPart
+from .serialization import JsonObject
 
 
 class ConversationOptions(TypedDict, total=False):
     """Options of a new conversation (``agent.conversation(...)``, and of a run's)."""
 
-    principal: Any
-    context: dict[str, Any]
-    metadata: dict[str, Any]
+    principal: object
+    context: JsonObject
+    metadata: JsonObject
     subject: Model | None
     model: str | None
 
@@ -30,21 +31,21 @@ class ConversationOptions(TypedDict, total=False):
 class TurnOptions(TypedDict, total=False):
     """Options of one turn (``conv.ask(...)``, ``conv.prepare_turn(...)``)."""
 
-    principal: Any
-    context: dict[str, Any]
+    principal: object
+    context: JsonObject
     output_schema: Schema
-    thinking: dict[str, Any] | bool | None
+    thinking: JsonObject | bool | None
     prompt_mode: str | None
     model: str | None
-    compaction: bool | dict[str, Any] | None
+    compaction: bool | JsonObject | None
 
 
 class RunOptions(TurnOptions, total=False):
     """Options of a run (``agent.run(...)``, ``prepare``, ``submit``)."""
 
-    input: Any
+    input: object
     on_event: EventCallback | None
-    metadata: dict[str, Any]
+    metadata: JsonObject
     subject: Model | None
 
 
@@ -58,7 +59,7 @@ def only(method: str, options: Mapping[str, object], allowed: type) -> None:
                         f"{names}; it takes {', '.join(sorted(known))}")
 
 
-def task_parts(task: str, input: Any) -> list[TextPart]:
+def task_parts(task: str, input: object) -> list[TextPart]:
     """A run's input message: the task, with its validated ``input`` rendered as JSON."""
     if input is None:
         return [TextPart(task)]

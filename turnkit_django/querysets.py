@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import models
 from django.db.models import Exists, OuterRef, Q
+from django.db.models.expressions import Combinable
 from django.db.models.query import ModelIterable
 
 from .messages import DYNAMIC_CONTEXT, PRIVATE_PART_KINDS
@@ -94,15 +95,28 @@ class TurnQuerySet(models.QuerySet):
         return self.filter(conversation_id=turn.conversation_id).exclude(pk=turn.pk).filter(
             Q(status__in=_BUSY) | older)
 
-    def lane_heads(self) -> TurnQuerySet:
-        """Submitted pending turns at the head of their conversation's lane (claimable now)."""
+    def _lane_blockers(self) -> tuple[Exists, Exists]:
+        """:meth:`blocking_lane_of` the outer query's turn, as two subqueries: another turn of
+        its conversation is busy; an older submitted turn of it is pending."""
         lane = self.model._default_manager.filter(
             conversation_id=OuterRef("conversation_id")).exclude(pk=OuterRef("pk"))
         busy = lane.filter(status__in=_BUSY)
         older = lane.filter(status=TurnStatus.PENDING, submitted_at__isnull=False).filter(
             Q(submitted_at__lt=OuterRef("submitted_at"))
             | Q(submitted_at=OuterRef("submitted_at"), id__lt=OuterRef("pk")))
-        return self.actionable().pending().filter(~Exists(busy), ~Exists(older))
+        return Exists(busy), Exists(older)
+
+    def with_lane_blocked(self) -> TurnQuerySet:
+        """Annotate each turn with ``lane_busy`` and ``lane_older`` (see
+        :meth:`blocking_lane_of`), read in the same statement, hence the same snapshot, as
+        the row."""
+        busy, older = self._lane_blockers()
+        return self.annotate(lane_busy=busy, lane_older=older)
+
+    def lane_heads(self) -> TurnQuerySet:
+        """Submitted pending turns at the head of their conversation's lane (claimable now)."""
+        busy, older = self._lane_blockers()
+        return self.actionable().pending().filter(~busy, ~older)
 
     def under_cascade(self) -> TurnQuerySet:
         """Active turns whose parent (or, for a root-level task of a tree, whose root) was
@@ -129,7 +143,8 @@ class MessageQuerySet(models.QuerySet):
         return self.filter(conversation_id=turn.conversation_id).filter(
             Q(sequence__lte=turn.context_sequence) | Q(turn_id=turn.pk)).order_by("sequence")
 
-    def deliveries_after(self, conversation_id: str, sequence: int) -> MessageQuerySet:
+    def deliveries_after(self, conversation_id: str | Combinable,
+                         sequence: int | Combinable) -> MessageQuerySet:
         """Delivered messages past ``sequence`` (buffered for the next turn), newest first."""
         return self.filter(conversation_id=conversation_id, sequence__gt=sequence, role="user",
                            metadata__has_key="delivery_id").order_by("-sequence")

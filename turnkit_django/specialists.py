@@ -22,7 +22,7 @@ sandbox.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -30,6 +30,7 @@ import httpx
 from .agents.skills import as_skills
 from .exceptions import ConfigurationError
 from .handles import Agent
+from .serialization import JsonObject
 from .tools.base import Tool
 from .tools.files import MAX_BYTES, ReadFile
 from .tools.github import GitHubTool
@@ -54,7 +55,8 @@ PAINTER_INSTRUCTIONS = (
 _FOREIGN = ("tools", "sub_agents")
 
 
-def _check(kind: str, model: Any, options: dict[str, Any], refused: Sequence[str]) -> None:
+def _check(kind: str, model: object, options: Mapping[str, object],
+           refused: Sequence[str]) -> None:
     if not isinstance(model, str) or not model.strip():
         raise ConfigurationError(f"{kind}() needs an explicit model=, such as "
                                  "'claude-sonnet-5-5'")
@@ -104,7 +106,7 @@ def painter(*, model: str, image_model: str, gate: Gate, name: str = "painter",
             instructions: str = PAINTER_INSTRUCTIONS, image_provider: str | None = None,
             image_client: Any = None, size: str | None = None,
             max_reference_images: int | None = None, resolve_reference: Resolver | None = None,
-            image_params: dict[str, Any] | None = None, **options: Any) -> Agent:
+            image_params: JsonObject | None = None, **options: Any) -> Agent:
     """An agent that makes images with a terminal ``paint_image`` tool behind ``gate``."""
     _check("painter", model, options, [*_FOREIGN, "skills", "available_skills"])
     if not isinstance(image_model, str) or not image_model.strip():

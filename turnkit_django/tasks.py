@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from datetime import timedelta
 from types import FrameType
-from typing import Any
+from typing import Any, TypedDict
 
 from celery import shared_task
 from celery.schedules import schedule
@@ -134,7 +134,7 @@ class ReconcileInterval(schedule):
         return "<freq: TURNKIT['RECONCILE_INTERVAL']>"
 
 
-class BeatOptions(MutableMapping[str, Any]):
+class BeatOptions(MutableMapping[str, object]):
     """A beat entry's ``apply_async`` options, read from ``TURNKIT`` each time it is sent.
 
     The queue is ``QUEUE``; a message not taken within one interval expires (the next one is
@@ -142,18 +142,18 @@ class BeatOptions(MutableMapping[str, Any]):
     Values set on it (``options["queue"] = "turnkit-maintenance"``) replace the setting's.
     """
 
-    def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, overrides: Mapping[str, object] | None = None) -> None:
         self._overrides = dict(overrides or {})
 
-    def _values(self) -> dict[str, Any]:
-        values = {} if {"queue", "expires"} <= set(self._overrides) else {
+    def _values(self) -> dict[str, object]:
+        values: dict[str, object] = {} if {"queue", "expires"} <= set(self._overrides) else {
             "queue": turnkit_settings.QUEUE, "expires": turnkit_settings.RECONCILE_INTERVAL}
         return {**values, **self._overrides}
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> object:
         return self._values()[key]
 
-    def __setitem__(self, key: str, value: Any) -> None:
+    def __setitem__(self, key: str, value: object) -> None:
         self._overrides[key] = value
 
     def __delitem__(self, key: str) -> None:
@@ -167,18 +167,26 @@ class BeatOptions(MutableMapping[str, Any]):
     def __len__(self) -> int:
         return len(dict.fromkeys(["queue", "expires", *self._overrides]))
 
-    def copy(self) -> dict[str, Any]:
+    def copy(self) -> dict[str, object]:
         """A plain dict of the current values (beat copies the options of each entry it sends)."""
         return self._values()
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return self.__class__, (self._overrides,)
 
     def __repr__(self) -> str:
         return f"<TURNKIT QUEUE and RECONCILE_INTERVAL, then {self._overrides!r}>"
 
 
-def beat_schedule() -> dict[str, dict[str, Any]]:
+class BeatEntry(TypedDict):
+    """One entry of ``app.conf.beat_schedule``: the task's name, when, and how it is sent."""
+
+    task: str
+    schedule: ReconcileInterval
+    options: BeatOptions
+
+
+def beat_schedule() -> dict[str, BeatEntry]:
     """Entries to merge into ``app.conf.beat_schedule``; they read ``TURNKIT`` only when used.
 
     Safe to call at import time of a project's ``celery.py``: a bad ``TURNKIT`` is reported by

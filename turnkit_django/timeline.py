@@ -10,26 +10,27 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 
 from django.db.models import Q
 
+from . import messages as m
 from .clients.base import Usage
-from .messages import ImagePart, MediaAnalysisPart, ToolResultPart, load_parts
+from .messages import ImagePart, MediaAnalysisPart, Part, ToolResultPart, load_parts
 from .models import Conversation, Message, ToolExecution, Turn
+from .serialization import JsonObject, JsonValue
 from .states import ACTIVE_TURN_STATUSES, ToolStatus
-from .timeline_media import media_item
+from .timeline_media import TranscriptItem, media_item
 
 #: How a tool result reads: the tool ran and answered, it failed, it was interrupted mid-call
 #: (it may or may not have taken effect), or it never ran.
 OK, ERROR, OUTCOME_UNKNOWN, NOT_EXECUTED = "ok", "error", "outcome_unknown", "not_executed"
 
 
-def pretty_json(value: Any) -> str:
+def pretty_json(value: object) -> str:
     """``value`` as indented JSON (non-JSON values by their text)."""
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
@@ -74,8 +75,8 @@ class Totals:
     def cost_text(self) -> str:
         return format_cost(self.cost)
 
-    def as_json(self) -> dict[str, Any]:
-        return {"turns": self.turns, "usage": self.usage.as_dict(),
+    def as_json(self) -> JsonObject:
+        return {"turns": self.turns, "usage": {**self.usage.as_dict()},
                 "cost": None if self.cost is None else str(self.cost)}
 
 
@@ -84,16 +85,16 @@ def turn_cost(turn: Turn) -> Decimal | None:
     return None if turn.cost_unknown else turn.cost
 
 
-def turn_summary(turn: Turn, *, private: bool = True) -> dict[str, Any]:
+def turn_summary(turn: Turn, *, private: bool = True) -> JsonObject:
     """The turn's facts as JSON: status, position, usage, cost, error and timings.
 
     With ``private=False`` the principal and the output are left out.
     """
-    summary: dict[str, Any] = {
+    summary: JsonObject = {
         "id": turn.pk, "agent": turn.agent_name, "status": turn.status, "model": turn.model,
         "conversation": turn.conversation_id, "depth": turn.depth,
         "parent_turn": turn.parent_turn_id, "root_turn": turn.root_turn_id,
-        "usage": Usage.from_dict(turn.usage).as_dict(),
+        "usage": {**Usage.from_dict(turn.usage).as_dict()},
         "cost": None if turn.cost_unknown else str(turn.cost),
         "error": turn.error,
         "created_at": _iso(turn.created_at), "submitted_at": _iso(turn.submitted_at),
@@ -159,7 +160,7 @@ class ToolResult:
 
     call_id: str
     name: str
-    content: Any
+    content: JsonValue
     state: str
     attempts: int = 0
     idempotency_key: str = ""
@@ -173,7 +174,7 @@ class ToolResult:
         """The explanation carried by a repaired result ("outcome unknown", "not executed")."""
         return str(self.content.get("message", "")) if isinstance(self.content, dict) else ""
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {"type": "tool_result", "call_id": self.call_id, "name": self.name,
                 "state": self.state, "content": self.content, "attempts": self.attempts}
 
@@ -185,7 +186,7 @@ class ToolCall:
 
     call_id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: JsonObject
     raw_arguments: str | None = None
     status: str = ""
     child: TurnTranscript | None = None
@@ -195,9 +196,9 @@ class ToolCall:
         return self.raw_arguments if self.raw_arguments is not None else pretty_json(
             self.arguments)
 
-    def as_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"type": "tool_call", "call_id": self.call_id, "name": self.name,
-                                "arguments": self.arguments, "status": self.status or None}
+    def as_json(self) -> JsonObject:
+        data: JsonObject = {"type": "tool_call", "call_id": self.call_id, "name": self.name,
+                            "arguments": self.arguments, "status": self.status or None}
         if self.raw_arguments is not None:
             data["raw_arguments"] = self.raw_arguments
         if self.child is not None:
@@ -214,7 +215,7 @@ class Entry:
     kind: str
     created_at: datetime
     source: str = ""
-    parts: list[Any] = field(default_factory=list)
+    parts: list[str | ToolCall | ToolResult | TranscriptItem] = field(default_factory=list)
 
     @property
     def texts(self) -> list[str]:
@@ -229,10 +230,10 @@ class Entry:
         return [p for p in self.parts if isinstance(p, ToolResult)]
 
     @property
-    def items(self) -> list[dict[str, Any]]:
+    def items(self) -> list[Mapping[str, object]]:
         """Parts for templates: ``{"type": "text" | "thinking" | "data" | "other" | "call" |
         "result" | "image" | "analysis", "value": ...}`` (media items also carry a ``view``)."""
-        items: list[dict[str, Any]] = []
+        items: list[Mapping[str, object]] = []
         for part in self.parts:
             if isinstance(part, str):
                 items.append({"type": "text", "value": part})
@@ -244,8 +245,8 @@ class Entry:
                 items.append(part)
         return items
 
-    def as_json(self) -> dict[str, Any]:
-        parts = []
+    def as_json(self) -> JsonObject:
+        parts: list[JsonValue] = []
         for part in self.parts:
             if isinstance(part, str):
                 parts.append({"type": "text", "text": part})
@@ -253,8 +254,8 @@ class Entry:
                 parts.append(part.as_json())
             else:
                 parts.append({"type": part["type"], "value": part["value"]})
-        data: dict[str, Any] = {"sequence": self.sequence, "role": self.role, "kind": self.kind,
-                                "created_at": _iso(self.created_at), "parts": parts}
+        data: JsonObject = {"sequence": self.sequence, "role": self.role, "kind": self.kind,
+                            "created_at": _iso(self.created_at), "parts": parts}
         if self.source:
             data["source"] = self.source
         return data
@@ -268,7 +269,7 @@ class TurnTranscript:
     entries: list[Entry]
     others: list[Turn] = field(default_factory=list)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {"turn": turn_summary(self.turn),
                 "messages": [e.as_json() for e in self.entries],
                 "other_child_turns": [t.pk for t in self.others]}
@@ -320,10 +321,11 @@ class _Builder:
             entries.append(entry)
         return entries
 
-    def part(self, message: Message, part: Any, nested: set[str]) -> Any:
-        if part.kind == "text":
+    def part(self, message: Message, part: Part,
+             nested: set[str]) -> str | ToolCall | ToolResult | TranscriptItem:
+        if isinstance(part, m.TextPart):
             return part.text
-        if part.kind == "tool_call":
+        if isinstance(part, m.ToolCallPart):
             execution = self.executions.get((message.turn_id, part.id))
             call = ToolCall(part.id, part.name, part.arguments, part.raw_arguments,
                             execution.status if execution else "")
@@ -332,15 +334,15 @@ class _Builder:
                 nested.add(child.pk)
                 call.child = self.turn(child)
             return call
-        if part.kind == "tool_result":
+        if isinstance(part, ToolResultPart):
             execution = self.executions.get((message.turn_id, part.tool_call_id))
             return ToolResult(part.tool_call_id, part.name, part.content,
                               _result_state(part, execution),
                               attempts=execution.attempts if execution else 0,
                               idempotency_key=execution.idempotency_key if execution else "")
-        if part.kind == "thinking":
+        if isinstance(part, m.ThinkingPart):
             return {"type": "thinking", "value": "[redacted]" if part.redacted else part.text}
-        if part.kind == "data":
+        if isinstance(part, m.DataPart):
             return {"type": "data", "value": pretty_json(part.data)}
         if isinstance(part, ImagePart | MediaAnalysisPart):
             return media_item(message, part)
@@ -374,7 +376,7 @@ class ConversationTranscript:
     totals: Totals
     tree_totals: Totals
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {"conversation": {"id": self.conversation.pk,
                                  "agent": self.conversation.agent_name,
                                  "messages": self.conversation.last_sequence},

@@ -11,13 +11,15 @@ here queries the database (a storage may compute a URL).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from .clients.media import public_url
 from .messages import ImagePart, MediaAnalysisPart
 from .models import Message
+from .serialization import JsonObject, JsonValue
 from .store.media import image_url
 
 
@@ -28,7 +30,7 @@ class CallFacts:
     model: str = ""
     provider: str = ""
     size: str = ""
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=dict)
     cost: str | None = None
     idempotency_key: str = ""
     tool_call_id: str = ""
@@ -60,7 +62,7 @@ class ImageView:
     url: str | None
     facts: CallFacts
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         p = self.part
         # A URL's query string may sign it: JSON output (turnkit_inspect) leaves it out.
         url = None if self.url is None else public_url(self.url)
@@ -104,14 +106,24 @@ class AnalysisView:
     def data_json(self) -> str:
         return json.dumps(self.part.data, indent=2, ensure_ascii=False, default=str)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         p = self.part
         return {"objective": p.objective, "text": p.text, "data": p.data, "media": list(p.media),
                 "model": self.facts.model, "cost": self.facts.cost,
                 "tool_execution": self.facts.tool_execution_id or None}
 
 
-def media_item(message: Message, part: ImagePart | MediaAnalysisPart) -> dict[str, Any]:
+class TranscriptItem(TypedDict):
+    """A transcript part that is neither text nor a tool call or result: its type
+    (``thinking``, ``data``, ``image``, ``analysis``, ``other``), its JSON value and, for media,
+    its view."""
+
+    type: str
+    value: JsonValue
+    view: NotRequired[ImageView | AnalysisView]
+
+
+def media_item(message: Message, part: ImagePart | MediaAnalysisPart) -> TranscriptItem:
     """A transcript item: ``{"type": "image" | "analysis", "value": <JSON>, "view": ...}``."""
     facts = CallFacts.of(message)
     view: ImageView | AnalysisView
@@ -122,9 +134,11 @@ def media_item(message: Message, part: ImagePart | MediaAnalysisPart) -> dict[st
     return {"type": "analysis", "value": view.as_json(), "view": view}
 
 
-def media_line(item: dict[str, Any]) -> str:
+def media_line(item: Mapping[str, object]) -> str:
     """One line of a text transcript for a media item."""
     view = item["view"]
+    if not isinstance(view, ImageView | AnalysisView):
+        raise TypeError(f"a media item carries an ImageView or an AnalysisView, got {view!r}")
     if isinstance(view, ImageView):
         where = "stored" if view.part.name else "at its URL"
         return f"▣ image {view.part.id} ({view.part.mime_type}, {where}): {view.part.prompt}"
@@ -132,4 +146,5 @@ def media_line(item: dict[str, Any]) -> str:
     return f"◎ analysis of {names}: {view.part.text}"
 
 
-__all__ = ["AnalysisView", "CallFacts", "ImageView", "Medium", "media_item", "media_line"]
+__all__ = ["AnalysisView", "CallFacts", "ImageView", "Medium", "TranscriptItem", "media_item",
+           "media_line"]

@@ -12,11 +12,11 @@ results continue on indented lines).
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from .handles import Run
 from .messages import MEDIA_KINDS
 from .models import Turn
+from .serialization import JsonMapping
 from .timeline import (
     ERROR,
     NOT_EXECUTED,
@@ -43,15 +43,15 @@ def clip(text: str, width: int) -> str:
     return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _arguments(arguments: dict[str, Any]) -> str:
+def _arguments(arguments: JsonMapping) -> str:
     return ", ".join(f"{key}={_json(value)}" for key, value in arguments.items())
 
 
-def result_text(content: Any) -> str:
+def result_text(content: object) -> str:
     """A tool result as one short JSON text; a sub-agent envelope without its ids."""
     if isinstance(content, dict) and {"agent", "turn_id", "status"} <= content.keys():
         content = {key: value for key, value in content.items()

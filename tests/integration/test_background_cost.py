@@ -25,11 +25,15 @@ __all__ = ["_disarm_failpoints", "background", "registered", "verify_after_test"
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
 
 #: Statements of ``run_turn`` for a five-step turn on PostgreSQL, BEGIN and COMMIT included:
-#: the claim (8), the transcript (1), four one-statement steps, the terminal write with the
-#: lane hand-off and the wake (13), the waiters of the turn (1), and the terminal write's
-#: durable events (1: its message and ``turn.completed``, one insert in the same transaction;
-#: the fast-path steps carry theirs inside their one statement).
-RUN_TURN_STATEMENTS = 28
+#: the claim (6: BEGIN, the tree lock found from the turn, the row read with its lane's state,
+#: the update, the lease, COMMIT), the transcript (1), four one-statement steps, the terminal
+#: write (5: BEGIN, the tree lock, the step's one statement with its message, events and the
+#: conversation's row, one read of the lane and its buffered deliveries, COMMIT), and the
+#: waiters of the turn (1).
+RUN_TURN_STATEMENTS = 17
+#: Statements of ``agent.prepare(task).submit()``: the conversation, input, turn and event in
+#: one statement; then BEGIN, the root's row locked and read with its waits, the update, COMMIT.
+SUBMIT_STATEMENTS = 5
 
 
 @tool
@@ -57,7 +61,9 @@ def run_counted(turn_id: str) -> list[str]:
 def test_a_background_turn_runs_no_maintenance_pass_when_one_ran_recently(agent, monkeypatch):
     monkeypatch.setattr(service_turns._Maintenance, "due_at", 0.0)
     first = run_counted(agent.prepare("one").submit().id)
-    second = run_counted(agent.prepare("two").submit().id)
+    with CaptureQueriesContext(connection) as submitted:
+        run = agent.prepare("two").submit()
+    second = run_counted(run.id)
 
     def maintenance(sql: list[str]) -> list[str]:
         return [s for s in sql if '"turnkit_delivery"' in s and "delivered_at" in s]
@@ -66,6 +72,8 @@ def test_a_background_turn_runs_no_maintenance_pass_when_one_ran_recently(agent,
     assert maintenance(second) == []
     if connection.vendor == "postgresql":
         assert len(second) == RUN_TURN_STATEMENTS, "\n".join(s[:120] for s in second)
+        assert len(submitted) == SUBMIT_STATEMENTS, "\n".join(
+            q["sql"][:120] for q in submitted.captured_queries)
 
 
 def test_the_pass_runs_again_once_the_interval_has_passed(agent, monkeypatch):

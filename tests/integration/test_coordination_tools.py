@@ -231,7 +231,7 @@ def test_the_callback_and_the_wake_commit_with_the_terminal_write(registered, mo
     parent = registered(answering("parent_agent")).conversation()
     run = registered(answering("worker_agent", "result")).prepare("work").submit(callback=parent)
 
-    def broken(*args: Any) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError(f"{step} failed")
 
     monkeypatch.setattr(deliveries, step, broken)

@@ -97,6 +97,37 @@ def test_only_the_store_writes_turnkit_rows():
     assert offenders == {}
 
 
+def message_changes(tree: ast.Module) -> list[str]:
+    """Calls that change or delete stored messages (a chain through ``Message``, or a name
+    bound to one), and raw SQL that does."""
+    bound = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+             and isinstance(node.value, ast.Call) and "Message" in _chain(node.value)
+             for t in node.targets if isinstance(t, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            chain = _chain(node.func)
+            if chain and chain[-1] in ("update", "delete", "bulk_update") and (
+                    "Message" in chain or bound & set(chain[:-1])):
+                found.append(f"line {node.lineno}: {'.'.join(chain)}()")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = " ".join(node.value.split()).lower()
+            if "update turnkit_message" in text or "delete from turnkit_message" in text:
+                found.append(f"line {node.lineno}: raw SQL {node.value[:30]!r}")
+    return found
+
+
+def test_stored_messages_are_never_changed_or_deleted_one_by_one():
+    """A message, once committed, is final: ``store.seen`` keeps transcript prefixes per
+    process on that promise. History goes only with its whole conversation (retention)."""
+    sample = ast.parse("Message.objects.filter(pk=1).update(kind='x')\n"
+                       "rows = Message.objects.filter(turn_id=1)\nrows.delete()\n"
+                       "Conversation.objects.filter(pk__in=ids).delete()\n")
+    assert len(message_changes(sample)) == 2  # the control: the detector sees both
+    offenders = {name: found for name, tree in modules() if (found := message_changes(tree))}
+    assert offenders == {}
+
+
 def status_filters(tree: ast.Module) -> list[str]:
     found = []
     for node in ast.walk(tree):

@@ -3,12 +3,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TypedDict
 
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
 
-DEFAULTS: dict[str, Any] = {
+
+class CompactionOptions(TypedDict):
+    """The options of compaction, every key set (defaults, then global, then the agent's)."""
+
+    enabled: bool
+    context_limit: int
+    threshold: float
+    reserved_tokens: int
+    tail_messages: int
+    tool_output_max_chars: int
+    model: str | None
+
+
+DEFAULTS: CompactionOptions = {
     "enabled": True,
     "context_limit": 128_000,
     "threshold": 0.75,
@@ -19,7 +33,10 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def check_options(value: Any, where: str) -> dict[str, Any] | None:
+_DEFAULTS: Mapping[str, object] = DEFAULTS
+
+
+def check_options(value: object, where: str) -> dict[str, object] | None:
     """Validate a compaction setting (True, False, None or a dict); return the dict or None."""
     if value is None or value is True:
         return {}
@@ -32,32 +49,46 @@ def check_options(value: Any, where: str) -> dict[str, Any] | None:
         raise ConfigurationError(
             f"{where}: unknown compaction options {sorted(unknown)}; use {sorted(DEFAULTS)}"
         )
+    counts: dict[str, int] = {}
     for key in ("context_limit", "reserved_tokens", "tail_messages", "tool_output_max_chars"):
-        number = value.get(key, DEFAULTS[key])
+        number = value.get(key, _DEFAULTS[key])
         if not isinstance(number, int) or isinstance(number, bool) or number < 0:
             raise ConfigurationError(f"{where}: compaction {key} must be an integer >= 0")
+        counts[key] = number
     threshold = value.get("threshold", DEFAULTS["threshold"])
     if not isinstance(threshold, int | float) or not 0 < threshold <= 1:
         raise ConfigurationError(f"{where}: compaction threshold must be in (0, 1]")
-    limit = value.get("context_limit", DEFAULTS["context_limit"])
-    if limit <= value.get("reserved_tokens", DEFAULTS["reserved_tokens"]):
+    if counts["context_limit"] <= counts["reserved_tokens"]:
         raise ConfigurationError(f"{where}: compaction context_limit must exceed reserved_tokens")
     return dict(value)
 
 
-def merged_options(agent: str, compaction: Any) -> tuple[dict[str, Any], bool]:
+def _count(options: Mapping[str, object], key: str) -> int:
+    value = options[key]
+    return value if isinstance(value, int) else int(str(value))  # check_options checked it
+
+
+def merged_options(agent: str, compaction: object) -> tuple[CompactionOptions, bool]:
     """An agent's options (defaults, then global, then the agent's ``compaction``) and whether
     automatic compaction is on."""
     global_ = check_options(turnkit_settings.COMPACTION, 'TURNKIT["COMPACTION"]')
     own = check_options(compaction, f"agent {agent!r}")
-    merged = {**DEFAULTS, **(global_ or {}), **(own or {})}
-    return merged, global_ is not None and own is not None and bool(merged["enabled"])
+    merged = {**_DEFAULTS, **(global_ or {}), **(own or {})}
+    threshold, model = merged["threshold"], merged["model"]
+    options = CompactionOptions(
+        enabled=bool(merged["enabled"]), context_limit=_count(merged, "context_limit"),
+        threshold=float(threshold) if isinstance(threshold, int | float) else 0.75,
+        reserved_tokens=_count(merged, "reserved_tokens"),
+        tail_messages=_count(merged, "tail_messages"),
+        tool_output_max_chars=_count(merged, "tool_output_max_chars"),
+        model=model if isinstance(model, str) else None)
+    return options, global_ is not None and own is not None and options["enabled"]
 
 
-def options_for(agent: str, compaction: Any) -> dict[str, Any] | None:
+def options_for(agent: str, compaction: object) -> CompactionOptions | None:
     """The options of automatic compaction, or None when it is off for this agent."""
     merged, enabled = merged_options(agent, compaction)
     return merged if enabled else None
 
 
-__all__ = ["DEFAULTS", "check_options", "merged_options", "options_for"]
+__all__ = ["DEFAULTS", "CompactionOptions", "check_options", "merged_options", "options_for"]

@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -20,6 +20,7 @@ from ..clients import Client, default_client
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError, InputError
 from ..limits import Limits, resolve_limits
+from ..serialization import JsonObject
 from ..tools.base import Tool
 from . import policies, prompting
 from .compaction import check_options as check_compaction
@@ -30,14 +31,26 @@ from .tool_policy import ToolPolicy, check_tool_policy
 
 if TYPE_CHECKING:
     from ..events import EventCallback
+    from ..handles import TurnHandle
 
-Schema = type[BaseModel] | dict[str, Any] | None
+Schema = type[BaseModel] | JsonObject | None
 THINKING_KEYS = frozenset({"budget", "effort", "adaptive", "display", "type"})
 #: Sub-agents become tools named after them, so agent names follow the providers' tool names.
 AGENT_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")
 
 
-def schema_json(schema: Schema) -> dict[str, Any] | None:
+class LimitOverrides(TypedDict):
+    """An agent's own limits (None: the TURNKIT setting), the keywords of ``resolve_limits``."""
+
+    max_iterations: int | None
+    max_tool_executions: int | None
+    max_tool_executions_by_name: dict[str, int] | None
+    max_spend: Decimal | str | float | None
+    max_depth: int | None
+    timeout: float | None
+
+
+def schema_json(schema: Schema) -> JsonObject | None:
     """Return the JSON schema of a pydantic model class or a schema dict."""
     if schema is None:
         return None
@@ -50,7 +63,7 @@ def schema_json(schema: Schema) -> dict[str, Any] | None:
     )
 
 
-def check_thinking(value: Any, where: str) -> None:
+def check_thinking(value: object, where: str) -> None:
     """Validate a thinking configuration: None, False, or a dict such as ``{"budget": 4000}``."""
     if value is None or value is False:
         return
@@ -70,7 +83,7 @@ def check_thinking(value: Any, where: str) -> None:
         raise ConfigurationError(f"{where}: thinking budget must be a positive integer of tokens")
 
 
-def check_name(name: Any) -> str:
+def check_name(name: object) -> str:
     """Return ``name`` if it can name an agent (and the tool a parent calls it by)."""
     if not isinstance(name, str) or not name.strip():
         raise ConfigurationError("an agent needs a non-empty name")
@@ -108,17 +121,17 @@ class AgentDefinition:
         max_depth: int | None = None,
         timeout: float | None = None,
         client: Client | None = None,
-        thinking: dict[str, Any] | None = None,
+        thinking: JsonObject | None = None,
         prompt_mode: str | None = None,
-        system_prompt: str | Callable[[Any], Any] | None = None,
+        system_prompt: str | Callable[[prompting.Prompt], object] | None = None,
         on_event: EventCallback | None = None,
         skills: Sequence[Skill] | Skill | None = None,
         available_skills: Sequence[Skill] | Skill | None = None,
-        output_policy: Any = None,
+        output_policy: object = None,
         output_policy_mode: str = "fail",
         output_retries: int = 0,
-        context_contributors: Sequence[Callable[[Any], Any]] = (),
-        compaction: bool | dict[str, Any] | None = None,
+        context_contributors: Sequence[Callable[[TurnHandle], object]] = (),
+        compaction: bool | JsonObject | None = None,
         orchestrator: bool = False,
         tool_policy: ToolPolicy | None = None,
     ) -> None:
@@ -130,7 +143,7 @@ class AgentDefinition:
         self.sub_agents = list(sub_agents)
         self.output_schema = output_schema
         self.input_schema = input_schema
-        self.limit_overrides: dict[str, Any] = {
+        self.limit_overrides: LimitOverrides = {
             "max_iterations": max_iterations,
             "max_tool_executions": max_tool_executions,
             "max_tool_executions_by_name": max_tool_executions_by_name,
@@ -263,7 +276,7 @@ class AgentDefinition:
     def default_prompt_mode(self, depth: int) -> str:
         return self.prompt_mode or ("minimal" if depth > 0 else "full")
 
-    def validate_input(self, value: Any) -> Any:
+    def validate_input(self, value: object) -> object:
         """Validate run input against ``input_schema``; raise InputError before any write."""
         schema = self.input_schema
         if schema is None or value is None:
@@ -293,4 +306,5 @@ class AgentDefinition:
         return f"<Agent {self.name!r}>"
 
 
-__all__ = ["AgentDefinition", "SubAgentTool", "check_name", "check_thinking", "schema_json"]
+__all__ = ["AgentDefinition", "LimitOverrides", "SubAgentTool", "check_name", "check_thinking",
+           "schema_json"]

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+
+from ..serialization import JsonMapping
 
 Problem = dict[str, str]
 
-_CHECKS: dict[str, Any] = {
+_CHECKS: dict[str, Callable[[object], bool]] = {
     "string": lambda v: isinstance(v, str),
     "integer": lambda v: (isinstance(v, int) and not isinstance(v, bool))
     or (isinstance(v, float) and v.is_integer()),
@@ -29,7 +31,7 @@ _CHECKS: dict[str, Any] = {
 }
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     for name in ("null", "boolean", "integer", "number", "string", "array", "object"):
         if _CHECKS[name](value):
             return name
@@ -40,42 +42,58 @@ def _at(path: str, problem: str) -> Problem:
     return {"field": path or "(input)", "problem": problem}
 
 
-def _join(path: str, key: Any) -> str:
+def _join(path: str, key: object) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-def _resolve(ref: str, root: dict[str, Any]) -> Any:
-    if not ref.startswith("#"):
+def _number_at(schema: JsonMapping, key: str) -> int | float | None:
+    """The number a keyword gives (None when absent or not a number)."""
+    value = schema.get(key)
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _list_at(schema: JsonMapping, key: str) -> Sequence[object]:
+    """The list a keyword gives (empty when absent or not a list)."""
+    value = schema.get(key)
+    return value if isinstance(value, list | tuple) else ()
+
+
+def _resolve(ref: object, root: JsonMapping) -> object:
+    if not isinstance(ref, str) or not ref.startswith("#"):
         raise ValueError(f"only local $ref values are supported, got {ref!r}")
-    node: Any = root
+    node: object = root
     for token in [t for t in ref[1:].split("/") if t]:
+        if not isinstance(node, Mapping):
+            raise ValueError(f"$ref {ref!r} does not point into the schema")
         node = node[token.replace("~1", "/").replace("~0", "~")]
     return node
 
 
-def problems(value: Any, schema: Any, path: str = "",
-             root: dict[str, Any] | None = None) -> list[Problem]:
+def problems(value: object, schema: object, path: str = "",
+             root: JsonMapping | None = None) -> list[Problem]:
     """Return what is wrong with ``value`` under ``schema`` (an empty list when it fits)."""
     if schema is True or schema == {}:
         return []
     if schema is False:
         return [_at(path, "no value is allowed here")]
+    if not isinstance(schema, Mapping):
+        raise ValueError(f"a JSON schema must be an object or a boolean, got {schema!r}")
     root = schema if root is None else root
     if "$ref" in schema:
         return problems(value, _resolve(schema["$ref"], root), path, root)
     types = schema.get("type")
     if types is not None:
-        names = [types] if isinstance(types, str) else list(types)
+        names = [types] if isinstance(types, str) else [str(n) for n in _list_at(schema, "type")]
         if not any(_CHECKS.get(n, lambda v: True)(value) for n in names):
             return [_at(path, f"expected {' or '.join(names)}, got {_kind(value)}")]
     found: list[Problem] = []
-    if "enum" in schema and value not in schema["enum"]:
+    if "enum" in schema and value not in _list_at(schema, "enum"):
         found.append(_at(path, f"must be one of {json.dumps(schema['enum'])}"))
     if "const" in schema and value != schema["const"]:
         found.append(_at(path, f"must be {json.dumps(schema['const'])}"))
     if isinstance(value, str):
         found += _string(value, schema, path)
-    elif _CHECKS["number"](value):
+    elif isinstance(value, int | float) and not isinstance(value, bool):
         found += _number(value, schema, path)
     elif isinstance(value, list | tuple):
         found += _array(list(value), schema, path, root)
@@ -85,56 +103,66 @@ def problems(value: Any, schema: Any, path: str = "",
     return found
 
 
-def _string(value: str, schema: dict[str, Any], path: str) -> list[Problem]:
+def _string(value: str, schema: JsonMapping, path: str) -> list[Problem]:
     found = []
-    if len(value) < schema.get("minLength", 0):
-        found.append(_at(path, f"must have at least {schema['minLength']} characters"))
-    if "maxLength" in schema and len(value) > schema["maxLength"]:
-        found.append(_at(path, f"must have at most {schema['maxLength']} characters"))
-    if "pattern" in schema and not re.search(schema["pattern"], value):
-        found.append(_at(path, f"must match the pattern {schema['pattern']!r}"))
+    least, most, pattern = _number_at(schema, "minLength"), _number_at(schema, "maxLength"), \
+        schema.get("pattern")
+    if least is not None and len(value) < least:
+        found.append(_at(path, f"must have at least {least} characters"))
+    if most is not None and len(value) > most:
+        found.append(_at(path, f"must have at most {most} characters"))
+    if isinstance(pattern, str) and not re.search(pattern, value):
+        found.append(_at(path, f"must match the pattern {pattern!r}"))
     return found
 
 
-def _number(value: float, schema: dict[str, Any], path: str) -> list[Problem]:
-    bounds = [
+def _number(value: float, schema: JsonMapping, path: str) -> list[Problem]:
+    bounds: list[tuple[str, Callable[[float], bool], str]] = [
         ("minimum", lambda b: value >= b, "at least"),
         ("maximum", lambda b: value <= b, "at most"),
         ("exclusiveMinimum", lambda b: value > b, "greater than"),
         ("exclusiveMaximum", lambda b: value < b, "less than"),
         ("multipleOf", lambda b: (value / b).is_integer(), "a multiple of"),
     ]
-    return [_at(path, f"must be {words} {schema[key]}")
-            for key, ok, words in bounds if key in schema and not ok(schema[key])]
-
-
-def _array(value: list[Any], schema: dict[str, Any], path: str,
-           root: dict[str, Any]) -> list[Problem]:
     found = []
-    if len(value) < schema.get("minItems", 0):
-        found.append(_at(path, f"must have at least {schema['minItems']} items"))
-    if "maxItems" in schema and len(value) > schema["maxItems"]:
-        found.append(_at(path, f"must have at most {schema['maxItems']} items"))
+    for key, ok, words in bounds:
+        bound = _number_at(schema, key)
+        if bound is not None and not ok(bound):
+            found.append(_at(path, f"must be {words} {bound}"))
+    return found
+
+
+def _array(value: list[object], schema: JsonMapping, path: str,
+           root: JsonMapping) -> list[Problem]:
+    found = []
+    least, most = _number_at(schema, "minItems"), _number_at(schema, "maxItems")
+    if least is not None and len(value) < least:
+        found.append(_at(path, f"must have at least {least} items"))
+    if most is not None and len(value) > most:
+        found.append(_at(path, f"must have at most {most} items"))
     if schema.get("uniqueItems"):
         seen = [json.dumps(v, sort_keys=True, default=str) for v in value]
         if len(set(seen)) != len(seen):
             found.append(_at(path, "items must be unique"))
-    prefix = schema.get("prefixItems") or []
+    prefix = _list_at(schema, "prefixItems")
     for index, item in enumerate(value):
         sub = prefix[index] if index < len(prefix) else schema.get("items", True)
         found += problems(item, sub, _join(path, index), root)
     return found
 
 
-def _object(value: dict[str, Any], schema: dict[str, Any], path: str,
-            root: dict[str, Any]) -> list[Problem]:
+def _object(value: Mapping[object, object], schema: JsonMapping, path: str,
+            root: JsonMapping) -> list[Problem]:
     found = [_at(_join(path, name), "field required")
-             for name in schema.get("required", []) if name not in value]
-    if len(value) < schema.get("minProperties", 0):
-        found.append(_at(path, f"must have at least {schema['minProperties']} fields"))
-    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
-        found.append(_at(path, f"must have at most {schema['maxProperties']} fields"))
+             for name in _list_at(schema, "required") if name not in value]
+    least, most = _number_at(schema, "minProperties"), _number_at(schema, "maxProperties")
+    if least is not None and len(value) < least:
+        found.append(_at(path, f"must have at least {least} fields"))
+    if most is not None and len(value) > most:
+        found.append(_at(path, f"must have at most {most} fields"))
     properties = schema.get("properties") or {}
+    if not isinstance(properties, Mapping):
+        properties = {}
     extra = schema.get("additionalProperties", True)
     for name, item in value.items():
         if name in properties:
@@ -146,15 +174,16 @@ def _object(value: dict[str, Any], schema: dict[str, Any], path: str,
     return found
 
 
-def _combined(value: Any, schema: dict[str, Any], path: str,
-              root: dict[str, Any]) -> list[Problem]:
+def _combined(value: object, schema: JsonMapping, path: str,
+              root: JsonMapping) -> list[Problem]:
     found = []
-    for sub in schema.get("allOf", []):
+    for sub in _list_at(schema, "allOf"):
         found += problems(value, sub, path, root)
-    if "anyOf" in schema and all(problems(value, s, path, root) for s in schema["anyOf"]):
+    if "anyOf" in schema and all(problems(value, s, path, root)
+                                 for s in _list_at(schema, "anyOf")):
         found.append(_at(path, "matches none of the allowed forms (anyOf)"))
     if "oneOf" in schema:
-        matches = sum(not problems(value, s, path, root) for s in schema["oneOf"])
+        matches = sum(not problems(value, s, path, root) for s in _list_at(schema, "oneOf"))
         if matches != 1:
             found.append(_at(path, f"must match exactly one form (oneOf), matches {matches}"))
     if "not" in schema and not problems(value, schema["not"], path, root):

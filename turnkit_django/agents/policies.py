@@ -22,11 +22,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from ..clients.base import Client, ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded, ConfigurationError, LostClaim
 from ..messages import ChatMessage, TextPart
+from ..serialization import JsonMapping, JsonObject
 from .prompting import data_block, escape, render_value
 from .skills import Skill
 
@@ -42,7 +43,7 @@ JUDGE_INSTRUCTIONS = (
     "offending text in each violation. Reply with JSON only: "
     '{"approved": true|false, "violations": [{"rule": "...", "message": "..."}]}.'
 )
-VERDICT_SCHEMA: dict[str, Any] = {
+VERDICT_SCHEMA: JsonObject = {
     "type": "object",
     "properties": {
         "approved": {"type": "boolean"},
@@ -66,16 +67,18 @@ class Violation:
     rule: str
     message: str
     policy: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JsonObject = field(default_factory=dict)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {"rule": self.rule, "message": self.message, "policy": self.policy,
                 "metadata": self.metadata}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Violation:
+    def from_json(cls, data: JsonMapping) -> Violation:
+        metadata = data.get("metadata")
         return cls(str(data.get("rule", "")), str(data.get("message", "")),
-                   str(data.get("policy", "")), dict(data.get("metadata") or {}))
+                   str(data.get("policy", "")),
+                   dict(metadata) if isinstance(metadata, dict) else {})
 
 
 @dataclass(frozen=True)
@@ -92,25 +95,38 @@ class Audit:
     def clean(self) -> bool:
         return not self.violations
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {"clean": self.clean, "mode": self.mode, "revisions": self.revisions,
                 "policies": list(self.policies),
                 "violations": [v.as_json() for v in self.violations],
                 "history": [a.as_json() for a in self.history]}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Audit:
+    def from_json(cls, data: JsonMapping) -> Audit:
+        mode, revisions = data.get("mode"), data.get("revisions")
         return cls(
-            tuple(Violation.from_json(v) for v in data.get("violations") or []),
-            tuple(data.get("policies") or []), data.get("mode"), int(data.get("revisions") or 0),
-            tuple(cls.from_json(a) for a in data.get("history") or []),
+            tuple(Violation.from_json(v) for v in _objects(data.get("violations"))),
+            tuple(str(p) for p in _items(data.get("policies"))),
+            mode if isinstance(mode, str) else None,
+            int(revisions) if isinstance(revisions, int | float | str) and revisions else 0,
+            tuple(cls.from_json(a) for a in _objects(data.get("history"))),
         )
+
+
+def _items(value: object) -> list[object]:
+    """The items of a stored JSON list (none when it is missing)."""
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _objects(value: object) -> list[JsonMapping]:
+    """The JSON objects of a stored JSON list."""
+    return [item for item in _items(value) if isinstance(item, dict)]
 
 
 class Policy:
     """A normalised policy: local (``check``) or judged by a model (``content``)."""
 
-    def __init__(self, name: str, *, check: Callable[..., Any] | None = None,
+    def __init__(self, name: str, *, check: Callable[..., object] | None = None,
                  content: str = "") -> None:
         self.name = name
         self.content = content
@@ -121,7 +137,7 @@ class Policy:
     def judged(self) -> bool:
         return self._check is None
 
-    def run(self, output: Any, text: str, data: Any, turn: Any) -> list[Violation]:
+    def run(self, output: object, text: str, data: object, turn: object) -> list[Violation]:
         """Run a local policy; an exception in it counts as a violation (and is logged), except
         a lost claim or a budget error (an evaluation it made), which stop the turn."""
         if self._check is None:
@@ -141,7 +157,7 @@ class Policy:
         return f"<Policy {self.name!r}{' (judged)' if self.judged else ''}>"
 
 
-def _keywords(func: Callable[..., Any]) -> tuple[str, ...]:
+def _keywords(func: Callable[..., object]) -> tuple[str, ...]:
     try:
         params = inspect.signature(func).parameters
     except (TypeError, ValueError):
@@ -151,7 +167,7 @@ def _keywords(func: Callable[..., Any]) -> tuple[str, ...]:
     return tuple(k for k in _CONTEXT_KEYWORDS if k in params)
 
 
-def normalise(result: Any, policy: str) -> list[Violation]:
+def normalise(result: object, policy: str) -> list[Violation]:
     """Turn what a policy returned into violations (none when clean)."""
     if result is None or result is True or (isinstance(result, str) and not result.strip()):
         return []
@@ -177,7 +193,7 @@ def normalise(result: Any, policy: str) -> list[Violation]:
     )
 
 
-def build(value: Any, *, agent: str = "check_output_policy") -> tuple[Policy, ...]:
+def build(value: object, *, agent: str = "check_output_policy") -> tuple[Policy, ...]:
     """Normalise ``output_policy`` / ``constraints`` into policies, reading policy files."""
     if value is None:
         return ()
@@ -190,9 +206,9 @@ def build(value: Any, *, agent: str = "check_output_policy") -> tuple[Policy, ..
             policies.append(Policy(item.key, content=item.content))
         elif isinstance(item, str | Path):
             policies.append(_file_policy(Path(item), agent))
-        elif callable(getattr(item, "check", None)):
+        elif callable(check := getattr(item, "check", None)):
             policies.append(Policy(str(getattr(item, "name", "") or type(item).__name__),
-                                   check=item.check))
+                                   check=check))
         elif callable(item):
             policies.append(Policy(getattr(item, "__name__", type(item).__name__), check=item))
         else:
@@ -222,7 +238,7 @@ def _file_policy(path: Path, agent: str) -> Policy:
 # --------------------------------------------------------------------------- judging
 
 
-def judge_request(policy: Policy, output: Any, model: str) -> ModelRequest:
+def judge_request(policy: Policy, output: object, model: str) -> ModelRequest:
     """The request asking a model whether ``output`` follows ``policy``."""
     text = (f"## Policy {escape(policy.name)}\n\n{policy.content}\n\n## Output to review\n\n"
             f"{data_block('output', output, len(render_value(output)))}")
@@ -250,7 +266,7 @@ def verdict(response: ModelResponse, policy: str) -> list[Violation]:
     return found
 
 
-def _json_object(text: str) -> Any:
+def _json_object(text: str) -> object:
     fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
     candidates = [fenced.group(1)] if fenced else []
     start, end = text.find("{"), text.rfind("}")
@@ -265,12 +281,12 @@ def _json_object(text: str) -> Any:
 
 
 def check_output_policy(
-    output: Any,
-    constraints: Any = (),
+    output: object,
+    constraints: object = (),
     *,
     output_text: str | None = None,
-    output_data: Any = None,
-    turn: Any = None,
+    output_data: object = None,
+    turn: object = None,
     client: Client | None = None,
     model: str = "",
 ) -> Audit:
@@ -307,7 +323,7 @@ def revision_text(audit: Audit, policies: Sequence[Policy], attempt: int, retrie
     return "\n".join(lines)
 
 
-def check_options(agent: str, mode: Any, retries: Any) -> None:
+def check_options(agent: str, mode: object, retries: object) -> None:
     """Validate ``output_policy_mode`` and ``output_retries``."""
     if mode not in MODES:
         raise ConfigurationError(

@@ -15,10 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
+from ..serialization import JsonObject
 
 PROMPT_MODES = ("full", "minimal", "task", "none")
 SECTION_ORDER = ("orchestrator", "agent", "instructions", "behaviour", "loaded_skills",
@@ -95,7 +95,7 @@ class Prompt:
     def without(self, *names: str) -> Prompt:
         return Prompt(tuple(s for s in self.sections if s.name not in names))
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> JsonObject:
         """Sizes and a digest of the prompt, attached to request metadata."""
         return {
             "chars": len(self.text),
@@ -109,20 +109,20 @@ class Prompt:
 # --------------------------------------------------------------------------- escaping
 
 
-def escape(text: Any, *, quote: bool = True) -> str:
+def escape(text: object, *, quote: bool = True) -> str:
     """Escape a name or value for interpolation into the prompt's markup."""
     escaped = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return escaped.replace('"', "&quot;") if quote else escaped
 
 
-def render_value(value: Any) -> str:
+def render_value(value: object) -> str:
     """Render data as text: strings as they are, anything else as sorted, indented JSON."""
     if isinstance(value, str):
         return value
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def capped(value: Any, max_chars: int | None = None) -> str:
+def capped(value: object, max_chars: int | None = None) -> str:
     """Render ``value`` as text cut to ``max_chars`` (default PROMPT_DATA_MAX_CHARS)."""
     limit = int(turnkit_settings.PROMPT_DATA_MAX_CHARS if max_chars is None else max_chars)
     text = render_value(value)
@@ -131,13 +131,13 @@ def capped(value: Any, max_chars: int | None = None) -> str:
     return text
 
 
-def data_block(name: str, value: Any, max_chars: int | None = None) -> str:
+def data_block(name: str, value: object, max_chars: int | None = None) -> str:
     """Render ``value`` as an inert, size-capped, untrusted data block named ``name``."""
     text = escape(capped(value, max_chars), quote=False)
     return f'<data name="{escape(name)}" trust="untrusted">\n{text}\n</data>'
 
 
-def check_options(agent: str, mode: Any, system_prompt: Any) -> None:
+def check_options(agent: str, mode: object, system_prompt: object) -> None:
     """Validate an agent's prompt options."""
     if mode is not None and mode not in PROMPT_MODES:
         raise ConfigurationError(

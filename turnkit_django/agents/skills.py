@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +23,8 @@ from ..tools.base import Tool, ToolContext
 LOAD_SKILL = "load_skill"
 SKILL_SUFFIXES = (".md", ".markdown")
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: A skill file's front matter: ``key: value`` scalars and lists of strings.
+FrontMatter = dict[str, str | list[str]]
 _FRONT_MATTER_KEYS = frozenset({"key", "name", "description", "tools"})
 
 
@@ -108,12 +110,12 @@ def _load(file: Path, key: str | None, tools: tuple[Tool, ...], *, take_all: boo
     )
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return "" if value is None else str(value).strip()
 
 
-def _pick_tools(names: Any, pool: Sequence[Tool], source: str) -> tuple[Tool, ...]:
-    wanted = [names] if isinstance(names, str) else list(names or [])
+def _pick_tools(names: object, pool: Sequence[Tool], source: str) -> tuple[Tool, ...]:
+    wanted = [names] if isinstance(names, str) else list(names) if isinstance(names, list) else []
     by_name = {t.tool_name: t for t in pool if isinstance(t, Tool)}
     missing = [n for n in wanted if n not in by_name]
     if missing:
@@ -124,7 +126,7 @@ def _pick_tools(names: Any, pool: Sequence[Tool], source: str) -> tuple[Tool, ..
     return tuple(by_name[n] for n in wanted)
 
 
-def parse_front_matter(text: str, source: str = "<text>") -> tuple[dict[str, Any], str]:
+def parse_front_matter(text: str, source: str = "<text>") -> tuple[FrontMatter, str]:
     """Split ``---`` front matter from a markdown body.
 
     The front matter is a small YAML subset: ``key: value`` lines, quoted strings, inline lists
@@ -138,17 +140,17 @@ def parse_front_matter(text: str, source: str = "<text>") -> tuple[dict[str, Any
     except StopIteration:
         raise ConfigurationError(f"{source}: front matter opened with '---' is never closed") \
             from None
-    meta: dict[str, Any] = {}
+    meta: FrontMatter = {}
     current: str | None = None
     for number, raw in enumerate(lines[1:end], start=2):
         line = raw.rstrip()
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if line.lstrip().startswith("- ") and current is not None:
-            meta.setdefault(current, [])
-            if not isinstance(meta[current], list):
+            items = meta.setdefault(current, [])
+            if not isinstance(items, list):
                 raise ConfigurationError(f"{source}:{number}: list item under a scalar key")
-            meta[current].append(_scalar(line.lstrip()[2:]))
+            items.append(_scalar(line.lstrip()[2:]))
             continue
         key, sep, value = line.partition(":")
         if not sep or not key.strip() or key != key.lstrip():
@@ -171,7 +173,7 @@ def _scalar(value: str) -> str:
     return value
 
 
-def as_skills(value: Any, *, agent: str, option: str) -> tuple[Skill, ...]:
+def as_skills(value: object, *, agent: str, option: str) -> tuple[Skill, ...]:
     """Normalise an agent's ``skills=`` / ``available_skills=`` option."""
     if value is None:
         return ()
@@ -223,7 +225,7 @@ class LoadSkillTool(Tool):
             "skill also enables the tools it lists, for the rest of this turn."
         )
 
-    def call(self, ctx: ToolContext, args: Any) -> Any:
+    def call(self, ctx: ToolContext, args: LoadSkillArgs) -> str:
         skill = self.skills.get(args.key)
         if skill is None:
             known = ", ".join(sorted(self.skills)) or "none"

@@ -21,13 +21,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from ..errors import ErrorRecord
 from ..exceptions import ConfigurationError
+from ..serialization import JsonObject
 from ..tools.base import Tool
+
+if TYPE_CHECKING:
+    from ..handles import TurnHandle
 
 logger = logging.getLogger("turnkit_django.tools")
 
@@ -43,19 +47,19 @@ class ToolCall:
     name: str
     call_id: str
     #: The arguments as the model sent them, and as the tool's ``Args`` validated them.
-    arguments: dict[str, Any]
+    arguments: JsonObject
     args: BaseModel
     tool: Tool
     #: The :class:`turnkit_django.Turn` handle of the calling turn.
-    turn: Any
-    principal: Any = None
-    context: dict[str, Any] = field(default_factory=dict)
+    turn: TurnHandle
+    principal: object = None
+    context: JsonObject = field(default_factory=dict)
 
 
-ToolPolicy = Callable[[ToolCall], Any]
+ToolPolicy = Callable[[ToolCall], object]
 
 
-def check_tool_policy(agent: str, policy: Any) -> ToolPolicy | None:
+def check_tool_policy(agent: str, policy: object) -> ToolPolicy | None:
     """Return ``policy`` if it can be an agent's tool policy (None: no policy)."""
     if policy is not None and not callable(policy):
         raise ConfigurationError(
@@ -65,7 +69,7 @@ def check_tool_policy(agent: str, policy: Any) -> ToolPolicy | None:
     return policy
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 200 else text[:200] + "..."
 

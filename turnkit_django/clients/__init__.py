@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from django.core.signals import setting_changed
 
@@ -28,7 +27,7 @@ def default_client() -> Client:
         return _default
 
 
-def build_client(value: Any) -> Client:
+def build_client(value: object) -> Client:
     """Instantiate a client setting: a client is used as is, a class or factory is called."""
     client = value if isinstance(value, Client) and not isinstance(value, type) else (
         value() if callable(value) else value)
@@ -46,7 +45,7 @@ def reset_default_client() -> None:
         _default = None
 
 
-def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+def _settings_changed(*, setting: str, **kwargs: object) -> None:
     if setting == "TURNKIT":
         reset_default_client()
 

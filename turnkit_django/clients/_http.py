@@ -8,25 +8,25 @@ from __future__ import annotations
 import email.utils
 import json
 from datetime import UTC, datetime
-from typing import Any
 
 import httpx
 
 from ..exceptions import ModelError
+from ..serialization import JsonMapping, JsonObject, JsonValue
 from .base import ModelRequest
 
 #: Longest provider error message copied into a ``ModelError``; provider bodies can be large.
 MAX_PROVIDER_MESSAGE = 500
 
 
-def json_text(value: Any) -> str:
+def json_text(value: object) -> str:
     """Return ``value`` as text for the model: strings as they are, anything else as JSON."""
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def parse_arguments(text: str | None) -> tuple[dict[str, Any], str | None]:
+def parse_arguments(text: str | None) -> tuple[JsonObject, str | None]:
     """Parse tool-call arguments; return ``(arguments, raw)`` with ``raw`` set when unusable.
 
     Models sometimes send truncated or invalid JSON. The call is kept (with empty arguments and
@@ -43,7 +43,7 @@ def parse_arguments(text: str | None) -> tuple[dict[str, Any], str | None]:
     return value, None
 
 
-def json_object(response: Any) -> dict[str, Any] | None:
+def json_object(response: httpx.Response) -> JsonObject | None:
     """Return the JSON object body of an HTTP response, or None when it is not one."""
     try:
         data = response.json()
@@ -52,7 +52,34 @@ def json_object(response: Any) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def parse_output(text: str) -> tuple[bool, Any]:
+def as_object(value: object) -> JsonObject:
+    """Return ``value`` if it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def member(data: JsonMapping, key: str) -> JsonObject:
+    """Return the JSON object at ``data[key]``; an empty one when it is missing or not one."""
+    return as_object(data.get(key))
+
+
+def members(value: object) -> list[JsonObject]:
+    """Return the JSON objects of a JSON list (other items, or a value that is no list: none)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def text_or_none(value: object) -> str | None:
+    """Return ``value`` if it is a string, else None (a provider's optional text field)."""
+    return value if isinstance(value, str) else None
+
+
+def content_text(content: object) -> str:
+    """Return the text of a chat message's content: a string, or the text of its parts."""
+    if isinstance(content, list):  # some servers answer with content parts
+        return "".join(t for p in members(content) if isinstance(t := p.get("text", ""), str))
+    return content if isinstance(content, str) else ""
+
+
+def parse_output(text: str) -> tuple[bool, JsonValue]:
     """Parse structured output text; return ``(ok, data)``."""
     try:
         return True, json.loads(text)
@@ -60,7 +87,7 @@ def parse_output(text: str) -> tuple[bool, Any]:
         return False, None
 
 
-def schema_name(schema: dict[str, Any]) -> str:
+def schema_name(schema: JsonMapping) -> str:
     """Return a provider-safe name (``[A-Za-z0-9_-]{1,64}``) for an output schema."""
     title = str(schema.get("title") or "output")
     name = "".join(c if c.isalnum() or c in "_-" else "_" for c in title)[:64]
@@ -110,7 +137,7 @@ def error_message(
     return redact(text, secret)
 
 
-def provider_error(body: Any) -> tuple[str | None, str | None]:
+def provider_error(body: object) -> tuple[str | None, str | None]:
     """Return ``(type, message)`` from an error body in the shapes providers use.
 
     ``{"error": {"type", "message", "code"}}`` (Anthropic, OpenAI), ``{"error": "text"}``

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
-from .base import Usage
+from ..serialization import JsonMapping, JsonObject
+from ._http import member
+from .base import Usage, json_int
 
 BY_MODEL = "by_model"
 
@@ -34,27 +35,27 @@ class ModelCost:
         return ModelCost(self.model, self.calls + other.calls, self.usage + other.usage,
                          None if unknown else known, known)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "calls": self.calls, "usage": self.usage.as_dict(),
+    def as_dict(self) -> JsonObject:
+        return {"model": self.model, "calls": self.calls, "usage": {**self.usage.as_dict()},
                 "cost": None if self.cost is None else str(self.cost),
                 "known_cost": str(self.known_cost)}
 
 
-def add_call(record: dict[str, Any] | None, usage: Usage, model: str,
-             cost: Decimal | None) -> dict[str, Any]:
+def add_call(record: JsonMapping | None, usage: Usage, model: str,
+             cost: Decimal | None) -> JsonObject:
     """Return ``record`` (a turn's ``usage``) with one more call of ``model`` added."""
     record = record or {}
     totals = (Usage.from_dict(record) + usage).as_dict()
-    models = dict(record.get(BY_MODEL) or {})
-    entry = dict(models.get(model) or {})
+    models = dict(member(record, BY_MODEL))
+    entry = member(models, model)
     tokens = (Usage.from_dict(entry) + usage).as_dict()
     known = Decimal(str(entry.get("cost") or 0)) + (cost or 0)
-    models[model] = {**tokens, "calls": int(entry.get("calls") or 0) + 1, "cost": str(known),
+    models[model] = {**tokens, "calls": json_int(entry.get("calls")) + 1, "cost": str(known),
                      "cost_unknown": bool(entry.get("cost_unknown")) or cost is None}
     return {**totals, BY_MODEL: models}
 
 
-def by_model(record: dict[str, Any] | None, *, fallback_model: str,
+def by_model(record: JsonMapping | None, *, fallback_model: str,
              cost: Decimal | None) -> dict[str, ModelCost]:
     """The per-model costs of a usage record; a record written before the breakdown existed
     is one entry for ``fallback_model`` with the turn's ``cost`` (None: unknown)."""
@@ -66,10 +67,10 @@ def by_model(record: dict[str, Any] | None, *, fallback_model: str,
             return {}
         return {fallback_model: ModelCost(fallback_model, 0, usage, cost, cost or Decimal(0))}
     out = {}
-    for name, entry in models.items():
+    for name in models:
+        entry = member(models, name)
         known = Decimal(str(entry.get("cost") or 0))
-        out[str(name)] = ModelCost(str(name), int(entry.get("calls") or 0),
-                                   Usage.from_dict(entry),
+        out[str(name)] = ModelCost(str(name), json_int(entry.get("calls")), Usage.from_dict(entry),
                                    None if entry.get("cost_unknown") else known, known)
     return out
 

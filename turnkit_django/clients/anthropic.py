@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import Any, Literal
 
 from ..exceptions import ConfigurationError, ModelAccessError, ModelError
 from ..messages import (
@@ -39,21 +39,26 @@ from ..messages import (
     ToolCallPart,
     ToolResultPart,
 )
+from ..serialization import JsonObject, JsonValue
+from . import _wire
 from ._http import (
     error_message,
     json_object,
     json_text,
+    member,
+    members,
     parse_output,
     provider_error,
     resolve_model,
+    text_or_none,
 )
 from .anthropic_media import media_block
-from .base import BaseClient, ModelRequest, ModelResponse, Usage
+from .base import BaseClient, ModelRequest, ModelResponse, Usage, json_int
 from .media import MediaAnalysis, MediaRequest, analysis_from, analysis_request
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 PROVIDER = "anthropic"
-_EPHEMERAL = {"type": "ephemeral"}
+_EPHEMERAL: _wire.CacheControl = {"type": "ephemeral"}
 # Parameters every supported SDK version accepts as keywords; newer ones go through extra_body.
 _SDK_KEYWORDS = frozenset({"model", "max_tokens", "messages", "system", "tools", "thinking"})
 _THINKING_KEYS = frozenset({"budget", "effort", "display", "adaptive"})
@@ -132,19 +137,11 @@ class AnthropicClient(BaseClient):
             raise ConfigurationError(
                 "AnthropicClient needs the anthropic SDK: pip install 'turnkit-django[anthropic]'"
             ) from None
-        options: dict[str, Any] = {
-            "api_key": self._key(),
-            "max_retries": self.max_retries,
-            "timeout": self.timeout,
-        }
-        if self.base_url:
-            options["base_url"] = self.base_url
-        if self._http_client is not None:
-            options["http_client"] = self._http_client
-        if self._default_headers:
-            options["default_headers"] = self._default_headers
         try:
-            return anthropic.Anthropic(**options)
+            return anthropic.Anthropic(
+                api_key=self._key(), max_retries=self.max_retries, timeout=self.timeout,
+                base_url=self.base_url or None, http_client=self._http_client,
+                default_headers=self._default_headers or None)
         except TypeError as exc:  # an http_client of the wrong httpx package, for instance
             raise ConfigurationError(f"could not configure the anthropic SDK: {exc}") from None
 
@@ -178,7 +175,7 @@ class AnthropicClient(BaseClient):
         parts = [ProviderPart(PROVIDER, media_block(media)) for media in request.media]
         return analysis_from(self.complete(analysis_request(request, parts)))
 
-    def build_request(self, request: ModelRequest) -> dict[str, Any]:
+    def build_request(self, request: ModelRequest) -> _wire.AnthropicBody:
         """Return the JSON body of the Messages API request for ``request``."""
         thinking, effort = self._thinking(request.thinking)
         max_tokens = request.max_tokens or self.max_tokens
@@ -186,7 +183,7 @@ class AnthropicClient(BaseClient):
         if isinstance(budget, int) and budget >= max_tokens:
             # Thinking tokens count toward max_tokens, which must exceed the budget.
             max_tokens = budget + self.max_tokens
-        body: dict[str, Any] = {
+        body: _wire.AnthropicBody = {
             "model": resolve_model(self.model, request, PROVIDER),
             "max_tokens": max_tokens,
             "messages": self._messages(request.messages),
@@ -201,7 +198,7 @@ class AnthropicClient(BaseClient):
             ]
         if thinking:
             body["thinking"] = thinking
-        output_config: dict[str, Any] = {}
+        output_config: _wire.AnthropicOutputConfig = {}
         if effort:
             output_config["effort"] = effort
         if request.output_schema is not None:
@@ -209,22 +206,22 @@ class AnthropicClient(BaseClient):
         if output_config:
             body["output_config"] = output_config
         if self.prompt_caching:
-            body["cache_control"] = dict(_EPHEMERAL)
+            body["cache_control"] = {**_EPHEMERAL}
         return body
 
-    def _system(self, request: ModelRequest) -> list[dict[str, Any]]:
-        blocks: list[dict[str, Any]] = []
+    def _system(self, request: ModelRequest) -> list[_wire.AnthropicText]:
+        blocks: list[_wire.AnthropicText] = []
         if request.stable_instructions:
-            block: dict[str, Any] = {"type": "text", "text": request.stable_instructions}
+            block: _wire.AnthropicText = {"type": "text", "text": request.stable_instructions}
             if self.prompt_caching:
-                block["cache_control"] = dict(_EPHEMERAL)
+                block["cache_control"] = {**_EPHEMERAL}
             blocks.append(block)
         if request.dynamic_instructions:
             blocks.append({"type": "text", "text": request.dynamic_instructions})
         return blocks
 
     @staticmethod
-    def _thinking(config: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
+    def _thinking(config: JsonObject | None) -> tuple[JsonObject | None, JsonValue]:
         """Return the ``thinking`` parameter and the effort for a thinking configuration.
 
         ``{"budget": N}`` is manual extended thinking; ``{"adaptive": True}`` is adaptive
@@ -242,9 +239,10 @@ class AnthropicClient(BaseClient):
                 f"unknown thinking options {sorted(unknown)} for Anthropic; use budget, "
                 "adaptive, effort, display, or the API's own form with a 'type' key"
             )
-        thinking: dict[str, Any] | None = None
-        if config.get("budget"):
-            thinking = {"type": "enabled", "budget_tokens": int(config["budget"])}
+        thinking: JsonObject | None = None
+        budget = json_int(config.get("budget"))
+        if budget:
+            thinking = {"type": "enabled", "budget_tokens": budget}
         elif config.get("adaptive"):
             thinking = {"type": "adaptive"}
         if thinking is not None and config.get("display"):
@@ -253,9 +251,10 @@ class AnthropicClient(BaseClient):
 
     # -- transcript translation --------------------------------------------------------------
 
-    def _messages(self, messages: tuple[ChatMessage, ...]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def _messages(self, messages: tuple[ChatMessage, ...]) -> list[_wire.AnthropicMessage]:
+        out: list[_wire.AnthropicMessage] = []
         for message in messages:
+            role: Literal["user", "assistant"]
             if message.role == "assistant":
                 role, blocks = "assistant", self._assistant_blocks(message.parts)
             else:
@@ -273,11 +272,11 @@ class AnthropicClient(BaseClient):
         return out
 
     @staticmethod
-    def _user_blocks(parts: tuple[Part, ...]) -> list[dict[str, Any]]:
-        blocks: list[dict[str, Any]] = []
+    def _user_blocks(parts: tuple[Part, ...]) -> list[_wire.AnthropicBlock]:
+        blocks: list[_wire.AnthropicBlock] = []
         for part in parts:
             if isinstance(part, ToolResultPart):
-                block: dict[str, Any] = {
+                block: _wire.AnthropicToolResult = {
                     "type": "tool_result",
                     "tool_use_id": part.tool_call_id,
                     "content": json_text(part.content),
@@ -294,10 +293,10 @@ class AnthropicClient(BaseClient):
         return blocks
 
     @staticmethod
-    def _assistant_blocks(parts: tuple[Part, ...]) -> list[dict[str, Any]]:
+    def _assistant_blocks(parts: tuple[Part, ...]) -> list[_wire.AnthropicBlock]:
         # A structured answer keeps its JSON text; the parsed DataPart is sent only without it.
         has_text = any(isinstance(p, TextPart) and p.text for p in parts)
-        blocks: list[dict[str, Any]] = []
+        blocks: list[_wire.AnthropicBlock] = []
         for part in parts:
             if isinstance(part, ThinkingPart):
                 if part.provider != PROVIDER or not part.signature:
@@ -324,28 +323,27 @@ class AnthropicClient(BaseClient):
 
     # -- the response ------------------------------------------------------------------------
 
-    def parse_response(self, data: dict[str, Any], request: ModelRequest) -> ModelResponse:
+    def parse_response(self, data: JsonObject, request: ModelRequest) -> ModelResponse:
         """Translate a Messages API response body into a :class:`ModelResponse`."""
         parts: list[Part] = []
         texts: list[str] = []
-        for block in data.get("content") or []:
+        for block in members(data.get("content")):
             kind = block.get("type")
             if kind == "text":
-                texts.append(block.get("text") or "")
+                texts.append(text_or_none(block.get("text")) or "")
                 parts.append(TextPart(texts[-1]))
             elif kind == "thinking":
                 parts.append(
                     ThinkingPart(
-                        text=block.get("thinking") or "",
-                        signature=block.get("signature"),
+                        text=text_or_none(block.get("thinking")) or "",
+                        signature=text_or_none(block.get("signature")),
                         provider=PROVIDER,
                     )
                 )
             elif kind == "redacted_thinking":
+                signature = text_or_none(block.get("data"))
                 parts.append(
-                    ThinkingPart(
-                        text="", signature=block.get("data"), provider=PROVIDER, redacted=True
-                    )
+                    ThinkingPart(text="", signature=signature, provider=PROVIDER, redacted=True)
                 )
             elif kind == "tool_use":
                 arguments = block.get("input")
@@ -363,17 +361,17 @@ class AnthropicClient(BaseClient):
             ok, value = parse_output("".join(texts))
             if ok:
                 parts.append(DataPart(value))
-        usage = data.get("usage") or {}
+        usage = member(data, "usage")
         return ModelResponse(
             parts=tuple(parts),
             usage=Usage(
-                input_tokens=int(usage.get("input_tokens") or 0),
-                output_tokens=int(usage.get("output_tokens") or 0),
-                cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
-                cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
+                input_tokens=json_int(usage.get("input_tokens")),
+                output_tokens=json_int(usage.get("output_tokens")),
+                cache_read_tokens=json_int(usage.get("cache_read_input_tokens")),
+                cache_write_tokens=json_int(usage.get("cache_creation_input_tokens")),
             ),
             model=str(data.get("model") or request.model),
-            stop_reason=data.get("stop_reason"),
+            stop_reason=text_or_none(data.get("stop_reason")),
             provider=PROVIDER,
         )
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..exceptions import MediaError
+from ..serialization import JsonObject
 from .media import MediaInput
 
 
-def media_block(media: MediaInput) -> dict[str, Any]:
+def media_block(media: MediaInput) -> JsonObject:
     """The ``image`` or ``document`` block of one image or PDF (base64 bytes or a URL)."""
     if media.is_image:
         kind = "image"
@@ -17,12 +16,12 @@ def media_block(media: MediaInput) -> dict[str, Any]:
     else:
         raise MediaError(f"Anthropic view_media takes images (PNG, JPEG, GIF, WebP) and PDFs, "
                          f"not {media.mime_type!r} ({media.name!r})")
-    source: dict[str, Any]
+    source: JsonObject
     if media.url is not None:
         source = {"type": "url", "url": media.url}
     else:
         source = {"type": "base64", "media_type": media.mime_type, "data": media.base64()}
-    block: dict[str, Any] = {"type": kind, "source": source}
+    block: JsonObject = {"type": kind, "source": source}
     if kind == "document" and media.name:
         block["title"] = media.name
     return block

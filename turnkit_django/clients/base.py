@@ -9,15 +9,22 @@ will not fix, after doing its own retries for transient ones.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from ..exceptions import ModelAccessError
 from ..messages import ChatMessage, Part, PartsView, ThinkingPart
+from ..serialization import JsonMapping, JsonObject
 
 #: Set by :func:`turnkit_django.testing.block_model_requests`: real provider clients refuse to
 #: make requests while it is set.
 requests_blocked = threading.Event()
+
+
+def json_int(value: object) -> int:
+    """Return an integer read from JSON (a token or call count); 0 when missing or empty."""
+    return int(value) if isinstance(value, int | float | str) and value else 0
 
 
 @dataclass(frozen=True)
@@ -70,9 +77,10 @@ class Usage:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> Usage:
-        data = data or {}
-        return cls(**{k: int(data.get(k) or 0) for k in cls.__dataclass_fields__})
+    def from_dict(cls, data: object) -> Usage:
+        """Read a stored usage record (``as_dict``); a missing or malformed one counts 0."""
+        record: JsonMapping = data if isinstance(data, Mapping) else {}
+        return cls(**{k: json_int(record.get(k)) for k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -85,7 +93,7 @@ class ToolSpec:
 
     name: str
     description: str
-    parameters: dict[str, Any]
+    parameters: JsonObject
 
 
 @dataclass(frozen=True)
@@ -101,10 +109,10 @@ class ModelRequest:
     tools: tuple[ToolSpec, ...] = ()
     stable_instructions: str = ""
     dynamic_instructions: str = ""
-    output_schema: dict[str, Any] | None = None
-    thinking: dict[str, Any] | None = None
+    output_schema: JsonObject | None = None
+    thinking: JsonObject | None = None
     max_tokens: int | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JsonObject = field(default_factory=dict)
 
     @property
     def instructions(self) -> str:
@@ -193,4 +201,4 @@ class BaseClient:
 
 
 __all__ = ["BaseClient", "Client", "ModelRequest", "ModelResponse", "ToolSpec", "Usage",
-           "requests_blocked"]
+           "json_int", "requests_blocked"]

@@ -24,36 +24,69 @@ import logging
 import re
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Literal, Required, TypedDict
 
 from ..conf import turnkit_settings
+from ..exceptions import ConfigurationError
+from ..serialization import JsonMapping
 from .base import Usage
 
 logger = logging.getLogger("turnkit_django.cost")
 
-RATE_KEYS = ("input", "output", "cache_read", "cache_write", "thinking", "image_input")
+RateKey = Literal["input", "output", "cache_read", "cache_write", "thinking", "image_input"]
+RATE_KEYS: tuple[RateKey, ...] = ("input", "output", "cache_read", "cache_write", "thinking",
+                                  "image_input")
 BAND_KEY = "long_prompt"
 _MILLION = Decimal(1_000_000)
 _SNAPSHOT = re.compile(r"^(?P<name>.+?)-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
 
 
+class Prices(TypedDict, total=False):
+    """USD per million tokens of each kind (a kind left out is not priced: its cost is unknown)."""
+
+    input: str
+    output: str
+    cache_read: str
+    cache_write: str
+    thinking: str
+    image_input: str
+
+
+class LongPromptBand(Prices, total=False):
+    """The prices of a call whose prompt is over ``threshold`` tokens."""
+
+    threshold: Required[int]
+
+
+class ModelRate(Prices, total=False):
+    """A model's rate, as in ``TURNKIT["COST_RATES"]`` (which also takes numbers for prices)."""
+
+    long_prompt: LongPromptBand
+
+
 def _rate(
     input: str, output: str, cache_read: str | None = None, cache_write: str | None = None,
     image_input: str | None = None,
-) -> dict[str, Any]:
-    rate = {"input": input, "output": output, "cache_read": cache_read, "cache_write": cache_write,
-            "image_input": image_input}
-    return {k: v for k, v in rate.items() if v is not None}
+) -> ModelRate:
+    rate: ModelRate = {"input": input, "output": output}
+    if cache_read is not None:
+        rate["cache_read"] = cache_read
+    if cache_write is not None:
+        rate["cache_write"] = cache_write
+    if image_input is not None:
+        rate["image_input"] = image_input
+    return rate
 
 
-def _long(rate: dict[str, Any], threshold: int, prompt_x: str, output_x: str) -> dict[str, Any]:
+def _long(rate: ModelRate, threshold: int, prompt_x: str, output_x: str) -> ModelRate:
     """Add a long-prompt band: prompt-side rates times ``prompt_x``, output times ``output_x``."""
-    band: dict[str, Any] = {"threshold": threshold}
+    band: LongPromptBand = {"threshold": threshold}
     for key in RATE_KEYS:
-        if key in rate:
+        price = rate.get(key)
+        if price is not None:
             factor = Decimal(output_x if key == "output" else prompt_x)
-            band[key] = format((Decimal(rate[key]) * factor).normalize(), "f")
-    return {**rate, BAND_KEY: band}
+            band[key] = format((Decimal(price) * factor).normalize(), "f")
+    return {**rate, "long_prompt": band}
 
 
 # USD per million tokens from the providers' price lists (Anthropic: cache_write is the 5-minute
@@ -63,7 +96,7 @@ _OPUS_41 = _rate("15", "75", "1.50", "18.75")
 _SONNET_4 = _long(_rate("3", "15", "0.30", "3.75"), 200_000, "2", "1.5")
 _GPT_6_SOL = _long(_rate("2", "10", "0.10", "2.50"), 272_000, "2", "1.5")
 
-BUILTIN_RATES: dict[str, dict[str, Any]] = {
+BUILTIN_RATES: dict[str, ModelRate] = {
     # Anthropic
     "claude-fable-5-2": _rate("8", "40", "0.20", "10"),
     "claude-fable-5-1": _rate("10", "50", "0.25", "12.50"),
@@ -118,18 +151,23 @@ BUILTIN_RATES: dict[str, dict[str, Any]] = {
 }
 
 
-def rates_for(model: str) -> Mapping[str, Any] | None:
+def rates_for(model: str) -> JsonMapping | None:
     """Return the rate entry for ``model`` (settings first, then built-in), or None."""
-    configured: Mapping[str, Any] = turnkit_settings.COST_RATES or {}
+    configured = turnkit_settings.COST_RATES or {}
     names = [model]
     snapshot = _SNAPSHOT.match(model)
     if snapshot:
         names.append(snapshot.group("name"))
     for name in names:
-        for table in (configured, BUILTIN_RATES):
-            if name in table:
-                rate: Mapping[str, Any] = table[name]
-                return rate
+        if name in configured:
+            rate = configured[name]
+            if not isinstance(rate, Mapping):
+                raise ConfigurationError(
+                    f"TURNKIT['COST_RATES'][{name!r}] is {rate!r}; give a dict of USD per "
+                    "million tokens, for example {'input': '3', 'output': '15'}")
+            return rate
+        if name in BUILTIN_RATES:
+            return BUILTIN_RATES[name]
     return None
 
 
@@ -198,7 +236,7 @@ def compute_cost(model: str, usage: Usage, reported: str | None = None) -> Decim
     return total.quantize(Decimal("0.00000001"))
 
 
-def _rate_problems(where: str, entry: Any, *, band_allowed: bool) -> list[str]:
+def _rate_problems(where: str, entry: object, *, band_allowed: bool) -> list[str]:
     if not isinstance(entry, Mapping):
         return [f"{where} = {entry!r} must be a dict"]
     problems: list[str] = []
@@ -223,7 +261,7 @@ def _rate_problems(where: str, entry: Any, *, band_allowed: bool) -> list[str]:
     return problems
 
 
-def validate_rates(rates: Any) -> list[str]:
+def validate_rates(rates: object) -> list[str]:
     """Return problems with a ``COST_RATES`` value (used by the system check)."""
     if not isinstance(rates, Mapping):
         return ["COST_RATES must be a dict of model name -> rates"]

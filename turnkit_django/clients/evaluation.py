@@ -25,8 +25,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
+from ..serialization import JsonMapping, JsonObject, JsonValue
+from ._http import member
 from .base import Usage
 
 _KEY = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -34,20 +36,20 @@ _KEY = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 SUM_TOLERANCE = 0.02
 
 
-def _key(value: Any, what: str) -> str:
+def _key(value: object, what: str) -> str:
     if not isinstance(value, str) or not _KEY.match(value):
         raise ValueError(f"{what} {value!r} must be 1-64 lowercase letters, digits or '_', "
                          "starting with a letter")
     return value
 
 
-def _text(value: Any, what: str) -> str:
+def _text(value: object, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{what} must be a non-empty string, got {value!r}")
     return value
 
 
-def _labels(values: Any, what: str) -> tuple[str, ...]:
+def _labels(values: object, what: str) -> tuple[str, ...]:
     if isinstance(values, str) or not isinstance(values, Sequence | Mapping):
         raise ValueError(f"{what} must be a list of at least two distinct strings, got "
                          f"{values!r}")
@@ -69,7 +71,7 @@ class YesNo:
         _key(self.key, "a question key")
         _text(self.question, f"question {self.key!r}")
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {"kind": self.kind, "key": self.key, "question": self.question}
 
 
@@ -90,9 +92,10 @@ class _Labelled:
     def labels(self) -> tuple[str, ...]:
         return tuple(getattr(self, self.field))
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         values = getattr(self, self.field)
-        described = dict(values) if isinstance(values, Mapping) else {v: "" for v in values}
+        described: JsonObject = (dict(values) if isinstance(values, Mapping)
+                                 else {v: "" for v in values})
         return {"kind": self.kind, "key": self.key, "question": self.question,
                 self.field: described}
 
@@ -123,7 +126,7 @@ class Score(_Labelled):
 Question = YesNo | Choice | Score
 
 
-def check_questions(questions: Any) -> tuple[Question, ...]:
+def check_questions(questions: object) -> tuple[Question, ...]:
     """Return ``questions`` as a tuple if they are a non-empty list with distinct keys."""
     if isinstance(questions, YesNo | Choice | Score):
         questions = [questions]
@@ -158,7 +161,7 @@ class YesNoAnswer:
     def yes(self) -> bool:
         return self.probability >= 0.5
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {"kind": self.kind, "probability": self.probability}
 
 
@@ -170,8 +173,8 @@ class ChoiceAnswer:
     confidence: float
     kind: ClassVar[str] = "choice"
 
-    def as_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "choice": self.choice, "distribution": self.distribution,
+    def as_json(self) -> JsonObject:
+        return {"kind": self.kind, "choice": self.choice, "distribution": {**self.distribution},
                 "confidence": self.confidence}
 
 
@@ -184,22 +187,22 @@ class ScoreAnswer:
     confidence: float
     kind: ClassVar[str] = "score"
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {"kind": self.kind, "score": self.score, "level": self.level,
-                "distribution": self.distribution, "confidence": self.confidence}
+                "distribution": {**self.distribution}, "confidence": self.confidence}
 
 
 Answer = YesNoAnswer | ChoiceAnswer | ScoreAnswer
 
 
-def _probability(value: Any, where: str) -> float:
+def _probability(value: object, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not (
             0.0 <= float(value) <= 1.0) or math.isnan(float(value)):
         raise ValueError(f"{where} must be a probability between 0 and 1, got {value!r}")
     return float(value)
 
 
-def _distribution(value: Any, labels: tuple[str, ...], where: str) -> dict[str, float]:
+def _distribution(value: object, labels: tuple[str, ...], where: str) -> dict[str, float]:
     if not isinstance(value, Mapping) or set(value) != set(labels):
         shown = sorted(value) if isinstance(value, Mapping) else value
         raise ValueError(f"{where} must give a probability for exactly {list(labels)}, got "
@@ -212,14 +215,14 @@ def _distribution(value: Any, labels: tuple[str, ...], where: str) -> dict[str, 
     return {label: round(p / total, 6) for label, p in probabilities.items()}
 
 
-def _closed(value: Any, keys: set[str], where: str) -> Mapping[str, Any]:
+def _closed(value: object, keys: set[str], where: str) -> JsonMapping:
     if not isinstance(value, Mapping) or set(value) != keys:
         shown = sorted(value) if isinstance(value, Mapping) else type(value).__name__
         raise ValueError(f"{where} must be an object with exactly {sorted(keys)}, got {shown}")
     return value
 
 
-def parse_answers(questions: Sequence[Question], raw: Any) -> dict[str, Answer]:
+def parse_answers(questions: Sequence[Question], raw: object) -> dict[str, Answer]:
     """Validate an evaluator's raw answers strictly (closed objects, every question, valid
     probabilities); raise ValueError naming the first problem."""
     body = _closed(raw, {q.key for q in questions}, "the answers")
@@ -247,32 +250,45 @@ def parse_answers(questions: Sequence[Question], raw: Any) -> dict[str, Answer]:
     return answers
 
 
-def answer_from_json(key: str, data: Mapping[str, Any]) -> Answer:
+def _stored_number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"a stored answer holds {value!r} where a number belongs")
+    return float(value)
+
+
+def _stored_distribution(value: object) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"a stored answer holds {value!r} where a distribution belongs")
+    return {str(label): _stored_number(p) for label, p in value.items()}
+
+
+def answer_from_json(key: str, data: JsonMapping) -> Answer:
     """An answer as stored in a receipt."""
     kind = data.get("kind")
     if kind == "yes_no":
-        return YesNoAnswer(key, float(data["probability"]))
+        return YesNoAnswer(key, _stored_number(data["probability"]))
     if kind == "choice":
-        return ChoiceAnswer(key, str(data["choice"]), dict(data["distribution"]),
-                            float(data["confidence"]))
-    return ScoreAnswer(key, float(data["score"]), str(data["level"]), dict(data["distribution"]),
-                       float(data["confidence"]))
+        return ChoiceAnswer(key, str(data["choice"]), _stored_distribution(data["distribution"]),
+                            _stored_number(data["confidence"]))
+    return ScoreAnswer(key, _stored_number(data["score"]), str(data["level"]),
+                       _stored_distribution(data["distribution"]),
+                       _stored_number(data["confidence"]))
 
 
-def answer_schema(questions: Sequence[Question]) -> dict[str, Any]:
+def answer_schema(questions: Sequence[Question]) -> JsonObject:
     """A closed JSON schema of the raw answers (every property required, nothing extra), the
     form strict structured-output modes accept."""
 
-    def closed(properties: dict[str, Any]) -> dict[str, Any]:
-        return {"type": "object", "properties": properties, "required": list(properties),
+    def closed(properties: JsonObject) -> JsonObject:
+        return {"type": "object", "properties": properties, "required": [*properties],
                 "additionalProperties": False}
 
-    properties: dict[str, Any] = {}
+    properties: JsonObject = {}
     for question in questions:
         if isinstance(question, YesNo):
             properties[question.key] = closed({"probability": {"type": "number"}})
         else:
-            labels = {label: {"type": "number"} for label in question.labels}
+            labels: JsonObject = {label: {"type": "number"} for label in question.labels}
             properties[question.key] = closed({"distribution": closed(labels)})
     return closed(properties)
 
@@ -299,16 +315,16 @@ class Evaluation:
         return self.answers[key]
 
     @classmethod
-    def from_receipt(cls, receipt: Mapping[str, Any], *, reused: bool) -> Evaluation:
-        result = receipt.get("result") or {}
-        answers = {key: answer_from_json(key, value)
-                   for key, value in (result.get("answers") or {}).items()}
-        cost = receipt.get("cost")
+    def from_receipt(cls, receipt: JsonMapping, *, reused: bool) -> Evaluation:
+        result = member(receipt, "result")
+        stored = member(result, "answers")
+        answers = {key: answer_from_json(key, member(stored, key)) for key in stored}
+        cost, attempts = receipt.get("cost"), receipt.get("attempts")
         return cls(str(receipt["id"]), str(receipt.get("purpose") or ""),
                    str(result.get("model") or receipt.get("model") or ""), answers,
                    Usage.from_dict(receipt.get("usage")),
                    None if cost is None else Decimal(str(cost)),
-                   len(receipt.get("attempts") or ()), reused)
+                   len(attempts) if isinstance(attempts, list) else 0, reused)
 
 
 # --------------------------------------------------------------------------- the protocol
@@ -321,18 +337,18 @@ class EvaluationRequest:
     model: str
     purpose: str
     questions: tuple[Question, ...]
-    candidate: Any
+    candidate: JsonValue
     policy_version: str = ""
     timeout: float = 30.0
     #: The receipt id and the attempt number (for the provider's logs; not an idempotency key).
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JsonObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class EvaluatorReply:
     """What the provider answered: the raw answers, the usage, the model that answered."""
 
-    answers: Any
+    answers: object
     usage: Usage = field(default_factory=Usage)
     model: str = ""
     http_status: int | None = None

@@ -20,17 +20,19 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 from ..exceptions import ConfigurationError, MediaError
 from ..messages import ChatMessage, Part, TextPart
+from ..serialization import JsonObject, JsonValue
 from .base import ModelRequest, ModelResponse, Usage
 
 Capability = Literal["paint", "view_media"]
 Source = Literal["path", "url", "bytes", "file"]
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 PDF = "application/pdf"
+_Client = TypeVar("_Client")
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,9 @@ class MediaInput:
             return self.url
         return f"data:{self.mime_type};base64,{self.base64()}"
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """What may be recorded about the media: never its bytes, nor a URL's query string."""
-        info: dict[str, Any] = {"name": self.name, "mime_type": self.mime_type,
+        info: JsonObject = {"name": self.name, "mime_type": self.mime_type,
                                 "source": self.source}
         if self.data is not None:
             info["size"] = len(self.data)
@@ -105,7 +107,7 @@ class ImageRequest:
     input_images: tuple[MediaInput, ...] = ()
     mask: MediaInput | None = None
     #: Provider parameters sent as they are (``quality``, ``background``, ``n`` ...).
-    params: dict[str, Any] = field(default_factory=dict)
+    params: JsonObject = field(default_factory=dict)
     #: Sent to providers that deduplicate paid requests by key; stable across replays.
     idempotency_key: str | None = None
 
@@ -130,7 +132,7 @@ class GeneratedImage:
     storage: str | None = None
     name: str | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         """The image's references (never its bytes), as stored in a turn's output data."""
         return {"id": self.id, "url": self.url, "storage": self.storage, "name": self.name,
                 "mime_type": self.mime_type, "revised_prompt": self.revised_prompt}
@@ -154,7 +156,7 @@ class ImageResult:
         """The first image's URL, if the provider gave one."""
         return next((i.url for i in self.images if i.url), None)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         """A JSON summary for tool results and output data: references, never bytes."""
         return {"type": "image", "message_id": self.message_id, "model": self.model,
                 "size": self.size, "images": [i.as_json() for i in self.images],
@@ -168,9 +170,9 @@ class MediaRequest:
     media: tuple[MediaInput, ...]
     objective: str
     model: str | None = None
-    output_schema: dict[str, Any] | None = None
+    output_schema: JsonObject | None = None
     #: Provider parameters sent as they are (``max_tokens``, ``temperature`` ...).
-    params: dict[str, Any] = field(default_factory=dict)
+    params: JsonObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -183,19 +185,19 @@ class MediaAnalysis:
     """
 
     text: str
-    data: Any = None
+    data: JsonValue = None
     model: str = ""
     usage: Usage = field(default_factory=Usage)
     reported_cost: str | None = None
     provider: str | None = None
-    media: tuple[dict[str, Any], ...] = ()
+    media: tuple[JsonObject, ...] = ()
     message_id: str | None = None
     cost: Decimal | None = None
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         """A JSON summary for tool results and output data."""
         return {"type": "media_analysis", "message_id": self.message_id, "text": self.text,
-                "data": self.data, "media": list(self.media), "model": self.model,
+                "data": self.data, "media": [*self.media], "model": self.model,
                 "cost": None if self.cost is None else str(self.cost)}
 
 
@@ -232,11 +234,17 @@ def analysis_request(request: MediaRequest, parts: Sequence[Part]) -> ModelReque
     if unknown:
         raise ConfigurationError(f"unknown view_media params {sorted(unknown)}; use "
                                  f"{sorted(_VIEW_PARAMS)}")
+    max_tokens, thinking = request.params.get("max_tokens"), request.params.get("thinking")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+        raise ConfigurationError(f"view_media params max_tokens must be a whole number of tokens, "
+                                 f"not {max_tokens!r}")
+    if thinking is not None and not isinstance(thinking, dict):
+        raise ConfigurationError(f"view_media params thinking must be a dict of thinking options "
+                                 f"(such as {{'budget': 2048}}), not {thinking!r}")
     message = ChatMessage("user", (*parts, TextPart(f"Objective: {request.objective}")))
     return ModelRequest(
         model=request.model or "", messages=(message,), stable_instructions=VIEW_INSTRUCTIONS,
-        output_schema=request.output_schema, max_tokens=request.params.get("max_tokens"),
-        thinking=request.params.get("thinking"),
+        output_schema=request.output_schema, max_tokens=max_tokens, thinking=thinking,
     )
 
 
@@ -247,12 +255,12 @@ def analysis_from(response: ModelResponse) -> MediaAnalysis:
                          provider=response.provider)
 
 
-def supports(client: Any, capability: Capability) -> bool:
+def supports(client: object, capability: Capability) -> bool:
     """Whether ``client`` declares ``capability`` (its ``supports_<capability>`` flag)."""
     return getattr(client, f"supports_{capability}", False) is True
 
 
-def require(client: Any, capability: Capability) -> Any:
+def require(client: _Client, capability: Capability) -> _Client:
     """Return ``client`` if it declares ``capability``; raise ConfigurationError otherwise."""
     if not supports(client, capability):
         raise ConfigurationError(

@@ -29,13 +29,13 @@ import binascii
 import mimetypes
 import os
 from pathlib import Path
-from typing import Any
+from typing import Protocol, runtime_checkable
 from urllib.parse import unquote_to_bytes, urlsplit
 
 from django.core.files import File
 
 from ..exceptions import MediaError
-from .media import MediaInput, public_url
+from .media import MediaInput, Source, public_url
 
 #: The largest medium :func:`to_media` accepts unless told otherwise (bytes).
 MAX_BYTES = 20 * 1024 * 1024
@@ -48,7 +48,23 @@ _SIGNATURES = (
 )
 
 
-def to_media(value: Any, *, mime_type: str | None = None, name: str | None = None,
+@runtime_checkable
+class _Readable(Protocol):
+    """A binary file object: anything with ``read(size)``."""
+
+    def read(self, size: int = -1, /) -> bytes | str: ...
+
+
+@runtime_checkable
+class _Seekable(_Readable, Protocol):
+    """A file object that can be rewound."""
+
+    def seek(self, offset: int, /) -> int: ...
+
+    def tell(self) -> int: ...
+
+
+def to_media(value: object, *, mime_type: str | None = None, name: str | None = None,
              max_bytes: int | None = None) -> MediaInput:
     """Normalise ``value`` (see the module docstring) into a :class:`MediaInput`."""
     limit = MAX_BYTES if max_bytes is None else max_bytes
@@ -67,7 +83,7 @@ def to_media(value: Any, *, mime_type: str | None = None, name: str | None = Non
         data = bytes(value)
         _check_size(len(data), limit, name or "bytes")
         return _from_bytes(data, mime_type, name or "", None, "bytes")
-    if isinstance(value, File) or callable(getattr(value, "read", None)):
+    if isinstance(value, File) or (isinstance(value, _Readable) and callable(value.read)):
         return _file(value, mime_type, name, limit)
     raise MediaError(
         f"cannot use {type(value).__name__} as media: pass a path, an https URL, bytes with "
@@ -75,7 +91,7 @@ def to_media(value: Any, *, mime_type: str | None = None, name: str | None = Non
     )
 
 
-def to_media_list(values: Any, *, max_bytes: int | None = None) -> tuple[MediaInput, ...]:
+def to_media_list(values: object, *, max_bytes: int | None = None) -> tuple[MediaInput, ...]:
     """Normalise one medium or a list of them (a tuple is a ``(bytes, mime)`` pair)."""
     items = list(values) if isinstance(values, list) else [values]
     if not items:
@@ -123,7 +139,8 @@ def _path(path: Path, mime_type: str | None, name: str | None, limit: int) -> Me
     return _from_bytes(data, mime_type, name or path.name, None, "path")
 
 
-def _file(file: Any, mime_type: str | None, name: str | None, limit: int) -> MediaInput:
+def _file(file: File | _Readable, mime_type: str | None, name: str | None,
+          limit: int) -> MediaInput:
     label = name or os.path.basename(str(getattr(file, "name", "") or "")) or "file"
     try:
         size = file.size if isinstance(file, File) else None
@@ -142,20 +159,19 @@ def _file(file: Any, mime_type: str | None, name: str | None, limit: int) -> Med
     return _from_bytes(data, mime_type, label, content_type, "file")
 
 
-def _read_rewound(file: Any, limit: int, label: str) -> bytes:
+def _read_rewound(file: _Readable, limit: int, label: str) -> bytes:
     """Read an open file from its start and put its position back (the caller may save it)."""
-    seekable = callable(getattr(file, "seek", None)) and callable(getattr(file, "tell", None))
-    position = file.tell() if seekable else None
-    if seekable:
-        file.seek(0)
+    if not isinstance(file, _Seekable):
+        return _read(file, limit, label)
+    position = file.tell()
+    file.seek(0)
     try:
         return _read(file, limit, label)
     finally:
-        if position is not None:
-            file.seek(position)
+        file.seek(position)
 
 
-def _read(stream: Any, limit: int, label: str) -> bytes:
+def _read(stream: _Readable, limit: int, label: str) -> bytes:
     data = stream.read(limit + 1)  # one byte more than allowed tells a file over the limit
     if isinstance(data, str):
         raise MediaError(f"media {label!r} was opened in text mode: open it in binary mode ('rb')")
@@ -164,7 +180,7 @@ def _read(stream: Any, limit: int, label: str) -> bytes:
 
 
 def _from_bytes(data: bytes, mime_type: str | None, name: str, content_type: str | None,
-                source: Any) -> MediaInput:
+                source: Source) -> MediaInput:
     mime = mime_type or sniff(data) or content_type or mimetypes.guess_type(name)[0]
     if not mime:
         raise MediaError(f"cannot tell the type of media {name or 'bytes'!r}: pass mime_type=")

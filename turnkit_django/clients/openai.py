@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 import httpx
 
@@ -45,18 +45,23 @@ from ..messages import (
     ThinkingPart,
     ToolCallPart,
 )
-from . import openai_media
+from ..serialization import JsonMapping, JsonObject
+from . import _wire, openai_media
 from ._http import (
+    content_text,
     error_message,
     json_text,
+    member,
+    members,
     parse_arguments,
     parse_output,
     provider_error,
     resolve_model,
     retry_after,
     schema_name,
+    text_or_none,
 )
-from .base import BaseClient, ModelRequest, ModelResponse, Usage
+from .base import BaseClient, ModelRequest, ModelResponse, Usage, json_int
 from .media import ImageRequest, ImageResult, MediaAnalysis, MediaRequest
 from .openai_http import API_KEY_ENV, OpenAIHTTP
 
@@ -197,9 +202,9 @@ class OpenAIClient(OpenAIHTTP, BaseClient):
             raise ModelAccessError(missing)
         return self._key()
 
-    def build_request(self, request: ModelRequest) -> dict[str, Any]:
+    def build_request(self, request: ModelRequest) -> _wire.OpenAIChatBody:
         """Return the JSON body of the chat completions request for ``request``."""
-        body: dict[str, Any] = {
+        body: _wire.OpenAIChatBody = {
             "model": resolve_model(self.model, request, PROVIDER),
             "messages": self._messages(request),
         }
@@ -234,8 +239,8 @@ class OpenAIClient(OpenAIHTTP, BaseClient):
 
     # -- transcript translation --------------------------------------------------------------
 
-    def _messages(self, request: ModelRequest) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def _messages(self, request: ModelRequest) -> list[_wire.OpenAIMessage]:
+        out: list[_wire.OpenAIMessage] = []
         if request.instructions:
             out.append({"role": "system", "content": request.instructions})
         for message in request.messages:
@@ -248,30 +253,28 @@ class OpenAIClient(OpenAIHTTP, BaseClient):
                     }
                     for r in message.tool_results
                 )
-            elif message.role == "assistant":
-                entry = self._assistant_message(message)
-                if entry is not None:
-                    out.append(entry)
             else:
-                entry = self._user_message(message)
+                entry = (self._assistant_message(message) if message.role == "assistant"
+                         else self._user_message(message))
                 if entry is not None:
                     out.append(entry)
         return out
 
     @staticmethod
-    def _user_message(message: ChatMessage) -> dict[str, Any] | None:
+    def _user_message(message: ChatMessage) -> _wire.OpenAIUserMessage | None:
         text = _text(message.parts)
         blocks = [dict(p.data) for p in message.parts
                   if isinstance(p, ProviderPart) and p.provider == PROVIDER]
         if not blocks:
             return {"role": "user", "content": text} if text else None
-        content = ([{"type": "text", "text": text}] if text else []) + blocks
-        return {"role": "user", "content": content}
+        content: list[_wire.OpenAITextPart | JsonObject] = (
+            [{"type": "text", "text": text}] if text else [])
+        return {"role": "user", "content": [*content, *blocks]}
 
     @staticmethod
-    def _assistant_message(message: ChatMessage) -> dict[str, Any] | None:
+    def _assistant_message(message: ChatMessage) -> _wire.OpenAIAssistantMessage | None:
         text = _text(message.parts)
-        calls = [
+        calls: list[_wire.OpenAIToolCall] = [
             {
                 "id": call.id,
                 "type": "function",
@@ -286,42 +289,41 @@ class OpenAIClient(OpenAIHTTP, BaseClient):
         ]
         if not text and not calls:
             return None
-        entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+        entry: _wire.OpenAIAssistantMessage = {"role": "assistant", "content": text or None}
         if calls:
             entry["tool_calls"] = calls
         return entry
 
     # -- the response ------------------------------------------------------------------------
 
-    def parse_response(self, data: dict[str, Any], request: ModelRequest) -> ModelResponse:
+    def parse_response(self, data: JsonObject, request: ModelRequest) -> ModelResponse:
         """Translate a chat completions response body into a :class:`ModelResponse`."""
-        choices = data.get("choices") if isinstance(data, dict) else None
+        choices = members(data.get("choices")) if isinstance(data, dict) else []
         if not choices:
             kind, text = provider_error(data)
             raise ModelError(
                 error_message(self._label(), None, kind, text or "no choices", self._key())
             )
         choice = choices[0]
-        message = choice.get("message") or {}
+        message = member(choice, "message")
         parts: list[Part] = []
         reasoning = message.get("reasoning_content") or message.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             parts.append(ThinkingPart(text=reasoning, provider=PROVIDER))
-        content = message.get("content")
-        if isinstance(content, list):  # some servers answer with content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        content = content_text(message.get("content"))
         if content:
             parts.append(TextPart(content))
-        refusal = message.get("refusal")
+        refusal = text_or_none(message.get("refusal"))
         if refusal:
             parts.append(TextPart(refusal))
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") or {}
+        for call in members(message.get("tool_calls")):
+            function = member(call, "function")
             raw = function.get("arguments")
             if isinstance(raw, dict):  # a few servers send an object instead of a string
                 arguments, raw_text = raw, None
             else:
-                arguments, raw_text = parse_arguments(raw)
+                arguments, raw_text = parse_arguments(
+                    raw if isinstance(raw, str) or raw is None else json_text(raw))
             parts.append(
                 ToolCallPart(
                     id=str(call.get("id") or f"call_{uuid.uuid4().hex[:24]}"),
@@ -334,14 +336,14 @@ class OpenAIClient(OpenAIHTTP, BaseClient):
             ok, value = parse_output(content)
             if ok:
                 parts.append(DataPart(value))
-        finish = choice.get("finish_reason")
+        finish = text_or_none(choice.get("finish_reason"))
         return ModelResponse(
             parts=tuple(parts),
-            usage=_usage(data.get("usage") or {}),
+            usage=_usage(member(data, "usage")),
             model=str(data.get("model") or request.model),
-            stop_reason="refusal" if refusal else STOP_REASONS.get(finish, finish),
+            stop_reason="refusal" if refusal else STOP_REASONS.get(finish or "", finish),
             provider=PROVIDER,
-            reported_cost=_reported_cost(data.get("usage") or {}),
+            reported_cost=_reported_cost(member(data, "usage")),
         )
 
 
@@ -353,22 +355,22 @@ def _text(parts: tuple[Part, ...]) -> str:
     return "".join(json_text(p.data) for p in parts if isinstance(p, DataPart))
 
 
-def _usage(usage: dict[str, Any]) -> Usage:
-    details = usage.get("prompt_tokens_details") or {}
-    completion = usage.get("completion_tokens_details") or {}
-    cached = int(details.get("cached_tokens") or 0)
-    written = int(details.get("cache_write_tokens") or 0)
-    prompt = int(usage.get("prompt_tokens") or 0)
+def _usage(usage: JsonMapping) -> Usage:
+    details = member(usage, "prompt_tokens_details")
+    cached = json_int(details.get("cached_tokens"))
+    written = json_int(details.get("cache_write_tokens"))
+    prompt = json_int(usage.get("prompt_tokens"))
     return Usage(
         input_tokens=max(prompt - cached - written, 0),
-        output_tokens=int(usage.get("completion_tokens") or 0),
+        output_tokens=json_int(usage.get("completion_tokens")),
         cache_read_tokens=cached,
         cache_write_tokens=written,
-        thinking_tokens=int(completion.get("reasoning_tokens") or 0),  # part of the output
+        thinking_tokens=json_int(  # part of the output
+            member(usage, "completion_tokens_details").get("reasoning_tokens")),
     )
 
 
-def _reported_cost(usage: dict[str, Any]) -> str | None:
+def _reported_cost(usage: JsonMapping) -> str | None:
     cost = usage.get("cost")  # OpenRouter reports what it charged
     if isinstance(cost, int | float) and not isinstance(cost, bool):
         return str(cost)

@@ -28,7 +28,9 @@ from typing import Any
 import httpx
 
 from ..exceptions import EvaluationError, ModelAccessError, ModelError
-from ._http import json_object, provider_error, redact, retry_after
+from ..serialization import JsonObject, JsonValue
+from . import _wire
+from ._http import content_text, json_object, member, members, provider_error, redact, retry_after
 from .evaluation import EvaluationRequest, EvaluatorReply, answer_schema
 from .openai import OpenAIClient, _reported_cost, _usage
 
@@ -42,7 +44,7 @@ INSTRUCTIONS = (
 )
 
 
-def _render(value: Any) -> str:
+def _render(value: object) -> str:
     text = value if isinstance(value, str) else json.dumps(value, indent=2, sort_keys=True,
                                                            ensure_ascii=False, default=str)
     return text.replace("<", "&lt;").replace(">", "&gt;")
@@ -53,8 +55,8 @@ def _questions(request: EvaluationRequest) -> str:
     for question in request.questions:
         spec = question.as_json()
         line = f"- {question.key} ({question.kind}): {question.question}"
-        labelled = spec.get("options") or spec.get("rubric") or {}
-        if labelled:
+        labelled = spec.get("options") or spec.get("rubric")
+        if isinstance(labelled, dict) and labelled:
             order = "lowest to highest" if question.kind == "score" else "options"
             line += f"\n  {order}: " + "; ".join(
                 f"{label}" + (f" = {text}" if text else "") for label, text in labelled.items())
@@ -90,7 +92,7 @@ class OpenAIEvaluator:
     def __repr__(self) -> str:
         return f"OpenAIEvaluator(base_url={self.client.base_url!r}, label={self.label!r})"
 
-    def build_request(self, request: EvaluationRequest) -> dict[str, Any]:
+    def build_request(self, request: EvaluationRequest) -> _wire.OpenAIChatBody:
         """The JSON body of the chat completions request for one dispatch."""
         candidate = _render(request.candidate)
         user = (f"Purpose: {request.purpose}\n"
@@ -155,9 +157,9 @@ class OpenAIEvaluator:
         if data is None:
             raise EvaluationError(f"{label} did not answer with a JSON object",
                                   status="malformed", http_status=status)
-        usage = _usage(data.get("usage") or {})
+        usage = _usage(member(data, "usage"))
         model = str(data.get("model") or request.model)
-        cost = _reported_cost(data.get("usage") or {})
+        cost = _reported_cost(member(data, "usage"))
         try:
             answers = self._answers(data)
         except (ModelError, ValueError, KeyError, TypeError, IndexError):
@@ -167,14 +169,12 @@ class OpenAIEvaluator:
         return EvaluatorReply(answers, usage, model, status, cost)
 
     @staticmethod
-    def _answers(data: dict[str, Any]) -> Any:
-        message = data["choices"][0]["message"]
+    def _answers(data: JsonObject) -> JsonValue:
+        message = member(members(data["choices"])[0], "message")
         if message.get("refusal"):
             raise ValueError("the model refused")
-        content = message.get("content")
-        if isinstance(content, list):
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        return json.loads(content)
+        answers: JsonValue = json.loads(content_text(message.get("content")))
+        return answers
 
 
 __all__ = ["INSTRUCTIONS", "SCHEMA_VERSION", "OpenAIEvaluator"]

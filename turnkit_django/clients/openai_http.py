@@ -11,16 +11,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import httpx
 
 from ..exceptions import ModelAccessError, ModelError
+from ..serialization import JsonMapping, JsonObject
 from ._http import error_message, json_object, provider_error, retry_after
 
 logger = logging.getLogger("turnkit_django.clients.openai")
 
 API_KEY_ENV = "OPENAI_API_KEY"
+#: A multipart form's file parts: (field, (file name, bytes, MIME type)).
+Files = list[tuple[str, tuple[str, bytes, str]]]
+
+
+class _PostOptions(TypedDict, total=False):
+    """The keyword arguments of one ``httpx.Client.post``: a JSON body or a multipart form."""
+
+    headers: dict[str, str]
+    timeout: float
+    json: JsonMapping | None
+    data: dict[str, str] | None
+    files: Files
 
 
 class OpenAIHTTP:
@@ -47,13 +60,13 @@ class OpenAIHTTP:
         url: str,
         key: str | None,
         *,
-        json: dict[str, Any] | None = None,
+        json: JsonMapping | None = None,
         data: dict[str, str] | None = None,
-        files: list[tuple[str, tuple[str, bytes, str]]] | None = None,
+        files: Files | None = None,
         headers: dict[str, str] | None = None,
         timeout: float | None = None,
         retry_read_timeouts: bool = True,
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """POST a JSON body (``json``) or a multipart form (``data`` and ``files``), retrying.
 
         ``retry_read_timeouts=False`` is for paid requests that may have been carried out when
@@ -62,11 +75,11 @@ class OpenAIHTTP:
         """
         client = self._client()
         sent = {**self._headers(key, json_body=files is None), **(headers or {})}
-        options: dict[str, Any] = {"headers": sent, "timeout": timeout or self.timeout}
+        options: _PostOptions = {"headers": sent, "timeout": timeout or self.timeout}
         if files is None:
             options["json"] = json
         else:
-            options.update(data=data, files=files)
+            options["data"], options["files"] = data, files
         attempts = max(self.max_retries, 0) + 1
         attempt = 0
         while True:
@@ -93,11 +106,11 @@ class OpenAIHTTP:
         self,
         client: httpx.Client,
         url: str,
-        options: dict[str, Any],
+        options: _PostOptions,
         key: str | None,
         attempt: int,
         retry_read_timeouts: bool,
-    ) -> tuple[dict[str, Any] | ModelError, float]:
+    ) -> tuple[JsonObject | ModelError, float]:
         """Make one HTTP attempt; return the response body, or the error and the retry delay."""
         backoff = min(self.backoff * 2**attempt, self.max_backoff)
         try:

@@ -28,12 +28,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING
 
 from ..exceptions import MediaError, ModelError
 from ..messages import ProviderPart
-from ._http import error_message
-from .base import Usage
+from ..serialization import JsonObject, JsonValue
+from ._http import error_message, member, text_or_none
+from .base import Usage, json_int
 from .media import (
     GeneratedImage,
     ImageRequest,
@@ -61,21 +63,20 @@ def paint(client: OpenAIClient, request: ImageRequest) -> ImageResult:
     key = client._ready()
     model = request.model or client.image_model
     headers = {"Idempotency-Key": request.idempotency_key} if request.idempotency_key else None
-    options: dict[str, Any] = {"headers": headers, "timeout": client.image_timeout,
-                               "retry_read_timeouts": False}
+    post = partial(client._post, headers=headers, timeout=client.image_timeout,
+                   retry_read_timeouts=False)
     if request.is_edit:
         data, files = edit_form(request, model)
-        body = client._post(f"{client.base_url}/images/edits", key, data=data, files=files,
-                            **options)
+        body = post(f"{client.base_url}/images/edits", key, data=data, files=files)
     else:
-        body = client._post(f"{client.base_url}/images/generations", key,
-                            json=generation_body(request, model), **options)
+        body = post(f"{client.base_url}/images/generations", key,
+                    json=generation_body(request, model))
     return parse_images(body, model, client._label(), key)
 
 
-def generation_body(request: ImageRequest, model: str) -> dict[str, Any]:
+def generation_body(request: ImageRequest, model: str) -> JsonObject:
     """The JSON body of ``POST /images/generations``."""
-    body: dict[str, Any] = {"model": model, "prompt": request.prompt}
+    body: JsonObject = {"model": model, "prompt": request.prompt}
     if request.size:
         body["size"] = request.size
     body.update(request.params)
@@ -85,7 +86,7 @@ def generation_body(request: ImageRequest, model: str) -> dict[str, Any]:
 def edit_form(request: ImageRequest, model: str
               ) -> tuple[dict[str, str], list[tuple[str, tuple[str, bytes, str]]]]:
     """The fields and file parts of ``POST /images/edits`` (multipart)."""
-    fields: dict[str, Any] = {"model": model, "prompt": request.prompt}
+    fields: JsonObject = {"model": model, "prompt": request.prompt}
     if request.size:
         fields["size"] = request.size
     fields.update(request.params)
@@ -111,38 +112,45 @@ def _file(media: MediaInput, fallback: str) -> tuple[str, bytes, str]:
     return media.name or f"{fallback}.{extension}", media.data, media.mime_type
 
 
-def parse_images(body: dict[str, Any], model: str, label: str, key: str | None) -> ImageResult:
+def parse_images(body: JsonObject, model: str, label: str, key: str | None) -> ImageResult:
     """Translate an images API answer into an :class:`ImageResult`."""
     items = body.get("data")
     if not isinstance(items, list) or not items:
         raise ModelError(error_message(label, None, None, "the answer holds no images", key))
     mime = _FORMATS.get(str(body.get("output_format") or "png"), "image/png")
     images = []
-    for item in items:
-        item = item if isinstance(item, dict) else {}
-        data = None
-        if item.get("b64_json"):
-            try:
-                data = base64.b64decode(item["b64_json"], validate=True)
-            except (binascii.Error, ValueError):
-                raise ModelError(f"{label} returned an image that is not valid base64") from None
-        images.append(GeneratedImage(mime_type=mime, url=item.get("url") or None, data=data,
-                                     revised_prompt=item.get("revised_prompt") or None))
+    for value in items:
+        item = value if isinstance(value, dict) else {}
+        images.append(GeneratedImage(mime_type=mime, url=text_or_none(item.get("url")) or None,
+                                     data=_image_bytes(item.get("b64_json"), label),
+                                     revised_prompt=text_or_none(item.get("revised_prompt"))
+                                     or None))
     return ImageResult(images=tuple(images), model=model, usage=image_usage(body.get("usage")),
-                       provider=PROVIDER, size=body.get("size"))
+                       provider=PROVIDER, size=text_or_none(body.get("size")))
 
 
-def image_usage(usage: Any) -> Usage:
+def _image_bytes(encoded: JsonValue, label: str) -> bytes | None:
+    if not encoded:
+        return None
+    try:
+        if isinstance(encoded, str):
+            return base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        pass
+    raise ModelError(f"{label} returned an image that is not valid base64")
+
+
+def image_usage(usage: object) -> Usage:
     """Usage of an images API answer: text, cached text and image input, image output."""
     if not isinstance(usage, dict):
         return Usage()
-    details = usage.get("input_tokens_details") or {}
-    total_input = int(usage.get("input_tokens") or 0)
-    image_tokens = int(details.get("image_tokens") or 0)
-    cached = int(details.get("cached_tokens") or 0)
-    text = int(details.get("text_tokens") or max(total_input - image_tokens, 0))
-    return Usage(input_tokens=max(text - cached, 0), output_tokens=int(usage.get(
-        "output_tokens") or 0), cache_read_tokens=cached, image_input_tokens=image_tokens)
+    details = member(usage, "input_tokens_details")
+    total_input = json_int(usage.get("input_tokens"))
+    image_tokens = json_int(details.get("image_tokens"))
+    cached = json_int(details.get("cached_tokens"))
+    text = json_int(details.get("text_tokens")) or max(total_input - image_tokens, 0)
+    return Usage(input_tokens=max(text - cached, 0), output_tokens=json_int(usage.get(
+        "output_tokens")), cache_read_tokens=cached, image_input_tokens=image_tokens)
 
 
 # --------------------------------------------------------------------------- view_media
@@ -155,7 +163,7 @@ def view_media(client: OpenAIClient, request: MediaRequest) -> MediaAnalysis:
     return analysis_from(response)
 
 
-def content_part(media: MediaInput) -> dict[str, Any]:
+def content_part(media: MediaInput) -> JsonObject:
     """The chat completions content part of one image or PDF."""
     if media.is_image:
         return {"type": "image_url", "image_url": {"url": media.data_url()}}

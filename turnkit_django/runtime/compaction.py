@@ -18,12 +18,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from django.utils import timezone
 
 from .. import failpoints
-from ..agents.compaction import options_for
+from ..agents.compaction import CompactionOptions, options_for
 from ..agents.prompting import data_block, render_value
 from ..clients import ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded, CompactionError, LostClaim
@@ -180,7 +179,7 @@ def _render(head: Sequence[ChatMessage], max_tool_chars: int) -> str:
     return "\n\n".join(lines)
 
 
-def summary_request(head: Sequence[ChatMessage], options: dict[str, Any], model: str,
+def summary_request(head: Sequence[ChatMessage], options: CompactionOptions, model: str,
                     focus: str | None) -> ModelRequest:
     """The request asking the model to summarise ``head``."""
     transcript = _render(head, int(options["tool_output_max_chars"]))
@@ -204,14 +203,14 @@ def summary_text(response: ModelResponse) -> str:
     return summary
 
 
-def summary_metadata(rng: tuple[int, int], options: dict[str, Any], model: str, focus: str | None,
-              auto: bool, **extra: object) -> JsonMapping:
+def summary_metadata(rng: tuple[int, int], options: CompactionOptions, model: str,
+                     focus: str | None, auto: bool, **extra: object) -> JsonMapping:
     return {"replaced_range": list(rng), "model": model, "focus": focus, "auto": auto,
             "tail_messages": options["tail_messages"], "compacted_at": timezone.now().isoformat(),
             **extra}
 
 
-def compact_turn(ctx: TurnContext, options: dict[str, Any], estimated_tokens: int) -> bool:
+def compact_turn(ctx: TurnContext, options: CompactionOptions, estimated_tokens: int) -> bool:
     """Summarise the turn's older visible messages; return whether a summary was appended."""
     chosen = choose(ctx.visible, int(options["tail_messages"]))
     if chosen is None:

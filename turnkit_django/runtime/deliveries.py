@@ -30,7 +30,8 @@ from functools import partial
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 
 from ..agents import get_agent
 from ..authorization import authorize, is_allowed
@@ -136,19 +137,22 @@ def completion_callback(turn: Turn, allowed: bool | None) -> Delivery | None:
     )
 
 
-def finished(turn_id: str, *, callback_allowed: bool | None) -> Delivery | None:
+def finished(turn: Turn, *, callback_allowed: bool | None, locked: bool = False,
+             ) -> Delivery | None:
     """Call in the transaction of a submitted turn's terminal write (holding its tree lock).
 
     Creates the completion callback (as ``callback_allowed`` decided, see
-    :func:`callback_decision`) and hands the turn's lane on (:func:`hand_on`), so both commit
-    or roll back with the terminal status. The callback is delivered after the commit; if this
-    process dies first, maintenance delivers it. Inline turns have neither.
+    :func:`callback_decision`) and hands the turn's lane on (:func:`hand_on`, ``locked`` as
+    there), so both commit or roll back with the terminal status. The callback is delivered
+    after the commit; if this process dies first, maintenance delivers it. Inline turns have
+    neither.
     """
-    turn = Turn.objects.get(pk=turn_id)
     if turn.submitted_at is None:
         return None
-    delivery = completion_callback(turn, callback_allowed)
-    hand_on(turn.conversation_id)
+    delivery = None
+    if (turn.options or {}).get("callback_conversation"):  # its envelope, as just written
+        delivery = completion_callback(Turn.objects.get(pk=turn.pk), callback_allowed)
+    hand_on(turn.conversation_id, locked=locked)
     if delivery is not None and delivery.delivered_at is None:
         transaction.on_commit(partial(_deliver_later, delivery.pk))
     return delivery
@@ -241,16 +245,39 @@ def wake(conversation: Conversation | str) -> Turn | None:
         return _wake_locked(lock_conversation(conversation_id))
 
 
-def hand_on(conversation_id: str) -> Turn | None:
+def hand_on(conversation_id: str, *, locked: bool = False) -> Turn | None:
     """In the transaction that ends a submitted turn: ring the next turn queued in the
     conversation's lane (after the commit) or, when none is queued, wake the conversation for
-    its buffered deliveries; return the continuation created, if any."""
-    following = (Turn.objects.filter(conversation_id=conversation_id).queued_in_lane()
-                 .values_list("pk", flat=True).first())
+    its buffered deliveries; return the continuation created, if any.
+
+    ``locked``: the transaction already holds the conversation's row lock (the terminal write
+    updated the row), so a delivery cannot commit between the terminal status and this read;
+    otherwise the lock is taken first. One read decides, in the common case, that there is
+    nothing to wake.
+    """
+    if not locked:
+        lock_conversation(conversation_id)
+    following, busy, buffered = _lane(conversation_id)
     if following is not None:  # the lane is busy: nothing to wake
         dispatch(following)
         return None
+    if busy or not buffered:
+        return None
     return _wake_locked(lock_conversation(conversation_id))
+
+
+def _lane(conversation_id: str) -> tuple[str | None, bool, bool]:
+    """The conversation's next queued turn, whether a turn of it is active, and whether a
+    delivered message lies past its newest turn's input: one query."""
+    turns = Turn.objects.filter(conversation_id=OuterRef("pk"))
+    consumed = Coalesce(Subquery(turns.order_by("-created_at", "-id")
+                                 .values("context_sequence")[:1]), 0)
+    buffered = Message.objects.deliveries_after(OuterRef("pk"), consumed)
+    row = (Conversation.objects.filter(pk=conversation_id)
+           .annotate(following=Subquery(turns.queued_in_lane().values("pk")[:1]),
+                     busy=Exists(turns.active()), buffered=Exists(buffered))
+           .values_list("following", "busy", "buffered").first())
+    return (None, False, False) if row is None else row
 
 
 def _wake_locked(row: Conversation) -> Turn | None:

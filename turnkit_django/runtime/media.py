@@ -71,7 +71,7 @@ from ..exceptions import (
     MediaError,
 )
 from ..models import Message, Turn
-from ..serialization import JsonMapping, JsonObject
+from ..serialization import JsonObject
 from ..states import TERMINAL_TURN_STATUSES, Phase, TurnStatus
 from ..store import Ledger, LedgerDelta, MediaCall, TurnState, claim_turn, worker_identity
 from ..store.media import delete_images
@@ -95,7 +95,7 @@ _lock = threading.Lock()
 def paint(row: Turn, agent: AgentDefinition, prompt: str, *, binding: ToolBinding | None = None,
           on_event: EventCallback | None = None, model: str | None = None,
           provider: str | None = None, size: str | None = None, input_images: object = (),
-          mask: object = None, params: JsonMapping | None = None,
+          mask: object = None, params: JsonObject | None = None,
           metadata: object = None, client: object = None,
           max_bytes: int | None = None) -> ImageResult:
     """Generate images from ``prompt`` (or edit ``input_images``, where ``mask`` marks what to
@@ -119,7 +119,7 @@ def paint(row: Turn, agent: AgentDefinition, prompt: str, *, binding: ToolBindin
 def view_media(row: Turn, agent: AgentDefinition, media: object, *, objective: str,
                binding: ToolBinding | None = None, on_event: EventCallback | None = None,
                output_schema: Schema = None, model: str | None = None,
-               provider: str | None = None, params: JsonMapping | None = None,
+               provider: str | None = None, params: JsonObject | None = None,
                metadata: object = None, client: object = None,
                max_bytes: int | None = None) -> MediaAnalysis:
     """Analyse ``media`` (one item or a list) for ``objective``, record the analysis on the turn

@@ -134,9 +134,10 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
             ctx.fenced.record(recorded, charge=fee, delta=delta)
         return message, recorded, opened, fee, cost
 
-    # A background turn's publication also writes its completion (other store functions).
+    # A background turn's publication hands its lane on in the same transaction, under the
+    # tree lock (the step's writes are still one statement).
     message, ctx.state, opened, fee, cost = ctx.fenced.step(
-        step, buffered=not (publish and ctx.background))
+        step, locked=publish and ctx.background)
     ctx.row.usage = fee.usage
     ctx.remember(message)
     ctx.batch = {} if calls else None  # its calls have no other executions

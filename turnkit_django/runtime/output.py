@@ -13,6 +13,7 @@ in one transaction.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Unpack
 
 from .. import failpoints
@@ -159,8 +160,10 @@ def publish_locked(ctx: TurnContext, state: TurnState, text: str, data: JsonValu
     """:func:`publish` inside an open fenced transaction (with the callback decision taken
     before it); the caller emits the event."""
     ctx.fenced.publish(state, text=text, data=data, charge=charge, delta=delta, **extra)
-    if ctx.background:  # callback and wake commit with the terminal write
-        finished(ctx.row.pk, callback_allowed=callback_allowed)
+    if ctx.background:  # callback and hand-off commit with the terminal write, after it
+        row = ctx.row
+        ctx.fenced.after_writes(partial(finished, row, callback_allowed=callback_allowed,
+                                        locked=True))
 
 
 def fail(ctx: TurnContext, error: ErrorRecord, **extra: Unpack[TerminalFields]) -> None:
@@ -172,8 +175,8 @@ def fail(ctx: TurnContext, error: ErrorRecord, **extra: Unpack[TerminalFields]) 
         with ctx.fenced.atomic():
             repair(ctx.row, reason="the turn failed", fence=ctx.claim.fence)
             ctx.fenced.fail(state, error=record, **extra)
-            if ctx.background:
-                finished(ctx.row.pk, callback_allowed=callback)
+            if ctx.background:  # the failure moved the conversation's row: it is locked
+                finished(ctx.row, callback_allowed=callback, locked=True)
     except LostClaim:
         return
     ctx.state = state

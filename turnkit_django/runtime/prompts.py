@@ -31,7 +31,8 @@ def _tool_lines(agent: AgentDefinition) -> str:
     lines = []
     for tool in agent.tool_table(loaded=()).values():
         summary = (tool.tool_description.strip().splitlines() or [""])[0]
-        params = ", ".join(tool.spec().parameters.get("properties", {}))
+        properties = tool.spec().parameters.get("properties")
+        params = ", ".join(properties if isinstance(properties, dict) else ())
         ends = " Ends the turn." if tool.terminal else ""
         lines.append(f"- {escape(tool.tool_name)}({escape(params)}): {escape(summary)}{ends}")
     return "## Tools\n" + "\n".join(lines) if lines else ""

@@ -119,7 +119,7 @@ def _dead_letter(turn: Turn, attempts: int, cause: str, report: ReconcileReport,
                         {"recovery_attempts": attempts}).for_turn()
     end(turn, "dead_letter", reason="dead-letter", repair_reason="the turn was dead-lettered",
         error=error, recovery_attempts=attempts)
-    finished(turn.pk, callback_allowed=callback_allowed)  # commits with the dead-letter
+    finished(turn, callback_allowed=callback_allowed)  # commits with the dead-letter
     report.dead_lettered.append(turn.pk)
     emit("turn.failed", turn_id=turn.pk, conversation_id=turn.conversation_id, error=error)
 

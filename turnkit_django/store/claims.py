@@ -29,7 +29,7 @@ from ..models import Conversation, Event, Lease, Message, Turn
 from ..states import TurnStatus
 from . import steps
 from .events import message_events
-from .locks import Ledger, LedgerDelta, database_now, lock_tree
+from .locks import Ledger, LedgerDelta, database_now, lock_tree, lock_tree_of
 from .state import TurnState
 from .transcript import NewMessage, build_messages, insert_rows
 from .turns import NewTurn, apply_transition, build_turn
@@ -78,20 +78,22 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
     as the claim left it, or None when the
     turn is not claimable (not pending, or its conversation's lane is busy: a background turn is
     claimable only in FIFO order within its conversation). ``root_id`` (when the caller knows
-    it) saves the lookup of the turn's root; ``prepare`` adds to the claim's own write.
+    it) is checked against the turn's; without it the tree is found with its lock.
+    ``prepare`` adds to the claim's own write.
     """
-    if root_id is None:
-        root_id = Turn.objects.filter(pk=turn_id).values_list("root_turn_id", flat=True).first()
-        if root_id is None:
-            return None
     with transaction.atomic():
-        ledger = lock_tree(root_id)
-        turn = Turn.objects.select_related("conversation").filter(pk=turn_id).first()
+        ledger = lock_tree(root_id) if root_id is not None else lock_tree_of(turn_id)
+        if ledger is None:
+            return None
+        root_id = ledger.root_id
+        # The lane's state is read with the row, in one snapshot: read apart (busy, then
+        # older), a competing claim committing between them would be seen as neither
+        # pending nor running.
+        turn = (Turn.objects.select_related("conversation").with_lane_blocked()
+                .filter(pk=turn_id).first())
         if turn is None or turn.status != TurnStatus.PENDING or turn.root_turn_id != root_id:
             return None
-        # One statement, hence one snapshot: with two (busy, then older) a competing claim
-        # committing between them would be seen as neither pending nor running.
-        if turn.submitted_at is not None and Turn.objects.blocking_lane_of(turn).exists():
+        if turn.submitted_at is not None and (turn.lane_busy or turn.lane_older):
             return None
         fields: dict[str, Any] = {"fence": turn.fence + 1, "claimed_by": worker,
                                   "started_at": turn.started_at or ledger.now}

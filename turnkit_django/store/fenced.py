@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
 from django.db import connection, transaction
 from django.db.models import F
@@ -80,6 +81,7 @@ class Fenced:
         #: while it does, and :meth:`atomic` reads it under the lock.
         self.controls_pending = False
         self._events: list[Event] = []  # written at the end of the atomic block
+        self._after: list[Callable[[], object]] | None = None  # see after_writes()
         if ledger is not None:
             self._remember(ledger, time.monotonic())
 
@@ -128,7 +130,8 @@ class Fenced:
                 self._events = outer
         self._remember(ledger, locked_at)
 
-    def step(self, body: Callable[[Ledger], T], *, buffered: bool = True) -> T:
+    def step(self, body: Callable[[Ledger], T], *, buffered: bool = True,
+             locked: bool = False) -> T:
         """Decide and commit one step: ``body(ledger)`` makes the step's writes and returns.
 
         On PostgreSQL, with ``buffered``, the body first runs against the ledger this worker
@@ -137,26 +140,68 @@ class Fenced:
         tree, the fence moved, the deadline passed) or the body raises, nothing was written and
         the body runs again inside :meth:`atomic`, writing as it goes. A body must therefore
         keep its effects to its writes and its return value. ``buffered=False`` is for a body
-        that uses other store functions (they write at once, under the lock).
+        that uses other store functions (they write at once, under the lock). ``locked`` (or a
+        body that asks for :meth:`after_writes`) takes the tree lock first and sends the
+        buffered writes as one statement inside that transaction: a terminal write whose
+        hand-off must commit with it.
         """
+        if locked:
+            return self._locked_step(body)
         ledger = self._projected() if buffered and connection.vendor == "postgresql" else None
         if ledger is not None:
-            self._writes = writes = StepWrites()
+            writes, after = StepWrites(), list[Callable[[], object]]()
+            self._writes, self._after = writes, after
             try:
-                result, decided = body(ledger), True
+                result = body(ledger)
             except Exception:  # decided on a view that may be stale: decide again
-                decided = False
+                result = _UNDECIDED
             finally:
-                self._writes = None
-            if decided and self._send(writes):
+                self._writes, self._after = None, None
+            if after and result is not _UNDECIDED:
+                return self._locked_step(body)
+            if result is not _UNDECIDED and self._send(writes):
                 self._remember(ledger)
                 return result
-        with self.atomic() as locked:
-            return body(locked)
+        with self.atomic() as locked_ledger:
+            return body(locked_ledger)
 
-    def _send(self, writes: StepWrites) -> bool:
-        claim, known = self.claim, self._known
-        if known is None:
+    def _locked_step(self, body: Callable[[Ledger], T]) -> T:
+        """:meth:`step` under the tree lock: the writes as one statement (PostgreSQL), then
+        what the body asked for with :meth:`after_writes`, in the same transaction."""
+        with self.atomic() as ledger:
+            if connection.vendor == "postgresql":
+                # The body decides on a copy: a body that runs again (writing directly)
+                # starts from the ledger as locked.
+                trial = replace(ledger, tool_counts=dict(ledger.tool_counts))
+                writes, after = StepWrites(), list[Callable[[], object]]()
+                self._writes, self._after = writes, after
+                try:
+                    result = body(trial)
+                except steps.Unsupported:  # a write the statement cannot make: write directly
+                    result = _UNDECIDED
+                finally:
+                    self._writes, self._after = None, None
+                if result is not _UNDECIDED and self._send(writes, locked=True):
+                    for item in dataclass_fields(Ledger):  # remembered as the step left it
+                        setattr(ledger, item.name, getattr(trial, item.name))
+                    for then in after:
+                        then()
+                    return result
+            return body(ledger)
+
+    def after_writes(self, then: Callable[[], object]) -> None:
+        """Run ``then`` in this transaction once the writes made so far are applied: at once
+        inside :meth:`atomic`, after the one statement inside a buffered :meth:`step`."""
+        if self._after is None:
+            then()
+        else:
+            self._after.append(then)
+
+    def _send(self, writes: StepWrites, *, locked: bool = False) -> bool:
+        """Send a step's writes: guarded by the ledger last seen, or (``locked``) by nothing
+        but the fence, since the caller holds the tree lock."""
+        claim, known = self.claim, None if locked else self._known
+        if known is None and not locked:
             return False
         try:
             return steps.send(claim.turn_id, claim.root_id, claim.conversation_id, claim.fence,
@@ -329,6 +374,8 @@ class Fenced:
                                    ToolStatus.RUNNING, started_at=Now(),
                                    attempts=F("attempts") + 1)
 
+
+_UNDECIDED: Any = object()
 
 #: Transitions that end a turn: the conversation's ``updated_at`` (idle since) moves with them.
 _TERMINAL = frozenset({"publish", "fail"})

@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import TypedDict, cast
 
 from django.db import connection
-from django.db.models import F
+from django.db.models import F, Subquery
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -133,6 +133,15 @@ def lock_tree(root_id: str) -> Ledger:
     return Ledger.from_row(root_id, cast(LedgerRow, row))  # the query's boundary
 
 
+def lock_tree_of(turn_id: str) -> Ledger | None:
+    """:func:`lock_tree` for the tree ``turn_id`` belongs to, found in the same statement;
+    None when there is no such turn."""
+    root = Turn.objects.filter(pk=turn_id).values("root_turn_id")
+    row = (Turn.objects.select_for_update(no_key=True).filter(pk=Subquery(root))
+           .annotate(db_now=Now()).values("pk", *_LEDGER_FIELDS, "db_now").first())
+    return None if row is None else Ledger.from_row(row["pk"], row)
+
+
 def lock_conversation(conversation_id: str) -> Conversation:
     """The conversation lock; ``NO KEY``: it serializes with sequence allocation (an UPDATE of
     the row) but does not block inserts of rows that merely reference the conversation."""
@@ -162,4 +171,4 @@ def database_now() -> datetime:
 
 
 __all__ = ["GRAPH_LOCK_KEY", "Ledger", "LedgerDelta", "database_now", "graph_lock",
-           "lock_conversation", "lock_tree"]
+           "lock_conversation", "lock_tree", "lock_tree_of"]

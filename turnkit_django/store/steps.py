@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -255,9 +256,11 @@ def _ledger_guard(known: Ledger, params: list[Any], db: BaseDatabaseWrapper) -> 
             "AND (options -> 'limits') IS NOT DISTINCT FROM %s::jsonb")
 
 
-def statement(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Ledger,
-              writes: StepWrites) -> tuple[str, list[Any]]:
-    """The step as one statement; its one row is the conversation's new ``last_sequence``."""
+def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
+              known: Ledger | None, writes: StepWrites) -> tuple[str, list[Any]]:
+    """The step as one statement; its one row is the conversation's new ``last_sequence``.
+
+    ``known`` None: the caller holds the tree lock, so the ledger needs no guard."""
     db = _db()
     params: list[Any] = []
     ctes: list[str] = []
@@ -273,15 +276,15 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int, know
     guard_source = ""
     if turn_id == root_id:
         own.update(ledger)
-    else:
+    elif ledger or known is not None:  # the root's row: its ledger changes, or is checked
         if ledger:
             assignments = _assign(Turn, ledger, params, db)
-            ctes.append(f"r AS (UPDATE {turn_table} SET {assignments} WHERE id = %s AND ")
+            ctes.append(f"r AS (UPDATE {turn_table} SET {assignments} WHERE id = %s")
         else:
-            ctes.append(f"r AS (SELECT 1 FROM {turn_table} WHERE id = %s AND ")
+            ctes.append(f"r AS (SELECT 1 FROM {turn_table} WHERE id = %s")
         params.append(root_id)
-        ctes[-1] += _ledger_guard(known, params, db) + (
-            " RETURNING 1)" if ledger else " FOR NO KEY UPDATE)")
+        guard = "" if known is None else " AND " + _ledger_guard(known, params, db)
+        ctes[-1] += guard + (" RETURNING 1)" if ledger else " FOR NO KEY UPDATE)")
         guard_source = " AND EXISTS (SELECT FROM r)"
     if not own:
         own["fence"] = fence  # a no-op assignment: the guard still locks and checks the row
@@ -289,7 +292,7 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int, know
     params += [turn_id, fence, TurnStatus.RUNNING]
     # A pending control (pause, steer) refuses the fast path: the worker sees it under the lock.
     where = "id = %s AND fence = %s AND status = %s AND NOT controls_pending"
-    if turn_id == root_id:
+    if turn_id == root_id and known is not None:
         where += " AND " + _ledger_guard(known, params, db)
     ctes.append(f"t AS (UPDATE {turn_table} SET {assignments} WHERE {where}{guard_source} "
                 "RETURNING 1)")
@@ -323,25 +326,24 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int, know
     return sql, params
 
 
-def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Ledger,
+def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Ledger | None,
          writes: StepWrites) -> bool:
     """Send the step; False (nothing written) when its fence or ledger moved.
 
-    Fills in the sequences of the step's messages and marks its rows saved.
+    ``known`` None: the caller holds the tree lock inside its transaction (nothing can move,
+    so a refusal would be a bug: it raises). Fills in the sequences of the step's messages and
+    marks its rows saved.
     """
     sql, params = statement(turn_id, root_id, conversation_id, fence, known, writes)
     db = _db()
     try:
-        if db.in_atomic_block:  # a test case's block: keep it usable after a refusal
-            with transaction.atomic(), _cursor(db) as cursor:
-                cursor.execute(sql, params)
-                row = cursor.fetchone()
-        else:
-            with _cursor(db) as cursor:
-                cursor.execute(sql, params)
-                row = cursor.fetchone()
+        # A test case's block (not a lock holder's) is kept usable after a refusal.
+        with (transaction.atomic() if known is not None and db.in_atomic_block
+              else nullcontext()), _cursor(db) as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
     except DatabaseError as exc:
-        if getattr(exc.__cause__, "sqlstate", None) == GUARD_FAILED:
+        if known is not None and getattr(exc.__cause__, "sqlstate", None) == GUARD_FAILED:
             return False
         raise
     last = row[1] if row else None
@@ -355,13 +357,13 @@ def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Le
 
 
 def insert_claimed(conversation: Conversation, message: Message | None, turn: Turn,
-                   lease: Lease, lifetime: timedelta | None,
+                   lease: Lease | None, lifetime: timedelta | None,
                    events: list[Event] | None = None) -> tuple[datetime, int]:
-    """Insert a turn already claimed (with its conversation when new, its input, its lease)
-    as one statement; return the database's clock and the turn's input sequence.
+    """Insert a turn (with its conversation when new, its input, and when it is claimed its
+    lease) as one statement; return the database's clock and the turn's input sequence.
 
-    The claim's times are the database's: ``started_at``, the lease's heartbeat, and the
-    deadline ``lifetime`` after them.
+    A claimed turn's times are the database's: ``started_at``, the lease's heartbeat, and the
+    deadline ``lifetime`` after them. Without a lease the turn is inserted as built (pending).
     """
     db = _db()
     params: list[Any] = []
@@ -382,12 +384,14 @@ def insert_claimed(conversation: Conversation, message: Message | None, turn: Tu
         ctes.append(_insert("m", message, params, source="s",
                             computed={"sequence": ("s.last_sequence", [])}))
     now: tuple[str, list[Any]] = ("statement_timestamp()", [])
-    computed = {"context_sequence": ("s.last_sequence", []), "started_at": now,
-                "updated_at": now,
-                "deadline_at": ("NULL::timestamptz", []) if lifetime is None else (
-                    "statement_timestamp() + %s::interval", [lifetime])}
+    computed: dict[str, tuple[str, list[Any]]] = {"context_sequence": ("s.last_sequence", [])}
+    if lease is not None:
+        computed.update({"started_at": now, "updated_at": now,
+                         "deadline_at": ("NULL::timestamptz", []) if lifetime is None else (
+                             "statement_timestamp() + %s::interval", [lifetime])})
     ctes.append(_insert("t", turn, params, source="s", computed=computed))
-    ctes.append(_insert("l", lease, params, source="s", computed={"heartbeat_at": now}))
+    if lease is not None:
+        ctes.append(_insert("l", lease, params, source="s", computed={"heartbeat_at": now}))
     if events:  # the input's event: the new tree's first
         ctes.append(_insert_events(events, params, source="s"))
     with _cursor(db) as cursor:

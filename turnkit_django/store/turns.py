@@ -15,20 +15,21 @@ from typing import Any, TypeVar
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
-from django.db.models import Field, Model
+from django.db.models import Exists, Field, Model, OuterRef
 from django.db.models.functions import Now
 
 from ..exceptions import InvalidTransition
 from ..ids import new_id
 from ..limits import Limits
 from ..messages import Part
-from ..models import Conversation, Event, ToolExecution, Turn
+from ..models import Conversation, Event, ToolExecution, Turn, Wait
 from ..serialization import JsonMapping, JsonObject, JsonValue
 from ..states import TRANSITIONS, TurnStatus
+from . import steps
 from .events import message_events
 from .fields import TurnFields
 from .locks import database_now, lock_tree
-from .transcript import ClosedCall, NewMessage, insert_messages, repair
+from .transcript import ClosedCall, NewMessage, build_messages, insert_messages, repair
 from .waits import submit_status
 
 M = TypeVar("M", bound=Model)
@@ -108,6 +109,18 @@ def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part]
                 message_metadata: JsonMapping | None = None) -> Turn:
     """Create a pending turn over ``conversation`` (saved first when it is new), with
     ``parts`` as its new user input."""
+    if connection.vendor == "postgresql":  # one statement
+        message = None
+        if parts:
+            message = build_messages(conversation.pk, [NewMessage("user", parts,
+                                                                  metadata=message_metadata)])[0]
+        turn = build_turn(spec, conversation, 0)  # its input's sequence comes back
+        events = [] if message is None else message_events(turn.root_turn_id, turn.pk, [message])
+        _, sequence = steps.insert_claimed(conversation, message, turn, None, None, events)
+        if message is not None:
+            message.sequence = sequence
+        turn.context_sequence = sequence
+        return turn
     with transaction.atomic(savepoint=False):
         if conversation._state.adding:
             conversation.save(force_insert=True)
@@ -203,9 +216,15 @@ def submit(turn: Turn, *, callback_conversation_id: str | None = None) -> tuple[
     to ``pending`` (waits met; their results are given to it now) or ``waiting``. The caller
     rings the doorbell when it was new.
     """
+    waits = Exists(Wait.objects.filter(waiter_id=OuterRef("pk")))
     with transaction.atomic():
-        now = lock_tree(turn.root_turn_id).now  # the database clock: lanes and deadlines
-        row = Turn.objects.get(pk=turn.pk)
+        rows = Turn.objects.annotate(db_now=Now(), has_waits=waits)
+        if turn.is_root:  # its own row is the tree lock: locked and read in one statement
+            row = rows.select_for_update(no_key=True).get(pk=turn.pk)
+        else:
+            lock_tree(turn.root_turn_id)
+            row = rows.get(pk=turn.pk)
+        now = row.db_now  # the database clock: lanes and deadlines
         if row.submitted_at is not None:
             return row, False
         if row.status not in TRANSITIONS["submit"].sources:
@@ -216,9 +235,15 @@ def submit(turn: Turn, *, callback_conversation_id: str | None = None) -> tuple[
         if row.is_root:
             lifetime = _lifetime(row)
             fields["deadline_at"] = None if lifetime is None else now + lifetime
-        apply_transition(row.pk, "wait" if submit_status(row) == TurnStatus.WAITING else "submit",
-                         **fields)
-    row.refresh_from_db()
+        status = submit_status(row, has_waits=row.has_waits)
+        name = "wait" if status == TurnStatus.WAITING else "submit"
+        apply_transition(row.pk, name, **fields)
+    if row.has_waits:  # joining its targets' results wrote its state and input
+        row.refresh_from_db()
+    else:
+        for attname, value in fields.items():
+            setattr(row, attname, value)
+        row.status = TRANSITIONS[name].target
     return row, True
 
 

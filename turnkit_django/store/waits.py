@@ -85,12 +85,15 @@ def unmet(turn_id: str) -> bool:
     return Wait.objects.filter(waiter_id=turn_id).unmet().exists()
 
 
-def submit_status(turn: Turn) -> TurnStatus:
+def submit_status(turn: Turn, *, has_waits: bool | None = None) -> TurnStatus:
     """The status a turn takes on submit: ``waiting`` with unmet waits, else ``pending``.
 
-    With waits all met, the joined results are given to the turn now. Caller holds the tree lock.
+    With waits all met, the joined results are given to the turn now. Caller holds the tree
+    lock. ``has_waits``: whether the turn has wait edges, when the caller read it already.
     """
-    if not Wait.objects.filter(waiter_id=turn.pk).exists():
+    if has_waits is None:
+        has_waits = Wait.objects.filter(waiter_id=turn.pk).exists()
+    if not has_waits:
         return TurnStatus.PENDING
     if unmet(turn.pk):
         return TurnStatus.WAITING

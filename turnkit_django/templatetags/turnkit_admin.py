@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 
 from django import template
 from django.utils import timezone
@@ -43,6 +43,6 @@ def took(start: datetime | None, end: datetime | None) -> str:
 
 
 @register.filter
-def get(mapping: dict[str, Any], key: str) -> Any:
+def get(mapping: Mapping[str, object], key: str) -> object:
     """``mapping[key]`` (None when missing)."""
     return mapping.get(key)

@@ -18,7 +18,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 from django.conf import settings
 from django.test import TestCase, override_settings
@@ -30,6 +30,7 @@ from ..clients.evaluation import EvaluationRequest, EvaluatorReply
 from ..clients.media import GeneratedImage, ImageRequest, ImageResult, MediaAnalysis, MediaRequest
 from ..exceptions import ModelError
 from ..messages import DataPart, Part, TextPart, ToolCallPart
+from ..serialization import JsonObject, JsonValue
 
 try:  # optional: the fixture exists where pytest does
     import pytest
@@ -39,6 +40,8 @@ except ImportError:  # pragma: no cover - pytest is not installed in production
 _call_ids = itertools.count(1)
 #: What a Celery worker runs for a doorbell; resolved on use (it needs Django's app registry).
 WORKER_ENTRY = "turnkit_django.services.run_turn"
+_Request = TypeVar("_Request", ImageRequest, MediaRequest)
+_Result = TypeVar("_Result", ImageResult, MediaAnalysis)
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class Reply:
     """A final response: text and/or structured data."""
 
     text: str = ""
-    data: Any = None
+    data: JsonValue = None
     usage: dict[str, int] | None = None
 
 
@@ -55,7 +58,7 @@ class Call:
     """One tool call in a response."""
 
     name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
+    arguments: JsonObject = field(default_factory=dict)
     id: str | None = None
     usage: dict[str, int] | None = None
     raw_arguments: str | None = None
@@ -64,13 +67,13 @@ class Call:
 Entry = Reply | Call | Sequence[Call] | ModelResponse | BaseException
 
 
-def reply(text: str = "", *, data: Any = None, usage: dict[str, int] | None = None) -> Reply:
+def reply(text: str = "", *, data: JsonValue = None, usage: dict[str, int] | None = None) -> Reply:
     """A final response with ``text`` (and ``data`` for structured output)."""
     return Reply(text, data, usage)
 
 
 def call(name: str, *, id: str | None = None, usage: dict[str, int] | None = None,
-         raw_arguments: str | None = None, **arguments: Any) -> Call:
+         raw_arguments: str | None = None, **arguments: JsonValue) -> Call:
     """A response that calls tool ``name`` with ``arguments``."""
     return Call(name, arguments, id, usage, raw_arguments)
 
@@ -208,8 +211,10 @@ class FunctionMediaClient(BaseClient):
     supports_paint = True
     supports_view_media = True
 
-    def __init__(self, paint: Callable[[ImageRequest], Any] | None = None,
-                 view_media: Callable[[MediaRequest], Any] | None = None) -> None:
+    def __init__(self,
+                 paint: Callable[[ImageRequest], ImageResult | BaseException] | None = None,
+                 view_media: Callable[[MediaRequest], MediaAnalysis | BaseException] | None = None
+                 ) -> None:
         self._paint = paint or _default_paint
         self._view = view_media or _default_view
         self._lock = threading.Lock()
@@ -225,7 +230,8 @@ class FunctionMediaClient(BaseClient):
     def view_media(self, request: MediaRequest) -> MediaAnalysis:
         return self._answer(request, self._view)
 
-    def _answer(self, request: Any, function: Callable[[Any], Any]) -> Any:
+    def _answer(self, request: _Request, function: Callable[[_Request], _Result | BaseException]
+                ) -> _Result:
         with self._lock:
             self.requests.append(request)
         result = function(request)
@@ -242,7 +248,7 @@ class ScriptedEvaluator:
     ``(request) -> entry``. Without usage a reply reports one token per four characters.
     """
 
-    def __init__(self, script: Iterable[Any] = (), *, identity: str = "scripted-evaluator",
+    def __init__(self, script: Iterable[object] = (), *, identity: str = "scripted-evaluator",
                  model: str = "scripted") -> None:
         self.identity = identity
         self.model = model
@@ -356,7 +362,7 @@ class InMemoryDispatcher:
                 run(turn_id)
 
     @contextlib.contextmanager
-    def installed(self, **turnkit: Any) -> Iterator[InMemoryDispatcher]:
+    def installed(self, **turnkit: object) -> Iterator[InMemoryDispatcher]:
         """Use this dispatcher (and the other ``TURNKIT`` keys given) inside the block."""
         current = getattr(settings, "TURNKIT", None) or {}
         self.clear()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
+from ..serialization import JsonObject, JsonValue
 from ..states import TERMINAL_TURN_STATUSES
 
 _TERMINAL = frozenset(str(s) for s in TERMINAL_TURN_STATUSES)
@@ -17,10 +17,10 @@ class TurnRow:
     conversation_id: str
     status: str
     fence: int
-    fence_log: Any
-    state: Any
+    fence_log: JsonValue
+    state: JsonValue
     completed_at: datetime | None
-    error: Any
+    error: JsonValue
     claimed_by: str
 
     FIELDS = ("id", "conversation_id", "status", "fence", "fence_log", "state", "completed_at",
@@ -31,10 +31,10 @@ class TurnRow:
         return self.status in _TERMINAL
 
     @property
-    def phase(self) -> Any:
+    def phase(self) -> JsonValue:
         return self.state.get("phase") if isinstance(self.state, dict) else None
 
-    def revocations(self) -> list[dict[str, Any]]:
+    def revocations(self) -> list[JsonObject]:
         log = self.fence_log if isinstance(self.fence_log, list) else []
         return [e for e in log if isinstance(e, dict)]
 
@@ -48,8 +48,8 @@ class MessageRow:
     turn_id: str | None
     fence: int | None
     tool_execution_id: str | None
-    metadata: Any
-    content: Any
+    metadata: JsonValue
+    content: JsonValue
     kind: str
 
     FIELDS = ("id", "conversation_id", "sequence", "role", "turn_id", "fence",

@@ -52,7 +52,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from itertools import islice
-from typing import Any
+from typing import TypeVar
 
 from django.db.models import Q, QuerySet
 
@@ -67,10 +67,11 @@ INPUT_KEYS = ("delivery_id", "input_key")
 CHUNK_SIZE = 200
 
 _FINISHED = frozenset(str(s) for s in FINISHED_TOOL_STATUSES)
+_Item = TypeVar("_Item")
 _NEEDS_ERROR = frozenset({TurnStatus.FAILED, TurnStatus.CANCELLED, TurnStatus.STALE})
 
 
-def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+def _chunks(items: Iterable[_Item], size: int) -> Iterator[list[_Item]]:
     iterator = iter(items)
     while chunk := list(islice(iterator, size)):
         yield chunk

@@ -19,22 +19,24 @@ look at the active turns of the selected conversations.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 from django.db.models import Exists, F, OuterRef, QuerySet
 
-from ..models import Turn, Wait
+from ..models import Conversation, Turn, Wait
 from ..querysets import TurnQuerySet
 from ..states import TurnStatus
 from .report import Report
 
+#: The conversations to check (any queryset of them: rows or values), None for all.
+Conversations = QuerySet[Conversation, object]
 
-def _active(conversations: QuerySet[Any] | None) -> TurnQuerySet:
+
+def _active(conversations: Conversations | None) -> TurnQuerySet:
     turns = Turn.objects.active()
     return turns if conversations is None else turns.filter(conversation_id__in=conversations)
 
 
-def check_cancelled_trees(report: Report, conversations: QuerySet[Any] | None = None) -> None:
+def check_cancelled_trees(report: Report, conversations: Conversations | None = None) -> None:
     """I6: walk up from every active child turn (and from every root-level task of a tree, to
     its root); no ancestor may be cascade-cancelled."""
     active = _active(conversations)
@@ -62,7 +64,7 @@ def check_cancelled_trees(report: Report, conversations: QuerySet[Any] | None = 
         pointer = following
 
 
-def check_wait_graph(report: Report, conversations: QuerySet[Any] | None = None) -> None:
+def check_wait_graph(report: Report, conversations: Conversations | None = None) -> None:
     """I7: no cycle and no same-lane edge between active turns; no waiter left behind."""
     waiting = _active(conversations).waiting()
     blocked = Wait.objects.filter(waiter_id=OuterRef("pk")).unmet()
@@ -109,7 +111,7 @@ def _cycles(following: dict[str, list[str]]) -> list[list[str]]:
     return found
 
 
-def check_graph(report: Report, conversations: QuerySet[Any] | None = None) -> None:
+def check_graph(report: Report, conversations: Conversations | None = None) -> None:
     """Check I6 and I7, adding violations to ``report``."""
     check_cancelled_trees(report, conversations)
     check_wait_graph(report, conversations)

@@ -7,16 +7,21 @@ The media tool bases (``ImageTool``, ``ViewMediaTool``, ``PaintImage``) and the 
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .base import FunctionTool, Tool, ToolContext, tool
 from .coordination import launch_agent, send_message, wait_for
+
+if TYPE_CHECKING:  # the checker sees the lazy names' real types
+    from .files import ReadFile, ReadOnlyTool
+    from .github import GitHubTool
+    from .media import ImageTool, PaintImage, ViewMediaTool
 
 _LAZY = {"ImageTool": "media", "ViewMediaTool": "media", "PaintImage": "media",
          "ReadOnlyTool": "files", "ReadFile": "files", "GitHubTool": "github"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         return getattr(import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

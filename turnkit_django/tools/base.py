@@ -7,14 +7,17 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..clients.base import ToolSpec
 from ..errors import ErrorRecord
 from ..exceptions import ConfigurationError
-from ..serialization import render_result
+from ..serialization import JsonMapping, JsonObject, JsonValue, render_result
+
+if TYPE_CHECKING:
+    from ..handles import TurnHandle
 
 Recovery = Literal["unknown", "replay_safe"]
 Terminal = bool | str | Callable[[Any], str]
@@ -31,12 +34,13 @@ class ToolContext:
     ``turn`` is the :class:`turnkit_django.Turn` handle of the turn running the tool.
     """
 
-    turn: Any
+    turn: TurnHandle
     conversation_id: str
     execution_id: str
     tool_call_id: str
+    #: Whatever the application passed as the turn's principal.
     principal: Any = None
-    context: dict[str, Any] = field(default_factory=dict)
+    context: JsonObject = field(default_factory=dict)
 
     @property
     def idempotency_key(self) -> str:
@@ -71,7 +75,8 @@ class Tool:
     #: Set on built-in tools the runtime executes itself (sub-agents, coordination tools).
     builtin: ClassVar[str | None] = None
 
-    def call(self, ctx: ToolContext, args: Any) -> Any:
+    def call(self, ctx: ToolContext, args: Any) -> object:
+        """Run the tool; ``args`` is an instance of ``Args`` (subclasses annotate it so)."""
         raise NotImplementedError(f"{type(self).__name__}.call() is not implemented")
 
     # -- derived ---------------------------------------------------------------
@@ -91,7 +96,7 @@ class Tool:
     def spec(self) -> ToolSpec:
         return ToolSpec(self.tool_name, self.tool_description, arguments_schema(self.Args))
 
-    def validate(self, arguments: dict[str, Any]) -> BaseModel:
+    def validate(self, arguments: JsonMapping) -> BaseModel:
         """Validate model-supplied arguments; raises pydantic's ``ValidationError``."""
         return self.Args.model_validate(arguments)
 
@@ -102,7 +107,7 @@ class Tool:
             return approval(args, ctx) is True
         return approval is True
 
-    def completion_text(self, result: Any) -> str:
+    def completion_text(self, result: object) -> str:
         """The turn's output text when this terminal tool ends it."""
         terminal = self.terminal
         if isinstance(terminal, str):
@@ -156,7 +161,7 @@ class FunctionTool(Tool):
 
     def __init__(
         self,
-        func: Callable[..., Any],
+        func: Callable[..., object],
         *,
         name: str | None = None,
         description: str | None = None,
@@ -182,7 +187,7 @@ class FunctionTool(Tool):
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
 
-    def call(self, ctx: ToolContext, args: Any) -> Any:
+    def call(self, ctx: ToolContext, args: BaseModel) -> object:
         kwargs = {name: getattr(args, name) for name in type(args).model_fields}
         if self._takes_ctx:
             return self.func(ctx, **kwargs)
@@ -194,7 +199,7 @@ class FunctionTool(Tool):
 
 
 def _args_from_signature(
-    func: Callable[..., Any], name: str
+    func: Callable[..., object], name: str
 ) -> tuple[type[BaseModel], bool]:
     signature = inspect.signature(func)
     try:
@@ -207,7 +212,7 @@ def _args_from_signature(
     )
     if takes_ctx:
         params = params[1:]
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {}  # create_model(**fields) needs Any: its other keywords share it
     for param in params:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ConfigurationError(f"tool {name!r}: *args and **kwargs are not supported")
@@ -221,7 +226,7 @@ def _args_from_signature(
 
 
 @overload
-def tool(func: Callable[..., Any], /) -> FunctionTool: ...
+def tool(func: Callable[..., object], /) -> FunctionTool: ...
 
 
 @overload
@@ -236,11 +241,11 @@ def tool(
     budget_completion: bool = False,
     approval: Approval = False,
     approval_timeout: float | None = None,
-) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+) -> Callable[[Callable[..., object]], FunctionTool]: ...
 
 
 def tool(
-    func: Callable[..., Any] | None = None,
+    func: Callable[..., object] | None = None,
     /,
     *,
     name: str | None = None,
@@ -252,10 +257,10 @@ def tool(
     budget_completion: bool = False,
     approval: Approval = False,
     approval_timeout: float | None = None,
-) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+) -> FunctionTool | Callable[[Callable[..., object]], FunctionTool]:
     """Turn a function into a tool. Its docstring is the description given to the model."""
 
-    def build(f: Callable[..., Any]) -> FunctionTool:
+    def build(f: Callable[..., object]) -> FunctionTool:
         built = FunctionTool(f, name=name, description=description, terminal=terminal,
                              recovery=recovery, timeout=timeout, read_only=read_only,
                              budget_completion=budget_completion, approval=approval,
@@ -267,9 +272,9 @@ def tool(
 
 
 @functools.lru_cache(maxsize=1024)
-def arguments_schema(args: type[BaseModel]) -> dict[str, Any]:
+def arguments_schema(args: type[BaseModel]) -> JsonObject:
     """The JSON schema of an arguments model, built once per model (it is asked every step)."""
-    schema = args.model_json_schema()
+    schema: JsonObject = args.model_json_schema()
     schema.pop("title", None)
     schema.setdefault("properties", {})
     return schema
@@ -277,7 +282,7 @@ def arguments_schema(args: type[BaseModel]) -> dict[str, Any]:
 
 def validation_error(tool_name: str, exc: ValidationError) -> ErrorRecord:
     """A readable tool error for invalid arguments: what was wrong, per field."""
-    problems = [
+    problems: list[JsonValue] = [
         {"field": ".".join(str(p) for p in err["loc"]) or "(arguments)", "problem": err["msg"]}
         for err in exc.errors(include_url=False, include_input=False)
     ]

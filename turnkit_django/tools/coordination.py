@@ -22,7 +22,7 @@ arguments (the argument schemas forbid extra fields): the policy is asked for ``
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,7 +36,7 @@ class CoordinationTool(Tool):
     builtin: ClassVar[str | None] = "coordination"
     recovery = "replay_safe"  # every effect is keyed by the tool execution
 
-    def call(self, ctx: ToolContext, args: Any) -> Any:  # pragma: no cover - runtime runs it
+    def call(self, ctx: ToolContext, args: BaseModel) -> object:  # pragma: no cover - runtime
         raise NotImplementedError(f"{self.tool_name} is executed by the turnkit runtime")
 
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..exceptions import ConfigurationError, ToolError
+from ..serialization import JsonObject, JsonValue
 from .base import Tool, ToolContext
 
 MAX_BYTES = 100_000
@@ -71,7 +71,7 @@ class ReadFile(ReadOnlyTool):
             raise ToolError(f"{path!r} does not exist under the root")
         return real
 
-    def call(self, ctx: ToolContext, args: Any) -> dict[str, Any]:
+    def call(self, ctx: ToolContext, args: ReadFileArgs) -> JsonObject:
         real = self.locate(args.path)
         relative = real.relative_to(self.root).as_posix() or "."
         if real.is_dir():
@@ -92,14 +92,14 @@ class ReadFile(ReadOnlyTool):
         return {"path": relative, "size": info.st_size, "truncated": truncated,
                 "content": data[:self.max_bytes].decode("utf-8", errors="replace")}
 
-    def _listing(self, real: Path, relative: str) -> dict[str, Any]:
+    def _listing(self, real: Path, relative: str) -> JsonObject:
         with os.scandir(real) as scan:
             entries = sorted(scan, key=lambda e: e.name)
-        listed = []
+        listed: list[JsonValue] = []
         for entry in entries[:self.max_entries]:
             kind = ("link" if entry.is_symlink() else "directory" if entry.is_dir()
                     else "file")
-            item: dict[str, Any] = {"name": entry.name, "type": kind}
+            item: JsonObject = {"name": entry.name, "type": kind}
             if kind == "file":
                 item["size"] = entry.stat(follow_symlinks=False).st_size
             listed.append(item)

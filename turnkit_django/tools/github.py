@@ -21,13 +21,16 @@ import base64
 import binascii
 import re
 import threading
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Literal
 from urllib.parse import quote, urlsplit
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..clients._http import as_object, member, members
 from ..exceptions import ConfigurationError, ToolError
+from ..serialization import JsonObject, JsonValue
 from .base import ToolContext
 from .files import MAX_BYTES, ReadOnlyTool
 
@@ -94,7 +97,8 @@ class GitHubTool(ReadOnlyTool):
             raise ToolError(f"refused a request to {request.url.host!r}: only {self.host} is "
                             "asked, over HTTPS")
 
-    def _get(self, segments: list[str], params: dict[str, Any] | None = None) -> Any:
+    def _get(self, segments: list[str], params: Mapping[str, str | int] | None = None
+             ) -> JsonValue:
         for segment in segments:
             if segment in ("", ".", "..") or "\x00" in segment:
                 raise ToolError(f"invalid path segment {segment!r}")
@@ -107,11 +111,12 @@ class GitHubTool(ReadOnlyTool):
         try:
             response = self._http().get(url, params=params, headers=headers)
         except httpx.HTTPError as exc:
-            error = ToolError(self._scrub(f"could not reach GitHub ({type(exc).__name__})"))
+            error = ToolError(self._redact(f"could not reach GitHub ({type(exc).__name__})"))
         else:
             if response.is_success:
                 try:
-                    return response.json()
+                    body: JsonValue = response.json()  # the boundary: GitHub's JSON
+                    return body
                 except ValueError:
                     raise ToolError("GitHub did not answer with JSON") from None
             error = self._status_error(response, "/".join(segments))
@@ -136,46 +141,51 @@ class GitHubTool(ReadOnlyTool):
         else:
             text = f"GitHub request failed with HTTP {status}" + (f": {message}" if message
                                                                    else "")
-        return ToolError(self._scrub(text))
+        return ToolError(self._redact(text))
 
-    def _scrub(self, value: Any) -> Any:
+    def _redact(self, text: str) -> str:
+        return text.replace(self._token, "[redacted]") if self._token else text
+
+    def _scrub(self, value: JsonValue) -> JsonValue:
         """``value`` with every occurrence of the token replaced, however deep."""
-        token = self._token
-        if not token:
+        if not self._token:
             return value
         if isinstance(value, str):
-            return value.replace(token, "[redacted]")
+            return self._redact(value)
         if isinstance(value, dict):
-            return {self._scrub(k): self._scrub(v) for k, v in value.items()}
+            return {self._redact(k): self._scrub(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self._scrub(v) for v in value]
         return value
 
     # -- operations ----------------------------------------------------------------------
 
-    def call(self, ctx: ToolContext, args: Any) -> dict[str, Any]:
+    def call(self, ctx: ToolContext, args: GitHubArgs) -> JsonObject:
         handler = getattr(self, f"_{args.operation}")
         data, page = handler(args)
-        return self._scrub({"repository": self.repository, "operation": args.operation,
-                            "source_url": f"{self.web_url}/{self.repository}{page}",
-                            "data": data})
+        result: JsonObject = {"repository": self.repository, "operation": args.operation,
+                              "source_url": f"{self.web_url}/{self.repository}{page}",
+                              "data": data}
+        return {key: self._scrub(value) for key, value in result.items()}
 
-    def _repository(self, args: Any) -> tuple[Any, str]:
-        repo = self._get([])
+    def _repository(self, args: GitHubArgs) -> tuple[JsonValue, str]:
+        repo = as_object(self._get([]))
         keys = ("full_name", "description", "default_branch", "language", "topics",
                 "stargazers_count", "forks_count", "open_issues_count", "pushed_at")
-        data = {k: repo.get(k) for k in keys}
-        data["license"] = (repo.get("license") or {}).get("spdx_id")
+        data: JsonObject = {k: repo.get(k) for k in keys}
+        data["license"] = member(repo, "license").get("spdx_id")
         return data, ""
 
-    def _file(self, args: Any) -> tuple[Any, str]:
+    def _file(self, args: GitHubArgs) -> tuple[JsonValue, str]:
         path = _path(args.path or "")
         params = {"ref": _ref(args.ref)} if args.ref else None
-        found = self._get(["contents", *path.split("/")] if path else ["contents"], params)
+        answer = self._get(["contents", *path.split("/")] if path else ["contents"], params)
         tree = f"/tree/{args.ref or 'HEAD'}/{path}".rstrip("/")
-        if isinstance(found, list):
-            entries = [{k: e.get(k) for k in ("name", "path", "type", "size")} for e in found]
+        if isinstance(answer, list):
+            entries: list[JsonValue] = [{k: e.get(k) for k in ("name", "path", "type", "size")}
+                                        for e in members(answer)]
             return {"path": path, "entries": entries}, tree
+        found = as_object(answer)
         if found.get("type") != "file":
             raise ToolError(f"{path!r} is a {found.get('type')}, not a file")
         text, truncated = self._decode(found)
@@ -183,73 +193,77 @@ class GitHubTool(ReadOnlyTool):
                  "truncated": truncated, "content": text},
                 f"/blob/{args.ref or 'HEAD'}/{path}")
 
-    def _decode(self, found: dict[str, Any]) -> tuple[str, bool]:
-        if not found.get("content"):
+    def _decode(self, found: JsonObject) -> tuple[str, bool]:
+        content = found.get("content")
+        if not content:
             raise ToolError(f"{found.get('path')!r} is too large for the contents API")
         try:
-            raw = base64.b64decode(found["content"])
+            raw = base64.b64decode(content) if isinstance(content, str) else None
         except (binascii.Error, ValueError):
-            raise ToolError("GitHub returned file content that is not base64") from None
+            raw = None
+        if raw is None:
+            raise ToolError("GitHub returned file content that is not base64")
         if b"\x00" in raw[: self.max_bytes]:
             raise ToolError(f"{found.get('path')!r} is a binary file")
         return raw[: self.max_bytes].decode("utf-8", errors="replace"), len(raw) > self.max_bytes
 
-    def _history(self, args: Any) -> tuple[Any, str]:
-        params: dict[str, Any] = {"per_page": self.per_page, "page": args.page}
+    def _history(self, args: GitHubArgs) -> tuple[JsonValue, str]:
+        params: dict[str, str | int] = {"per_page": self.per_page, "page": args.page}
         if args.path:
             params["path"] = _path(args.path)
         if args.ref:
             params["sha"] = _ref(args.ref)
-        commits = self._get(["commits"], params)
-        data = [{"sha": c.get("sha"), "author": (c.get("commit") or {}).get("author"),
-                 "message": _clip((c.get("commit") or {}).get("message"), 500)}
-                for c in commits]
+        commits = members(self._get(["commits"], params))
+        data: list[JsonValue] = [
+            {"sha": c.get("sha"), "author": member(c, "commit").get("author"),
+             "message": _clip(member(c, "commit").get("message"), 500)} for c in commits]
         return data, f"/commits/{args.ref or 'HEAD'}"
 
-    def _diff(self, args: Any) -> tuple[Any, str]:
+    def _diff(self, args: GitHubArgs) -> tuple[JsonValue, str]:
+        data: JsonObject
         if args.sha:
             if not _SHA.match(args.sha):
                 raise ToolError(f"sha {args.sha!r} is not a commit hash")
-            commit = self._get(["commits", args.sha])
+            commit = as_object(self._get(["commits", args.sha]))
             data = {"sha": commit.get("sha"),
-                    "message": _clip((commit.get("commit") or {}).get("message"), 2_000),
+                    "message": _clip(member(commit, "commit").get("message"), 2_000),
                     "files": _files(commit.get("files"))}
             return data, f"/commit/{args.sha}"
         if args.base and args.head:
             span = f"{_ref(args.base)}...{_ref(args.head)}"
-            compared = self._get(["compare", span])
+            compared = as_object(self._get(["compare", span]))
             data = {k: compared.get(k) for k in ("status", "ahead_by", "behind_by")}
-            data["commits"] = [c.get("sha") for c in compared.get("commits") or []][:100]
+            data["commits"] = [c.get("sha") for c in members(compared.get("commits"))][:100]
             data["files"] = _files(compared.get("files"))
             return data, f"/compare/{span}"
         raise ToolError("diff needs sha, or base and head")
 
-    def _issues(self, args: Any) -> tuple[Any, str]:
-        found = self._get(["issues"], {"state": args.state, "per_page": self.per_page,
-                                       "page": args.page})
-        data = [{"number": i.get("number"), "title": i.get("title"), "state": i.get("state"),
-                 "user": (i.get("user") or {}).get("login"), "comments": i.get("comments"),
-                 "labels": [label.get("name") for label in i.get("labels") or []],
-                 "pull_request": "pull_request" in i, "created_at": i.get("created_at")}
-                for i in found]
+    def _issues(self, args: GitHubArgs) -> tuple[JsonValue, str]:
+        found = members(self._get(["issues"], {"state": args.state, "per_page": self.per_page,
+                                               "page": args.page}))
+        data: list[JsonValue] = [
+            {"number": i.get("number"), "title": i.get("title"), "state": i.get("state"),
+             "user": member(i, "user").get("login"), "comments": i.get("comments"),
+             "labels": _labels(i), "pull_request": "pull_request" in i,
+             "created_at": i.get("created_at")} for i in found]
         return data, "/issues"
 
-    def _issue(self, args: Any) -> tuple[Any, str]:
+    def _issue(self, args: GitHubArgs) -> tuple[JsonValue, str]:
         number = _number(args)
-        issue = self._get(["issues", str(number)])
+        issue = as_object(self._get(["issues", str(number)]))
         keys = ("number", "title", "state", "comments", "created_at", "closed_at")
-        data = {k: issue.get(k) for k in keys}
-        data.update(user=(issue.get("user") or {}).get("login"),
-                    labels=[label.get("name") for label in issue.get("labels") or []],
+        data: JsonObject = {k: issue.get(k) for k in keys}
+        data.update(user=member(issue, "user").get("login"), labels=_labels(issue),
                     body=_clip(issue.get("body"), _TEXT_LIMIT))
         return data, f"/issues/{number}"
 
-    def _comments(self, args: Any) -> tuple[Any, str]:
+    def _comments(self, args: GitHubArgs) -> tuple[JsonValue, str]:
         number = _number(args)
-        found = self._get(["issues", str(number), "comments"],
-                          {"per_page": self.per_page, "page": args.page})
-        data = [{"user": (c.get("user") or {}).get("login"), "created_at": c.get("created_at"),
-                 "body": _clip(c.get("body"), _TEXT_LIMIT)} for c in found]
+        found = members(self._get(["issues", str(number), "comments"],
+                                  {"per_page": self.per_page, "page": args.page}))
+        data: list[JsonValue] = [
+            {"user": member(c, "user").get("login"), "created_at": c.get("created_at"),
+             "body": _clip(c.get("body"), _TEXT_LIMIT)} for c in found]
         return data, f"/issues/{number}"
 
 
@@ -275,21 +289,25 @@ def _ref(ref: str) -> str:
     return ref
 
 
-def _number(args: Any) -> int:
+def _number(args: GitHubArgs) -> int:
     if args.number is None:
         raise ToolError(f"{args.operation} needs number, the issue or pull request number")
     return int(args.number)
 
 
-def _clip(text: Any, limit: int) -> str:
+def _clip(text: JsonValue, limit: int) -> str:
     value = str(text or "")
     return value if len(value) <= limit else value[:limit] + " [... cut]"
 
 
-def _files(files: Any) -> list[dict[str, Any]]:
+def _labels(item: JsonObject) -> list[JsonValue]:
+    return [label.get("name") for label in members(item.get("labels"))]
+
+
+def _files(files: JsonValue) -> list[JsonValue]:
     return [{"filename": f.get("filename"), "status": f.get("status"),
              "additions": f.get("additions"), "deletions": f.get("deletions"),
-             "patch": _clip(f.get("patch"), _TEXT_LIMIT)} for f in (files or [])[:50]]
+             "patch": _clip(f.get("patch"), _TEXT_LIMIT)} for f in members(files)[:50]]
 
 
 __all__ = ["REPOSITORY", "GitHubArgs", "GitHubTool"]

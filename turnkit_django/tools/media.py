@@ -25,17 +25,19 @@ map your own arguments to files in an override, never model-written paths.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..clients.media import ImageResult, MediaAnalysis
+from ..clients._http import members
+from ..clients.media import ImageResult, MediaAnalysis, MediaInput
 from ..clients.media_input import to_media
 from ..exceptions import ConfigurationError, ToolError
 from ..messages import ImagePart, MessageKind, load_parts
 from ..models import Message
+from ..serialization import JsonMapping, JsonObject
 from ..store.media import open_image
 from .base import Tool, ToolContext
 
@@ -55,24 +57,27 @@ class ImageTool(Tool):
     model: str | None = None
     provider: str | None = None
     size: str | None = None
-    client: Any = None
-    params: dict[str, Any] = {}
+    #: A client with ``supports_paint``; None: the agent's client.
+    client: object = None
+    params: JsonObject = {}
     max_bytes: int | None = None
+
+    # The hooks take ``args``, an instance of ``Args`` (subclasses annotate it so).
 
     def prompt(self, ctx: ToolContext, args: Any) -> str:
         return str(args.prompt)
 
-    def input_images(self, ctx: ToolContext, args: Any) -> list[Any]:
+    def input_images(self, ctx: ToolContext, args: Any) -> Sequence[object]:
         """Images to edit (anything ``to_media`` takes); none by default: generate."""
         return []
 
-    def mask(self, ctx: ToolContext, args: Any) -> Any:
+    def mask(self, ctx: ToolContext, args: Any) -> object:
         return None
 
-    def metadata(self, ctx: ToolContext, args: Any) -> dict[str, Any]:
+    def metadata(self, ctx: ToolContext, args: Any) -> JsonMapping:
         return {}
 
-    def call(self, ctx: ToolContext, args: Any) -> Any:
+    def call(self, ctx: ToolContext, args: Any) -> JsonObject:
         image = ctx.turn.paint(
             self.prompt(ctx, args), model=self.model, provider=self.provider, size=self.size,
             input_images=list(self.input_images(ctx, args)), mask=self.mask(ctx, args),
@@ -82,7 +87,7 @@ class ImageTool(Tool):
         return image_result(ctx, image)
 
 
-def image_result(ctx: ToolContext, image: ImageResult) -> dict[str, Any]:
+def image_result(ctx: ToolContext, image: ImageResult) -> JsonObject:
     """What the model gets back from a painting tool: ids and types, never bytes or URLs."""
     return {"conversation_id": ctx.conversation_id, "image_message_id": image.message_id,
             "images": [{"id": i.id, "mime_type": i.mime_type, "revised_prompt": i.revised_prompt}
@@ -107,14 +112,16 @@ class ViewMediaTool(Tool):
     recovery = "replay_safe"
     model: str | None = None
     provider: str | None = None
-    client: Any = None
-    output_schema: Any = None
-    params: dict[str, Any] = {}
+    #: A client with ``supports_view_media``; None: the agent's client.
+    client: object = None
+    #: A pydantic class or a JSON schema for the analysis's ``data``.
+    output_schema: type[BaseModel] | JsonObject | None = None
+    params: JsonObject = {}
     max_bytes: int | None = None
     #: The objective when the arguments carry none.
     objective_text: str = ""
 
-    def media(self, ctx: ToolContext, args: Any) -> Any:
+    def media(self, ctx: ToolContext, args: Any) -> object:
         """What to analyse; by default the model's ``url``, which must be https."""
         url = str(getattr(args, "url", ""))
         if urlsplit(url).scheme != "https":
@@ -124,10 +131,10 @@ class ViewMediaTool(Tool):
     def objective(self, ctx: ToolContext, args: Any) -> str:
         return str(getattr(args, "objective", "") or self.objective_text)
 
-    def metadata(self, ctx: ToolContext, args: Any) -> dict[str, Any]:
+    def metadata(self, ctx: ToolContext, args: Any) -> JsonMapping:
         return {}
 
-    def call(self, ctx: ToolContext, args: Any) -> Any:
+    def call(self, ctx: ToolContext, args: Any) -> JsonObject:
         analysis = ctx.turn.view_media(
             self.media(ctx, args), objective=self.objective(ctx, args),
             output_schema=self.output_schema, model=self.model, provider=self.provider,
@@ -137,7 +144,7 @@ class ViewMediaTool(Tool):
         return analysis_result(ctx, analysis)
 
 
-def analysis_result(ctx: ToolContext, analysis: MediaAnalysis) -> dict[str, Any]:
+def analysis_result(ctx: ToolContext, analysis: MediaAnalysis) -> JsonObject:
     """What the model gets back from an analysing tool: the findings and what was looked at."""
     return {"conversation_id": ctx.conversation_id, "analysis_message_id": analysis.message_id,
             "text": analysis.text, "data": analysis.data,
@@ -160,9 +167,9 @@ class PaintArgs(BaseModel):
 
 
 #: ``gate(**request) -> True`` allows one paid generation; anything else refuses it.
-Gate = Callable[..., Any]
+Gate = Callable[..., object]
 #: ``resolve(reference, ctx) -> media``: what a model-given reference stands for.
-Resolver = Callable[[str, ToolContext], Any]
+Resolver = Callable[[str, ToolContext], object]
 
 
 class PaintImage(ImageTool):
@@ -172,9 +179,9 @@ class PaintImage(ImageTool):
     Args = PaintArgs
 
     def __init__(self, *, gate: Gate, model: str, provider: str | None = None,
-                 client: Any = None, size: str | None = None,
+                 client: object = None, size: str | None = None,
                  max_reference_images: int | None = None, resolve: Resolver | None = None,
-                 params: dict[str, Any] | None = None) -> None:
+                 params: JsonObject | None = None) -> None:
         if not callable(gate):
             raise ConfigurationError("paint_image needs gate=, a callable that returns True to "
                                      "allow each paid generation")
@@ -191,7 +198,7 @@ class PaintImage(ImageTool):
         self.params = dict(params or {})
         self.terminal = _completion
 
-    def call(self, ctx: ToolContext, args: Any) -> Any:
+    def call(self, ctx: ToolContext, args: PaintArgs) -> JsonObject:
         references = list(args.reference_images)
         cap = self.max_reference_images
         if cap is not None and len(references) > cap:
@@ -216,12 +223,12 @@ class PaintImage(ImageTool):
         return image_result(ctx, image)
 
 
-def _completion(result: Any) -> str:
-    ids = ", ".join(str(i["id"]) for i in result.get("images") or [])
+def _completion(result: JsonObject) -> str:
+    ids = ", ".join(str(i["id"]) for i in members(result.get("images")))
     return f"Generated image {ids} (message {result.get('image_message_id')})."
 
 
-def conversation_image(reference: str, ctx: ToolContext) -> Any:
+def conversation_image(reference: str, ctx: ToolContext) -> MediaInput | str | None:
     """Resolve an image id of this conversation to its stored bytes, or its URL."""
     rows = (Message.objects.filter(conversation_id=ctx.conversation_id, kind=MessageKind.IMAGE)
             .order_by("-sequence").values_list("content", flat=True)[:REFERENCE_WINDOW])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -69,5 +70,5 @@ class Command(BaseCommand):
         if view.turns:
             self.stdout.write("\n".join(transcript(view.turns[-1], full=full)))
 
-    def _json(self, document: dict[str, Any]) -> None:
+    def _json(self, document: Mapping[str, object]) -> None:
         self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str))
