@@ -76,11 +76,14 @@ class Ledger:
     @classmethod
     def from_row(cls, root_id: str, row: LedgerRow) -> Ledger:
         raw = (row["options"] or {}).get("limits")
+        if raw is not None and not isinstance(raw, dict):
+            raise ConfigurationError(f"turn {root_id!r}: its stored limits must be a JSON "
+                                     f"object, got {raw!r}")
         return cls(root_id, int(row["fence"]), str(row["status"]), row["deadline_at"],
                    int(row["tree_iterations"]), int(row["tree_tool_executions"]),
                    {str(k): int(v) for k, v in (row["tree_tool_counts"] or {}).items()},
                    Decimal(row["tree_spend"]),
-                   Limits.from_json(raw) if isinstance(raw, dict) else None,
+                   None if raw is None else Limits.from_json(raw),
                    row["db_now"], raw, bool(row.get("controls_pending")))
 
 
