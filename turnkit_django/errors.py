@@ -13,14 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from .exceptions import BudgetExceeded
-from .serialization import JsonValue
-
-#: Deprecated: the old name :mod:`turnkit_django.store.state` still imports; new code uses
-#: :data:`turnkit_django.serialization.JsonObject` (values typed as JSON).
-JsonObject = dict[str, Any]
+from .serialization import JsonObject, JsonValue
 
 OUTCOME_UNKNOWN = (
     "The tool was interrupted before its result was recorded, so its outcome is unknown: it may "

@@ -27,7 +27,6 @@ import json
 import logging
 from datetime import datetime
 from functools import partial
-from typing import Any
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, Subquery
@@ -39,7 +38,7 @@ from ..conf import turnkit_settings
 from ..events import emit
 from ..exceptions import ConfigurationError
 from ..models import Conversation, Delivery, Message, Turn
-from ..serialization import json_value
+from ..serialization import JsonMapping, json_value
 from ..states import TurnStatus
 from ..store import deliveries, lock_conversation
 from ..store.deliveries import COMPLETION_PREFIX
@@ -56,7 +55,7 @@ def send_message(
     text: str,
     *,
     key: str,
-    principal: Any,
+    principal: object,
     source_turn: Turn | None = None,
     deliver_now: bool = True,
 ) -> Delivery:
@@ -72,7 +71,7 @@ def send_message(
 
 
 def authorize_send(source: Conversation, destination: Conversation, text: str, *,
-                   principal: Any, source_turn: Turn | None = None) -> Any:
+                   principal: object, source_turn: Turn | None = None) -> object:
     """Check a message and ask the policy for ``send_message`` (outside any transaction);
     return the principal as stored."""
     if not isinstance(text, str) or not text.strip():
@@ -89,7 +88,7 @@ def authorize_send(source: Conversation, destination: Conversation, text: str, *
 
 
 def record_send(source: Conversation, destination: Conversation, text: str, *, key: str,
-                principal: Any, source_turn: Turn | None = None,
+                principal: object, source_turn: Turn | None = None,
                 deliver_now: bool = True) -> Delivery:
     """Store an authorized message once per ``key`` (and deliver it at once if asked)."""
     delivery = deliveries.create(
@@ -326,7 +325,7 @@ def _trigger(conversation_id: str, consumed: int) -> tuple[str, str, Turn | None
     return message_id, str(metadata["delivery_id"]), tree
 
 
-def _sender(metadata: dict[str, Any]) -> str | None:
+def _sender(metadata: JsonMapping) -> str | None:
     source = metadata.get("source") or {}
     return source.get("turn_id") if isinstance(source, dict) else None
 

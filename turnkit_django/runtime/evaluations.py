@@ -36,7 +36,6 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
 
 from ..authorization import is_allowed
 from ..clients import Usage
@@ -52,14 +51,14 @@ from ..clients.evaluation import (
     parse_answers,
 )
 from ..exceptions import AuthorizationError, EvaluationError
-from ..serialization import canonical, json_value
+from ..serialization import JsonMapping, JsonObject, JsonValue, canonical, json_value
 from ..store import Charge, LedgerDelta
 from . import budget, internal
 from .context import TurnContext
 
 logger = logging.getLogger("turnkit_django.evaluations")
 
-CURRENT: Any = object()  # the default candidate: the turn's current candidate output
+CURRENT: object = object()  # the default candidate: the turn's current candidate output
 MAX_ATTEMPTS = 3
 BACKOFF, MAX_BACKOFF = 0.5, 8.0
 _random = secrets.SystemRandom()
@@ -72,20 +71,18 @@ class Spec:
     purpose: str
     questions: tuple[Question, ...]
     policy_version: str
-    candidate: Any
+    candidate: JsonValue
     max_attempts: int
     timeout: float
 
 
-def _spec(ctx: TurnContext, *, evaluator: Any, model: Any, purpose: Any, questions: Any,
-          policy_version: Any, candidate: Any, max_attempts: Any, timeout: Any) -> Spec:
+def _spec(ctx: TurnContext, *, evaluator: object, model: object, purpose: object,
+          questions: object, policy_version: object, candidate: object, max_attempts: object,
+          timeout: object) -> Spec:
     """Check the arguments; raise TypeError or ValueError saying what to pass."""
     if not isinstance(evaluator, Evaluator) or not isinstance(evaluator.identity, str):
         raise TypeError(f"evaluator must be an Evaluator (an object with an `identity` string "
                         f"and evaluate(request)), such as OpenAIEvaluator(...); got {evaluator!r}")
-    for name, value in (("model", model), ("purpose", purpose)):
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{name} must be a non-empty string, got {value!r}")
     if not isinstance(policy_version, str):
         raise TypeError(f"policy_version must be a string, got {policy_version!r}")
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) \
@@ -97,8 +94,15 @@ def _spec(ctx: TurnContext, *, evaluator: Any, model: Any, purpose: Any, questio
         current = ctx.state.candidate
         candidate = None if current is None else (
             current.data if current.data is not None else current.text)
-    return Spec(evaluator, model, purpose, check_questions(questions), policy_version,
+    return Spec(evaluator, _text("model", model), _text("purpose", purpose),
+                check_questions(questions), policy_version,
                 json_value(candidate, "candidate"), max_attempts, float(timeout))
+
+
+def _text(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+    return value
 
 
 def receipt_id(ctx: TurnContext, spec: Spec) -> str:
@@ -114,7 +118,7 @@ def receipt_id(ctx: TurnContext, spec: Spec) -> str:
     return "evr_" + hashlib.sha256(canonical(identity).encode()).hexdigest()
 
 
-def evaluate(ctx: TurnContext, **arguments: Any) -> Evaluation:
+def evaluate(ctx: TurnContext, **arguments: object) -> Evaluation:
     """Run a structured evaluation for the claimed turn (see the module docstring)."""
     spec = _spec(ctx, **arguments)
     rid = receipt_id(ctx, spec)
@@ -177,21 +181,28 @@ def _dispatch(spec: Spec, request: EvaluationRequest) -> (
 # --------------------------------------------------------------------------- receipts
 
 
-def _new_receipt(rid: str, spec: Spec) -> dict[str, Any]:
+def _new_receipt(rid: str, spec: Spec) -> JsonObject:
     return {"id": rid, "purpose": spec.purpose, "model": spec.model,
             "evaluator": spec.evaluator.identity, "policy_version": spec.policy_version,
             "question_count": len(spec.questions), "max_attempts": spec.max_attempts,
-            "status": "in_progress", "attempts": [], "usage": Usage().as_dict(), "cost": "0"}
+            "status": "in_progress", "attempts": [], "usage": dict(Usage().as_dict()), "cost": "0"}
 
 
-def _add(receipt: dict[str, Any], usage: Usage, cost: Decimal | None) -> None:
+def _attempts(receipt: JsonMapping) -> list[JsonObject]:
+    """A copy of the receipt's attempts, each its own dict (to update)."""
+    stored = receipt.get("attempts")
+    return [dict(a) for a in stored if isinstance(a, dict)] if isinstance(stored, list) else []
+
+
+def _add(receipt: JsonObject, usage: Usage, cost: Decimal | None) -> None:
     """Add an attempt's usage and cost to the receipt's totals (None: unknown from now on)."""
-    receipt["usage"] = (Usage.from_dict(receipt.get("usage")) + usage).as_dict()
+    receipt["usage"] = dict((Usage.from_dict(receipt.get("usage")) + usage).as_dict())
     known = receipt.get("cost")
-    receipt["cost"] = None if known is None or cost is None else str(Decimal(known) + cost)
+    receipt["cost"] = (None if not isinstance(known, str) or cost is None
+                       else str(Decimal(known) + cost))
 
 
-def _write(ctx: TurnContext, rid: str, receipt: dict[str, Any], charge: Charge | None,
+def _write(ctx: TurnContext, rid: str, receipt: JsonObject, charge: Charge | None,
            delta: LedgerDelta | None) -> None:
     state = ctx.state.replace(evaluations={**ctx.state.evaluations, rid: receipt})
     ctx.fenced.record(state, charge=charge, delta=delta)
@@ -206,7 +217,7 @@ def _begin(ctx: TurnContext, rid: str, spec: Spec) -> tuple[int, datetime | None
         budget.check_open(ledger)
         now = ledger.now.isoformat()  # the database clock
         receipt = dict(ctx.state.evaluations.get(rid) or _new_receipt(rid, spec))
-        attempts = [dict(a) for a in receipt["attempts"]]
+        attempts = _attempts(receipt)
         charge = delta = None
         for attempt in attempts:
             if attempt["status"] == "uncertain" and "finished_at" not in attempt:
@@ -215,15 +226,15 @@ def _begin(ctx: TurnContext, rid: str, spec: Spec) -> tuple[int, datetime | None
                 charge, delta, _ = internal.charge_usage(ctx, ledger, Usage(), spec.model, None)
                 ctx.row.usage = charge.usage  # an atomic block: a failed write ends the turn
         if len(attempts) >= spec.max_attempts:
-            last = attempts[-1]["status"] if attempts else "unavailable"
+            last = str(attempts[-1].get("status")) if attempts else "unavailable"
             refusal = EvaluationError(
                 f"evaluation {spec.purpose!r} used its {spec.max_attempts} attempt(s); the last "
                 f"one is {last}, and an attempt is never replayed", status=last)
-            receipt.update(status="failed", attempts=attempts)
+            receipt.update(status="failed", attempts=list[JsonValue](attempts))
         else:
             attempts.append({"n": len(attempts) + 1, "status": "uncertain",
                              "started_at": now})
-            receipt.update(status="in_progress", attempts=attempts)
+            receipt.update(status="in_progress", attempts=list[JsonValue](attempts))
         _write(ctx, rid, receipt, charge, delta)
         deadline = ledger.deadline_at
     if refusal is not None:
@@ -231,8 +242,8 @@ def _begin(ctx: TurnContext, rid: str, spec: Spec) -> tuple[int, datetime | None
     return len(attempts), deadline
 
 
-def _finish(ctx: TurnContext, rid: str, number: int, outcome: dict[str, Any], usage: Usage,
-            model: str, cost: Decimal | None, charged: bool, **receipt: Any) -> datetime:
+def _finish(ctx: TurnContext, rid: str, number: int, outcome: JsonObject, usage: Usage,
+            model: str, cost: Decimal | None, charged: bool, **receipt: JsonValue) -> datetime:
     """Record attempt ``number``'s outcome (charging it when ``charged``); return the database
     clock's time."""
     with ctx.fenced.atomic() as ledger:
@@ -241,11 +252,11 @@ def _finish(ctx: TurnContext, rid: str, number: int, outcome: dict[str, Any], us
             charge, delta, cost = internal.charge_usage(ctx, ledger, usage, model, cost)
             ctx.row.usage = charge.usage  # an atomic block: a failed write ends the turn
         current = dict(ctx.state.evaluations[rid])
-        attempts = [dict(a) for a in current["attempts"]]
+        attempts = _attempts(current)
         attempts[number - 1].update(outcome, finished_at=ledger.now.isoformat(),
-                                    usage=usage.as_dict(),
+                                    usage=dict(usage.as_dict()),
                                     cost=None if cost is None else str(cost))
-        current.update(receipt, attempts=attempts)
+        current.update(receipt, attempts=list[JsonValue](attempts))
         _add(current, usage, cost)
         _write(ctx, rid, current, charge, delta)
         return ledger.now
@@ -292,7 +303,7 @@ def _retry_delay(error: EvaluationError, number: int, spec: Spec, deadline: date
 # --------------------------------------------------------------------------- output metadata
 
 
-def set_output_metadata(ctx: TurnContext, value: Any) -> None:
+def set_output_metadata(ctx: TurnContext, value: object) -> None:
     """Store assessment metadata for the turn's current candidate (a fenced write); the next
     model response resets it, and a child's result envelope carries it."""
     value = json_value(value, "output_metadata")

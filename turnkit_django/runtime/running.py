@@ -8,11 +8,10 @@ application loaded (``load_turn``) is not bound: it can read them, not write the
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..clients.evaluation import Evaluation, Evaluator, Question
 from ..exceptions import TurnkitError
 from ..models import Turn
+from ..serialization import JsonMapping, JsonObject
 from . import evaluations
 from .context import TurnContext
 
@@ -34,7 +33,7 @@ class RunningTurn:
 
     def internal_evaluation(self, *, evaluator: Evaluator, model: str, purpose: str,
                             questions: Question | list[Question],
-                            policy_version: str = "", candidate: Any = evaluations.CURRENT,
+                            policy_version: str = "", candidate: object = evaluations.CURRENT,
                             max_attempts: int = 1, timeout: float = 30.0) -> Evaluation:
         """Ask ``evaluator`` typed questions about ``candidate`` (default: the turn's current
         candidate output), fenced and charged to the turn; an identical request returns its
@@ -47,24 +46,27 @@ class RunningTurn:
             candidate=candidate, max_attempts=max_attempts, timeout=timeout)
 
     @property
-    def output_metadata(self) -> dict[str, Any] | None:
+    def output_metadata(self) -> JsonObject | None:
         """Assessment metadata of the current candidate (the published output, once done)."""
         running = self._running
         if running is not None and running.row.pk == self.row.pk:
             return running.state.output_metadata
-        return (self.row.state or {}).get("output_metadata")
+        stored = (self.row.state or {}).get("output_metadata")
+        return stored if isinstance(stored, dict) else None
 
     @output_metadata.setter
-    def output_metadata(self, value: dict[str, Any] | None) -> None:
+    def output_metadata(self, value: JsonMapping | None) -> None:
         evaluations.set_output_metadata(self._context("setting output_metadata"), value)
 
     @property
-    def evaluation_receipts(self) -> list[dict[str, Any]]:
+    def evaluation_receipts(self) -> list[JsonObject]:
         """The receipts of the turn's structured evaluations (attempts, usage, cost, answers)."""
         running = self._running
         if running is not None and running.row.pk == self.row.pk:
             return list(running.state.evaluations.values())
-        return list(((self.row.state or {}).get("evaluations") or {}).values())
+        stored = (self.row.state or {}).get("evaluations")
+        return [r for r in stored.values() if isinstance(r, dict)] if isinstance(
+            stored, dict) else []
 
 
 __all__ = ["RunningTurn"]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from django.db import connection, transaction
 from django.db.models import Exists
@@ -26,9 +26,11 @@ from ..exceptions import LostClaim
 from ..limits import Limits
 from ..messages import Part
 from ..models import Conversation, Event, Lease, Message, Turn
+from ..serialization import JsonObject
 from ..states import TurnStatus
 from . import steps
 from .events import message_events
+from .fields import TurnFields
 from .locks import Ledger, LedgerDelta, database_now, lock_tree, lock_tree_of
 from .state import TurnState
 from .transcript import NewMessage, build_messages, insert_rows
@@ -95,7 +97,7 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
             return None
         if turn.submitted_at is not None and (turn.lane_busy or turn.lane_older):
             return None
-        fields: dict[str, Any] = {"fence": turn.fence + 1, "claimed_by": worker,
+        fields: TurnFields = {"fence": turn.fence + 1, "claimed_by": worker,
                                   "started_at": turn.started_at or ledger.now}
         if turn.is_root and turn.deadline_at is None and ledger.limits is not None \
                 and ledger.limits.lifetime is not None:
@@ -128,7 +130,7 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
 
 def create_claimed(spec: NewTurn, conversation: Conversation, parts: Sequence[Part],
                    worker: str, *, prepare: Prepare | None = None,
-                   message_metadata: dict[str, Any] | None = None,
+                   message_metadata: JsonObject | None = None,
                    message_key: str | None = None,
                    ) -> tuple[Claim, Turn, Ledger, Message | None]:
     """Create a root turn already claimed by ``worker``: an inline run.

@@ -35,6 +35,7 @@ class TurnFields(TerminalFields, total=False):
     completed_at: datetime | Combinable
     updated_at: datetime | Combinable
     submitted_at: datetime
+    started_at: datetime
     deadline_at: datetime | None
     fence: int | Combinable
     claimed_by: str
@@ -44,6 +45,11 @@ class TurnFields(TerminalFields, total=False):
     controls_pending: bool
     options: JsonObject
     recovery_attempts: int
+    # The tree's ledger, on the root's row (see store.locks.LedgerDelta).
+    tree_iterations: int | Combinable
+    tree_tool_executions: int | Combinable
+    tree_tool_counts: dict[str, int]
+    tree_spend: Decimal | Combinable
 
 
 __all__ = ["TerminalFields", "TurnFields"]

@@ -18,7 +18,6 @@ from typing import TypedDict, cast
 
 from django.db import connection
 from django.db.models import F, Subquery
-from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -26,6 +25,7 @@ from ..exceptions import ConfigurationError
 from ..limits import Limits
 from ..models import Conversation, Turn
 from ..serialization import JsonObject, JsonValue
+from .fields import TurnFields
 
 #: The advisory lock key of the wait graph (one key for the whole database).
 GRAPH_LOCK_KEY = zlib.crc32(b"turnkit.wait_graph")
@@ -107,9 +107,9 @@ class LedgerDelta:
             self.tool_counts = other.tool_counts
         self.spend += other.spend
 
-    def fields(self) -> dict[str, Combinable | dict[str, int]]:
+    def fields(self) -> TurnFields:
         """The root row's fields (relative updates, so concurrent deltas add up)."""
-        out: dict[str, Combinable | dict[str, int]] = {}
+        out: TurnFields = {}
         if self.iterations:
             out["tree_iterations"] = F("tree_iterations") + self.iterations
         if self.tool_executions:

@@ -11,9 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import JsonObject
 from ..exceptions import BudgetExceeded
-from ..serialization import JsonValue
+from ..serialization import JsonObject, JsonValue
 from ..states import Phase
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from ..models import Conversation, Event, Lease, Message, ToolExecution, Turn
 from ..states import TRANSITIONS, TurnStatus
+from .fields import TurnFields
 from .locks import Ledger, LedgerDelta
 
 #: The SQLSTATE ``turnkit_step_guard()`` raises with (see migration 0007).
@@ -55,14 +56,14 @@ class Move:
 
     execution_id: str
     expected: tuple[str, ...]
-    fields: dict[str, Any]
+    fields: dict[str, object]
 
 
 @dataclass
 class StepWrites:
     """The writes of one step, in the order they were made."""
 
-    turn: dict[str, Any] = field(default_factory=dict)
+    turn: TurnFields = field(default_factory=lambda: TurnFields())
     transition: str | None = None
     delta: LedgerDelta = field(default_factory=LedgerDelta)
     messages: list[Message] = field(default_factory=list)
@@ -172,7 +173,7 @@ def _table(model: type[Model]) -> str:
     return _quote(model._meta.db_table)
 
 
-def _assign(model: type[Model], fields: dict[str, Any], params: list[Any],
+def _assign(model: type[Model], fields: Mapping[str, object], params: list[object],
             db: BaseDatabaseWrapper) -> str:
     """``SET`` assignments of ``fields``: values, ``Now()``, and ``F(name) + value``."""
     out = []
@@ -196,8 +197,8 @@ def _assign(model: type[Model], fields: dict[str, Any], params: list[Any],
     return ", ".join(out)
 
 
-def _insert(name: str, obj: Model, params: list[Any], *, source: str,
-            computed: dict[str, tuple[str, list[Any]]] | None = None) -> str:
+def _insert(name: str, obj: Model, params: list[object], *, source: str,
+            computed: dict[str, tuple[str, list[object]]] | None = None) -> str:
     """A CTE inserting ``obj`` for each row of ``source`` (one row, or none).
 
     The row travels as one JSON record (one parameter, however many columns) that
@@ -205,7 +206,7 @@ def _insert(name: str, obj: Model, params: list[Any], *, source: str,
     SQL expression (with its parameters) evaluated in the statement instead.
     """
     model = type(obj)
-    record: dict[str, Any] = {}
+    record: dict[str, object] = {}
     now: datetime | None = None
     for column in _columns(model):
         if computed and column.name in computed:
@@ -227,7 +228,7 @@ def _insert(name: str, obj: Model, params: list[Any], *, source: str,
             f"jsonb_populate_record(NULL::{table}, {value}) AS r)")
 
 
-def _insert_events(events: list[Event], params: list[Any], source: str = "t") -> str:
+def _insert_events(events: list[Event], params: list[object], source: str = "t") -> str:
     """One CTE inserting the step's events in order, their ids drawn from the sequence row by
     row, under the tree lock the statement holds (the tree's cursor order)."""
     records = []
@@ -244,7 +245,7 @@ def _insert_events(events: list[Event], params: list[Any], source: str = "t") ->
             "ORDER BY x.n)")
 
 
-def _ledger_guard(known: Ledger, params: list[Any], db: BaseDatabaseWrapper) -> str:
+def _ledger_guard(known: Ledger, params: list[object], db: BaseDatabaseWrapper) -> str:
     """The root row still holds the ledger the step was decided against."""
     counts = _field(Turn, "tree_tool_counts").get_db_prep_save(known.tool_counts, db)
     limits = _field(Turn, "options").get_db_prep_save(known.limits_json, db)
@@ -257,12 +258,12 @@ def _ledger_guard(known: Ledger, params: list[Any], db: BaseDatabaseWrapper) -> 
 
 
 def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
-              known: Ledger | None, writes: StepWrites) -> tuple[str, list[Any]]:
+              known: Ledger | None, writes: StepWrites) -> tuple[str, list[object]]:
     """The step as one statement; its one row is the conversation's new ``last_sequence``.
 
     ``known`` None: the caller holds the tree lock, so the ledger needs no guard."""
     db = _db()
-    params: list[Any] = []
+    params: list[object] = []
     ctes: list[str] = []
     turn_table = _table(Turn)
     own = dict(writes.turn)
@@ -366,7 +367,7 @@ def insert_claimed(conversation: Conversation, message: Message | None, turn: Tu
     deadline ``lifetime`` after them. Without a lease the turn is inserted as built (pending).
     """
     db = _db()
-    params: list[Any] = []
+    params: list[object] = []
     ctes: list[str] = []
     table = _table(Conversation)
     if conversation._state.adding:
@@ -383,8 +384,8 @@ def insert_claimed(conversation: Conversation, message: Message | None, turn: Tu
     if message is not None:
         ctes.append(_insert("m", message, params, source="s",
                             computed={"sequence": ("s.last_sequence", [])}))
-    now: tuple[str, list[Any]] = ("statement_timestamp()", [])
-    computed: dict[str, tuple[str, list[Any]]] = {"context_sequence": ("s.last_sequence", [])}
+    now: tuple[str, list[object]] = ("statement_timestamp()", [])
+    computed: dict[str, tuple[str, list[object]]] = {"context_sequence": ("s.last_sequence", [])}
     if lease is not None:
         computed.update({"started_at": now, "updated_at": now,
                          "deadline_at": ("NULL::timestamptz", []) if lifetime is None else (
