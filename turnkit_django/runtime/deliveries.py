@@ -29,7 +29,7 @@ from datetime import datetime
 from functools import partial
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, Subquery
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from ..agents import get_agent
@@ -41,6 +41,7 @@ from ..models import Conversation, Delivery, Message, Turn
 from ..serialization import JsonMapping, json_value
 from ..states import TurnStatus
 from ..store import deliveries, lock_conversation
+from ..store.compiled import CompiledRead
 from ..store.deliveries import COMPLETION_PREFIX
 from ..store.turns import set_options
 from .creation import new_turn
@@ -267,16 +268,24 @@ def hand_on(conversation_id: str, *, locked: bool = False) -> Turn | None:
 
 def _lane(conversation_id: str) -> tuple[str | None, bool, bool]:
     """The conversation's next queued turn, whether a turn of it is active, and whether a
-    delivered message lies past its newest turn's input: one query."""
+    delivered message lies past its newest turn's input: one query, compiled once."""
+    found = _LANE.rows(conversation_id)
+    return (None, False, False) if not found else (found[0][0], bool(found[0][1]),
+                                                   bool(found[0][2]))
+
+
+def _lane_read(conversation_id: str) -> QuerySet[Conversation, tuple[str | None, bool, bool]]:
     turns = Turn.objects.filter(conversation_id=OuterRef("pk"))
     consumed = Coalesce(Subquery(turns.order_by("-created_at", "-id")
                                  .values("context_sequence")[:1]), 0)
     buffered = Message.objects.deliveries_after(OuterRef("pk"), consumed)
-    row = (Conversation.objects.filter(pk=conversation_id)
-           .annotate(following=Subquery(turns.queued_in_lane().values("pk")[:1]),
-                     busy=Exists(turns.active()), buffered=Exists(buffered))
-           .values_list("following", "busy", "buffered").first())
-    return (None, False, False) if row is None else row
+    return (Conversation.objects.filter(pk=conversation_id)
+            .annotate(following=Subquery(turns.queued_in_lane().values("pk")[:1]),
+                      busy=Exists(turns.active()), buffered=Exists(buffered))
+            .values_list("following", "busy", "buffered"))
+
+
+_LANE = CompiledRead(_lane_read, 1)
 
 
 def _wake_locked(row: Conversation) -> Turn | None:

@@ -23,6 +23,7 @@ from ..runtime.deliveries import callback_decision, deliver_pending, finished
 from ..runtime.submission import dispatch
 from ..states import TurnStatus
 from ..store import database_now, lease_of, lock_tree
+from ..store.compiled import CompiledRead
 from ..store.transcript import ClosedCall, interrupt_running
 from ..store.turns import count_recovery, end, release, revoke, touch
 from ..store.waits import join
@@ -193,9 +194,13 @@ def release_waiting(batch: int) -> list[str]:
 def release_waiters_of(turn_id: str) -> list[str]:
     """Release the turns waiting for ``turn_id`` (which just finished) that wait for nothing
     else; one query when none waits for it."""
-    waiters = list(Wait.objects.filter(target_id=turn_id).order_by("pk")
-                   .values_list("waiter_id", "waiter__root_turn_id"))
-    return _release(waiters, rotate=False)
+    return _release([(str(waiter), str(root)) for waiter, root in _WAITERS.rows(turn_id)],
+                    rotate=False)
+
+
+#: The read every finished background turn makes, compiled once per process.
+_WAITERS = CompiledRead(lambda turn_id: Wait.objects.filter(target_id=turn_id).order_by(
+    "pk").values_list("waiter_id", "waiter__root_turn_id"), 1)
 
 
 def _release(waiting: list[tuple[str, str]], *, rotate: bool) -> list[str]:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db import connection, transaction
 from django.db.models import Exists
@@ -29,11 +29,13 @@ from ..models import Conversation, Event, Lease, Message, Turn
 from ..serialization import JsonObject
 from ..states import TurnStatus
 from . import steps
+from .compiled import CompiledRead
 from .events import message_events
 from .fields import TurnFields
 from .locks import Ledger, LedgerDelta, database_now, lock_tree, lock_tree_of
 from .state import TurnState
 from .transcript import NewMessage, build_messages, insert_rows
+from .turns import TURN_FIELDS as _TURN_FIELDS
 from .turns import NewTurn, apply_transition, build_turn
 
 T = TypeVar("T")
@@ -91,11 +93,13 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
         # The lane's state is read with the row, in one snapshot: read apart (busy, then
         # older), a competing claim committing between them would be seen as neither
         # pending nor running.
-        turn = (Turn.objects.select_related("conversation").with_lane_blocked()
-                .filter(pk=turn_id).first())
-        if turn is None or turn.status != TurnStatus.PENDING or turn.root_turn_id != root_id:
+        found = _CLAIMABLE.rows(turn_id)
+        if not found:
             return None
-        if turn.submitted_at is not None and (turn.lane_busy or turn.lane_older):
+        turn, lane_blocked = _claimable(found[0])
+        if turn.status != TurnStatus.PENDING or turn.root_turn_id != root_id:
+            return None
+        if turn.submitted_at is not None and lane_blocked:
             return None
         fields: TurnFields = {"fence": turn.fence + 1, "claimed_by": worker,
                                   "started_at": turn.started_at or ledger.now}
@@ -126,6 +130,23 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
     if turn.is_root:  # the ledger as the claim's own write left it
         ledger.fence, ledger.status = turn.fence, turn.status
     return Claim(turn_id, turn.root_turn_id, turn.conversation_id, turn.fence, worker), turn, ledger
+
+
+_CONVERSATION_FIELDS = tuple(f.attname for f in Conversation._meta.concrete_fields)
+#: The row a claim reads, with its conversation and its lane's state, compiled once per
+#: process (:mod:`.compiled`).
+_CLAIMABLE = CompiledRead(lambda turn_id: Turn.objects.with_lane_blocked().filter(
+    pk=turn_id).values_list(*_TURN_FIELDS, *(f"conversation__{f}" for f in _CONVERSATION_FIELDS),
+                            "lane_busy", "lane_older"), 1)
+
+
+def _claimable(row: tuple[Any, ...]) -> tuple[Turn, bool]:
+    """The turn (with its conversation) and whether its lane blocks it, from a claim's read."""
+    split = len(_TURN_FIELDS)
+    turn = Turn.from_db("default", _TURN_FIELDS, row[:split])
+    turn.conversation = Conversation.from_db(
+        "default", _CONVERSATION_FIELDS, row[split:split + len(_CONVERSATION_FIELDS)])
+    return turn, bool(row[-2] or row[-1])
 
 
 def create_claimed(spec: NewTurn, conversation: Conversation, parts: Sequence[Part],

@@ -25,6 +25,7 @@ from ..exceptions import ConfigurationError
 from ..limits import Limits
 from ..models import Conversation, Turn
 from ..serialization import JsonObject, JsonValue
+from .compiled import CompiledRead
 from .fields import TurnFields
 
 #: The advisory lock key of the wait graph (one key for the whole database).
@@ -129,20 +130,31 @@ def lock_tree(root_id: str) -> Ledger:
     pointing at a turn of this tree); with ``FOR UPDATE`` such an insert made under another lock
     (the wait-graph lock) deadlocks against a tree-lock holder waiting for that lock.
     """
-    row = (Turn.objects.select_for_update(no_key=True).filter(pk=root_id)
-           .annotate(db_now=Now()).values(*_LEDGER_FIELDS, "db_now").first())
-    if row is None:
+    found = _LOCK_TREE.rows(root_id)
+    if not found:
         raise Turn.DoesNotExist(f"root turn {root_id!r} does not exist")
-    return Ledger.from_row(root_id, cast(LedgerRow, row))  # the query's boundary
+    # The query's boundary: the columns as the ORM converted them.
+    return Ledger.from_row(root_id, cast(LedgerRow, dict(zip(_COLUMNS, found[0], strict=True))))
 
 
 def lock_tree_of(turn_id: str) -> Ledger | None:
     """:func:`lock_tree` for the tree ``turn_id`` belongs to, found in the same statement;
     None when there is no such turn."""
-    root = Turn.objects.filter(pk=turn_id).values("root_turn_id")
-    row = (Turn.objects.select_for_update(no_key=True).filter(pk=Subquery(root))
-           .annotate(db_now=Now()).values("pk", *_LEDGER_FIELDS, "db_now").first())
-    return None if row is None else Ledger.from_row(row["pk"], row)
+    found = _LOCK_TREE_OF.rows(turn_id)
+    if not found:
+        return None
+    root_id, *values = found[0]
+    return Ledger.from_row(root_id, cast(LedgerRow, dict(zip(_COLUMNS, values, strict=True))))
+
+
+_COLUMNS = (*_LEDGER_FIELDS, "db_now")
+#: Both reads are compiled once per process (:mod:`.compiled`): every step under the lock pays
+#: the round trip, not the ORM's query building.
+_LOCK_TREE = CompiledRead(lambda root_id: Turn.objects.select_for_update(no_key=True).filter(
+    pk=root_id).annotate(db_now=Now()).values_list(*_COLUMNS), 1)
+_LOCK_TREE_OF = CompiledRead(lambda turn_id: Turn.objects.select_for_update(no_key=True).filter(
+    pk=Subquery(Turn.objects.filter(pk=turn_id).values("root_turn_id"))).annotate(
+    db_now=Now()).values_list("pk", *_COLUMNS), 1)
 
 
 def lock_conversation(conversation_id: str) -> Conversation:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
-from django.db.models import Exists, Field, Model, OuterRef
+from django.db.models import Exists, Field, Model, OuterRef, QuerySet
 from django.db.models.functions import Now
 
 from ..exceptions import InvalidTransition
@@ -26,6 +26,7 @@ from ..models import Conversation, Event, ToolExecution, Turn, Wait
 from ..serialization import JsonMapping, JsonObject, JsonValue
 from ..states import TRANSITIONS, TurnStatus
 from . import steps
+from .compiled import CompiledRead
 from .events import message_events
 from .fields import TurnFields
 from .locks import database_now, lock_tree
@@ -216,15 +217,16 @@ def submit(turn: Turn, *, callback_conversation_id: str | None = None) -> tuple[
     to ``pending`` (waits met; their results are given to it now) or ``waiting``. The caller
     rings the doorbell when it was new.
     """
-    waits = Exists(Wait.objects.filter(waiter_id=OuterRef("pk")))
     with transaction.atomic():
-        rows = Turn.objects.annotate(db_now=Now(), has_waits=waits)
         if turn.is_root:  # its own row is the tree lock: locked and read in one statement
-            row = rows.select_for_update(no_key=True).get(pk=turn.pk)
+            found = _SUBMITTED_ROOT.rows(turn.pk)
         else:
             lock_tree(turn.root_turn_id)
-            row = rows.get(pk=turn.pk)
-        now = row.db_now  # the database clock: lanes and deadlines
+            found = _SUBMITTED.rows(turn.pk)
+        if not found:
+            raise Turn.DoesNotExist(f"turn {turn.pk!r} does not exist")
+        *values, now, has_waits = found[0]  # the database clock: lanes and deadlines
+        row = Turn.from_db("default", TURN_FIELDS, values)
         if row.submitted_at is not None:
             return row, False
         if row.status not in TRANSITIONS["submit"].sources:
@@ -235,16 +237,31 @@ def submit(turn: Turn, *, callback_conversation_id: str | None = None) -> tuple[
         if row.is_root:
             lifetime = _lifetime(row)
             fields["deadline_at"] = None if lifetime is None else now + lifetime
-        status = submit_status(row, has_waits=row.has_waits)
+        status = submit_status(row, has_waits=has_waits)
         name = "wait" if status == TurnStatus.WAITING else "submit"
         apply_transition(row.pk, name, **fields)
-    if row.has_waits:  # joining its targets' results wrote its state and input
+    if has_waits:  # joining its targets' results wrote its state and input
         row.refresh_from_db()
     else:
         for attname, value in fields.items():
             setattr(row, attname, value)
         row.status = TRANSITIONS[name].target
     return row, True
+
+
+def _submitted(lock: bool) -> CompiledRead:
+    """The read of :func:`submit`: the row, the database clock, whether it has waits."""
+    def build(turn_id: str) -> QuerySet[Turn, tuple[Any, ...]]:
+        rows = Turn.objects.select_for_update(no_key=True) if lock else Turn.objects.all()
+        return rows.filter(pk=turn_id).annotate(
+            db_now=Now(), has_waits=Exists(Wait.objects.filter(waiter_id=OuterRef("pk")))
+        ).values_list(*TURN_FIELDS, "db_now", "has_waits")
+    return CompiledRead(build, 1)
+
+
+#: A turn row's columns (attribute names), in the order compiled reads select them.
+TURN_FIELDS = tuple(f.attname for f in Turn._meta.concrete_fields)
+_SUBMITTED_ROOT, _SUBMITTED = _submitted(True), _submitted(False)
 
 
 def _lifetime(row: Turn) -> timedelta | None:
