@@ -303,9 +303,11 @@ class ToolExecution(models.Model):
                                     name="turnkit_tool_call_unique"),
         ]
         indexes = [
-            # The inbox and the expiry sweep read pending approvals only.
-            models.Index(fields=["created_at"], name="turnkit_tex_awaiting_approval",
-                         condition=Q(status="pending") & Q(approval__state="requested")),
+            # The inbox and the expiry sweep read pending approvals only. The predicate names
+            # the approval alone: with ``status`` in it every status change of every execution
+            # would touch an indexed column, and no execution update would be HOT.
+            models.Index(fields=["created_at"], name="turnkit_tex_approval_requested",
+                         condition=Q(approval__state="requested")),
         ]
         permissions = [("decide_approval", _("Can approve or deny tool calls"))]
 

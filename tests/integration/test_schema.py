@@ -41,9 +41,9 @@ def test_each_write_path_table_has_the_indexes_the_migration_names():
         "(conversation_id, sequence)", "(id)",
         "(tool_execution_id) WHERE (tool_execution_id IS NOT NULL)", "(turn_id)"]
     assert columns_indexed("turnkit_toolexecution") == [
-        # 0010: the approvals inbox and expiry, over parked calls only
-        "(created_at) WHERE (((status)::text = 'pending'::text) AND "
-        "((approval -> 'state'::text) = '\"requested\"'::jsonb))",
+        # 0011: the approvals inbox and expiry, over calls that asked for one (the predicate
+        # leaves ``status`` out, so status changes stay HOT updates)
+        "(created_at) WHERE ((approval -> 'state'::text) = '\"requested\"'::jsonb)",
         "(id)", "(turn_id, tool_call_id)"]
     assert columns_indexed("turnkit_event") == ["(id)", "(root_turn_id, id)"]  # 0010: cursor
     turn = indexes("turnkit_turn")
@@ -83,7 +83,8 @@ def test_a_steps_updates_of_the_turn_and_conversation_are_hot(registered):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_stat_force_next_flush()")
             cursor.execute("SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
-                           " WHERE relname IN ('turnkit_turn', 'turnkit_conversation')")
+                           " WHERE relname IN ('turnkit_turn', 'turnkit_conversation',"
+                           " 'turnkit_toolexecution')")
             return {name: (total, hot) for name, total, hot in cursor.fetchall()}
 
     before = updates()
@@ -96,3 +97,7 @@ def test_a_steps_updates_of_the_turn_and_conversation_are_hot(registered):
         # Five steps update each row; only the terminal update touches an indexed column.
         assert total == 25, (table, total)
         assert hot >= 20, (table, hot, total)
+    # A tool execution is updated once per call (its result); no index covers what moves.
+    total, hot = (after["turnkit_toolexecution"][i] - before["turnkit_toolexecution"][i]
+                  for i in (0, 1))
+    assert total == 10 and hot >= 8, (total, hot)
