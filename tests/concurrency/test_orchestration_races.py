@@ -2,6 +2,7 @@
 
 * two opposite waits created at the same moment: never both committed;
 * the same delivery delivered by two workers at once: one message, one continuation;
+* a delivery racing a background turn's terminal write: never buffered in an idle lane;
 * cancel racing a turn's completion: exactly one terminal state wins.
 
 Racers are threads, each with its own connection, released together by a barrier every round.
@@ -64,6 +65,30 @@ def test_the_same_delivery_delivered_by_two_workers_appends_one_message_and_one_
             (continuation,) = destination.turns()
             assert continuation.principal == {"owner": round_}
             assert continuation.options["woken_by"]["delivery_id"] == delivery.pk
+
+
+def test_a_delivery_racing_a_turns_end_is_never_left_without_a_turn_to_read_it(registered):
+    """The terminal write reads the lane after its one statement without taking the
+    conversation lock (it updated the row): a delivery committing around it either finds the
+    conversation busy (the terminal read then wakes it) or idle (the delivery wakes it)."""
+    sender = registered(answering("race_sender")).conversation()
+    inbox = registered(answering("race_inbox"))
+    with Race(2) as race:
+        for round_ in range(60):
+            destination = inbox.conversation()
+            turn = destination.ask(f"task {round_}", submit=True)
+            delivery = deliveries.send_message(sender.row, destination.row, f"note {round_}",
+                                               key=f"end-race-{round_}", principal=None,
+                                               deliver_now=False)
+            race.round([partial(services.run_turn, turn.id, kind="test"),
+                        partial(services.deliver, delivery.pk)])
+            assert Turn.objects.get(pk=turn.id).status == "completed", f"round {round_}"
+            newest = Turn.objects.filter(conversation_id=destination.id).order_by(
+                "-created_at", "-id").first()
+            assert newest is not None
+            stranded = Message.objects.deliveries_after(destination.id, newest.context_sequence)
+            active = Turn.objects.filter(conversation_id=destination.id).active()
+            assert active.exists() or not stranded.exists(), f"round {round_}: note stranded"
 
 
 def publish(execution: TurnContext) -> str:
