@@ -153,7 +153,7 @@ _COLUMNS = (*_LEDGER_FIELDS, "db_now")
 _LOCK_TREE = CompiledRead(lambda root_id: Turn.objects.select_for_update(no_key=True).filter(
     pk=root_id).annotate(db_now=Now()).values_list(*_COLUMNS), 1)
 _LOCK_TREE_OF = CompiledRead(lambda turn_id: Turn.objects.select_for_update(no_key=True).filter(
-    pk=Subquery(Turn.objects.filter(pk=turn_id).values("root_turn_id"))).annotate(
+    pk=Subquery(Turn.objects.filter(pk=turn_id).values("root_turn_id")[:1])).annotate(
     db_now=Now()).values_list("pk", *_COLUMNS), 1)
 
 
