@@ -44,12 +44,18 @@ def record(ev: str, **fields: Any) -> None:
 
 
 def read(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every entry of the ledger at ``path``, in append order."""
+    """Every complete entry of the ledger at ``path``, in append order.
+
+    A reader can see a line another process is still appending (an ``O_APPEND`` write is atomic
+    against other writers, not against readers), so text after the last newline is left for the
+    next read.
+    """
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
         return []
-    return [json.loads(line) for line in text.splitlines() if line]
+    complete, _, _partial = text.rpartition("\n")
+    return [json.loads(line) for line in complete.splitlines() if line]
 
 
 def gate(name: str, **fields: Any) -> None:
