@@ -196,6 +196,11 @@ class ChatMessage(PartsView):
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @cached_property
+    def call_ids(self) -> frozenset[str]:
+        """The ids of the message's tool calls (computed once per message object)."""
+        return frozenset(p.id for p in self.parts if isinstance(p, ToolCallPart))
+
+    @cached_property
     def size(self) -> int:
         """Characters of the parts as JSON (what the context's token estimate counts); computed
         once per message object (the transcript cache reuses them from turn to turn)."""

@@ -11,11 +11,27 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from turnkit_django import Agent
+from turnkit_django import Agent, tool
+from turnkit_django.clients import ModelRequest
 from turnkit_django.messages import ChatMessage, TextPart, ToolCallPart, ToolResultPart
-from turnkit_django.runtime.compaction import choose
+from turnkit_django.models import Turn
+from turnkit_django.runtime.compaction import choose, project
+from turnkit_django.store import visible_chat
 from turnkit_django.store.seen import SEEN, Prefix, Seen
-from turnkit_django.testing import FunctionClient, reply
+from turnkit_django.testing import Entry, FunctionClient, call, reply
+
+
+@tool
+def probe(label: str) -> dict[str, object]:
+    """Return what the probe says."""
+    return {"label": label, "reading": 3}
+
+
+def calls_probe(request: ModelRequest) -> Entry:
+    """Call the probe once per ask, then answer."""
+    if request.messages[-1].role == "tool":
+        return reply("the probe says 3")
+    return call("probe", label="x")
 
 
 def turn_messages(sequence: int, call_id: str) -> list[ChatMessage]:
@@ -63,6 +79,11 @@ def test_the_cache_forgets_the_least_recently_used_conversation():
     assert seen.get("b", 0) is None
 
 
+def message_reads(queries: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in queries.captured_queries
+            if q["sql"].startswith("SELECT") and '"turnkit_message"' in q["sql"]]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_next_ask_reads_only_the_messages_it_has_not_seen(registered):
     agent = registered(Agent("growth", client=FunctionClient(lambda r: reply("ok"))))
@@ -78,13 +99,67 @@ def test_the_next_ask_reads_only_the_messages_it_has_not_seen(registered):
     agent.client = FunctionClient(record)
     with CaptureQueriesContext(connection) as queries:
         conversation.ask("question 3")
-    reads = [q["sql"] for q in queries.captured_queries
-             if q["sql"].startswith("SELECT") and '"turnkit_message"' in q["sql"]]
-    # The previous turn's input ended at its question (5); its answer (6) is read now.
-    assert len(reads) == 1 and '"sequence" > 5' in reads[0], reads
+    # The previous turns ran in this process: it holds every message before the new input.
+    assert message_reads(queries) == []
     assert seen == [["question 0", "ok", "question 1", "ok", "question 2", "ok", "question 3"]]
+
+    conversation.say("a note written outside any turn of this process")
+    with CaptureQueriesContext(connection) as queries:
+        conversation.ask("question 4")
+    # One message (9) was written by someone else: the ask reads from the last it holds (8).
+    reads = message_reads(queries)
+    assert len(reads) == 1 and '"sequence" > 8' in reads[0], reads
+    assert seen[-1][-3:] == ["ok", "a note written outside any turn of this process",
+                             "question 4"]
 
     SEEN.clear()  # another process: reads the whole conversation, and sees the same
     seen.clear()
-    conversation.ask("question 4")
-    assert seen[0][-3:] == ["question 3", "ok", "question 4"] and len(seen[0]) == 9
+    conversation.ask("question 5")
+    assert seen[0][-3:] == ["question 4", "ok", "question 5"] and len(seen[0]) == 12
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_history_a_turn_leaves_behind_is_what_the_database_holds(registered):
+    """The messages a turn remembers are the rows as a later read returns them, tool calls,
+    results and all (so another process's next turn sees exactly the same transcript)."""
+    agent = registered(Agent("growth-tools", tools=[probe], client=FunctionClient(calls_probe)))
+    conversation = agent.conversation()
+    for n in range(3):
+        conversation.ask(f"question {n}")
+    remembered = SEEN.get(conversation.id, 10_000)
+    assert remembered is not None and remembered.upto == 12
+    turn = Turn.objects.filter(conversation_id=conversation.id).latest("created_at")
+    SEEN.clear()
+    assert list(remembered.messages) == visible_chat(turn)
+
+
+def summary(sequence: int, start: int, end: int) -> ChatMessage:
+    return ChatMessage("assistant", (TextPart(f"summary {sequence}"),), "context_summary",
+                       sequence, {"replaced_range": [start, end]})
+
+
+def projected_by_definition(messages: list[ChatMessage]) -> list[int | None]:
+    """The newest summary's range and every summary removed, the newest summary leading."""
+    latest = [m for m in messages if m.kind == "context_summary"][-1]
+    start, end = latest.metadata["replaced_range"]
+    kept = [m.sequence for m in messages if m.kind != "context_summary"
+            and not (m.sequence is not None and start <= m.sequence <= end)]
+    return [latest.sequence, *kept]
+
+
+@pytest.mark.parametrize("summaries", [
+    [(21, 1, 12)],
+    [(21, 1, 12), (40, 1, 30)],
+    # The second range ends before the first summary: the tail the first kept is cut again.
+    [(21, 1, 12), (30, 1, 14)],
+    [(21, 1, 12), (30, 1, 14), (44, 1, 35)],
+])
+def test_projection_reads_back_from_the_summary_only_as_far_as_its_range(summaries):
+    replaced = {s for s, _, _ in summaries}
+    last = summaries[-1][0] + 6
+    messages = [summary(n, *next((a, b) for s, a, b in summaries if s == n)) if n in replaced
+                else ChatMessage("user" if n % 2 else "assistant", (TextPart(f"m{n}"),),
+                                 sequence=n)
+                for n in range(1, last + 1)]
+    shown = [m.sequence for m in project(messages) if m.kind != "context_summary_request"]
+    assert shown == projected_by_definition(messages)

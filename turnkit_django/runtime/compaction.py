@@ -87,15 +87,28 @@ def _summary_lead(summary: ChatMessage, next_role: str | None) -> list[ChatMessa
 
 
 def project(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-    """What the model sees: the newest summary in place of its range, older summaries gone."""
-    latest = next((m for m in reversed(messages) if _is_summary(m)), None)
-    if latest is None:
+    """What the model sees: the newest summary in place of its range, older summaries gone.
+
+    ``messages`` is a transcript, in sequence order. A summary's range starts at the head of
+    the history, so every message up to the range's last one is replaced: the work is
+    proportional to what follows the range, not to the length of the history. (The range can end
+    before an older summary: the tail that summary kept, then parts of it, are summarised again.)
+    """
+    at = next((i for i in range(len(messages) - 1, -1, -1)
+               if messages[i].kind == SUMMARY_KIND and _is_summary(messages[i])), None)
+    if at is None:
         return list(messages)
-    start, end = latest.metadata["replaced_range"]
-    out = [m for m in messages if not _is_summary(m)
-           and not (m.sequence is not None and start <= m.sequence <= end)]
-    # The range starts at the head of the history, so the summary leads what is left.
+    latest = messages[at]
+    end = latest.metadata["replaced_range"][1]
+    first = at  # back from the summary to the first message past the range
+    while first > 0 and not _replaced(messages[first - 1], end):
+        first -= 1
+    out = [m for m in messages[first:] if not _is_summary(m)]
     return _summary_lead(latest, out[0].role if out else None) + out
+
+
+def _replaced(message: ChatMessage, end: int) -> bool:
+    return message.sequence is not None and message.sequence <= end
 
 
 def estimate(request: ModelRequest) -> int:

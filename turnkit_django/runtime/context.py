@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 from .. import shutdown
@@ -72,6 +74,7 @@ class TurnContext:
     child_runner: ChildRunner | None = None
     #: The call in flight now (read by the heartbeat thread).
     in_flight: InFlight | None = None
+    _call_ids: set[str] | None = field(default=None, repr=False)
 
     @property
     def conversation(self) -> Conversation:
@@ -89,9 +92,19 @@ class TurnContext:
         emit(type_, turn_id=self.row.pk, conversation_id=self.row.conversation_id,
              callback=self.on_event, **payload)
 
+    @property
+    def call_ids(self) -> set[str]:
+        """The ids of every tool call the turn sees (gathered once, then kept up to date)."""
+        if self._call_ids is None:
+            self._call_ids = set(chain.from_iterable(map(attrgetter("call_ids"), self.visible)))
+        return self._call_ids
+
     def remember(self, message: Message) -> None:
         """A message this worker committed: the turn sees it from now on."""
-        self.visible.append(to_chat(message))
+        chat = to_chat(message)
+        self.visible.append(chat)
+        if self._call_ids is not None:
+            self._call_ids |= chat.call_ids
         self.emit("message.created", message_id=message.pk, role=message.role, kind=message.kind)
 
     def run_child(self, child: Turn, agent: AgentDefinition, client: Client) -> None:

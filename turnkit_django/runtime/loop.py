@@ -38,6 +38,8 @@ from ..store import (
     LedgerDelta,
     TurnState,
     claim_turn,
+    history_before,
+    remember_history,
     to_chat,
     visible_chat,
     worker_identity,
@@ -180,9 +182,14 @@ def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "i
     claim, row, ledger, message = new_claimed_turn(
         agent, parts, worker_identity(kind), prepare=on_claim,
         message_metadata=message_metadata, message_key=message_key, **options)
-    # The conversation's only message is the input: that is all the turn sees.
-    only_input = message is not None and message.sequence == 1
-    visible = [to_chat(message)] if only_input and message is not None else visible_chat(row)
+    # The turn sees the conversation up to its input. When the input is the conversation's
+    # first message, or this process holds every message before it (the previous turn ran
+    # here), nothing is read back before the first model call.
+    before = history_before(row.conversation_id, message.sequence) if message else None
+    if message is not None and (message.sequence == 1 or before is not None):
+        visible = [*(before or ()), to_chat(message)]
+    else:
+        visible = visible_chat(row)
     _run_claimed(claim, row, ledger, agent, client, on_event, visible)
     return row
 
@@ -197,9 +204,13 @@ def _run_claimed(claim: Claim, row: Turn, ledger: Ledger, agent: AgentDefinition
     ctx = context(claim, row, resolved, client=chosen, on_event=on_event, ledger=ledger,
                   visible=visible)
     ctx.emit("turn.started", status=TurnStatus.RUNNING, model=row.model)
-    with shutdown.executing(), Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL),
-                                         ctx.overdue):
-        run(ctx)
+    try:
+        with shutdown.executing(), Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL),
+                                             ctx.overdue):
+            run(ctx)
+    finally:
+        # Every message in ``visible`` is committed; kept if it is the whole history.
+        remember_history(row.conversation_id, ctx.visible)
 
 
 def _run_child(child: Turn, agent: AgentDefinition, client: Client,

@@ -85,8 +85,7 @@ def _reserved(ctx: TurnContext) -> None:
 
 def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded | None:
     """Commit the response with what follows it; return the error that fails the turn."""
-    taken = {c.id for message in ctx.visible for c in message.tool_calls}
-    response = replace(response, parts=distinct_call_ids(response.parts, taken))
+    response = replace(response, parts=distinct_call_ids(response.parts, ctx.call_ids))
     calls = response.tool_calls
     publish = not calls and not ctx.agent.output_policies  # nothing to review
     state = ctx.state.replace(

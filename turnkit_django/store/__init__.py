@@ -27,6 +27,7 @@ from .claims import (
 )
 from .fenced import Charge, Fenced
 from .locks import Ledger, LedgerDelta, database_now, lock_conversation, lock_tree
+from .seen import history_before, remember_history
 from .state import GRANTED, Candidate, MediaCall, Reservation, Terminal, TurnState
 from .transcript import (
     ClosedCall,
@@ -76,11 +77,13 @@ __all__ = [
     "create_turn",
     "database_now",
     "heartbeat",
+    "history_before",
     "insert_messages",
     "lease_of",
     "lock_conversation",
     "lock_tree",
     "reload",
+    "remember_history",
     "repair",
     "revoke",
     "to_chat",

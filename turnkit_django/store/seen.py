@@ -16,6 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter, eq
 
 from ..messages import ChatMessage
 
@@ -74,11 +75,28 @@ def read_through(conversation_id: str, upto: int,
     after = prefix.upto if prefix is not None else 0
     known: Sequence[ChatMessage] = prefix.messages if prefix is not None else ()
     new = list(read(after))
-    out = [*known, *new]
     if prefix is None or upto > prefix.upto:
-        inputs = tuple(m for m in out if m.sequence is not None and m.sequence <= upto)
+        inputs = (*known, *(m for m in new if m.sequence is not None and m.sequence <= upto))
         SEEN.put(conversation_id, Prefix(upto, inputs))
-    return out
+    return [*known, *new]
 
 
-__all__ = ["SEEN", "Prefix", "Seen", "read_through"]
+def history_before(conversation_id: str, sequence: int) -> tuple[ChatMessage, ...] | None:
+    """Every message of the conversation before ``sequence``, if this process has them all."""
+    prefix = SEEN.get(conversation_id, sequence - 1)
+    return prefix.messages if prefix is not None and prefix.upto == sequence - 1 else None
+
+
+def remember_history(conversation_id: str, messages: Sequence[ChatMessage]) -> None:
+    """Remember ``messages`` (committed, in order) if they are the conversation's whole history.
+
+    Sequences are gap-free from 1, so messages numbered exactly 1..n are every message up to n:
+    a turn that saw all of them (its input and everything it appended, with nobody else writing
+    in between) leaves the next turn of its conversation nothing to read but its own input.
+    """
+    numbered = map(attrgetter("sequence"), messages)
+    if messages and all(map(eq, numbered, range(1, len(messages) + 1))):
+        SEEN.put(conversation_id, Prefix(len(messages), tuple(messages)))
+
+
+__all__ = ["SEEN", "Prefix", "Seen", "history_before", "read_through", "remember_history"]
