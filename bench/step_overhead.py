@@ -50,9 +50,11 @@ from turnkit_django.models import Turn  # noqa: E402
 from turnkit_django.services import run_turn  # noqa: E402
 
 FLOOR = "floor"
+UNPREPARED = "inline, not prepared"
 LABELS = {
     FLOOR: "floor: {driver}, one transaction per step (INSERT + UPDATE)",
     INLINE: "turnkit-django inline (`agent.run`)",
+    UNPREPARED: "turnkit-django inline, statements not prepared (Django's default)",
     BACKGROUND: "turnkit-django background (`submit` + `run_turn`)",
 }
 
@@ -61,6 +63,17 @@ def inline_turn(on_event: Any = None) -> None:
     run = T5.run("bench", on_event=on_event)
     if run.status != "completed":
         raise SystemExit(f"the inline turn ended {run.status}: {run.error}")
+
+
+def unprepared_turn() -> None:
+    """An inline turn with psycopg's prepared statements off, as Django leaves them unless
+    ``OPTIONS["prepare_threshold"]`` is set (bench.settings sets it, as the docs recommend)."""
+    raw = connection.connection
+    saved, raw.prepare_threshold = raw.prepare_threshold, None
+    try:
+        inline_turn()
+    finally:
+        raw.prepare_threshold = saved
 
 
 def background_turn() -> None:
@@ -140,12 +153,15 @@ def main() -> None:
         raise SystemExit(f"no floor for {vendor}")
 
     systems = {FLOOR: floor.turn, INLINE: inline_turn, BACKGROUND: background_turn}
+    if vendor == "postgresql":
+        systems[UNPREPARED] = unprepared_turn
     for fn in systems.values():  # warm up
         for _ in range(3):
             fn()
     check_background()
     backends = {FLOOR: [floor.backend_pid] if isinstance(floor, PostgresFloor) else [],
-                INLINE: django_backend(), BACKGROUND: django_backend()}
+                INLINE: django_backend(), BACKGROUND: django_backend(),
+                UNPREPARED: django_backend()}
     samples = interleave(systems, rounds, per=dict.fromkeys(systems, STEPS_PER_TURN),
                          server_cpu={name: (lambda pids=pids: process_cpu(pids))
                                      for name, pids in backends.items() if pids})
@@ -159,6 +175,8 @@ def main() -> None:
                          "ratio": times[name]["median"] / floor_ms}
     results[INLINE]["client"] = client_side(inline_turn)
     results[BACKGROUND]["client"] = client_side(background_turn)
+    if UNPREPARED in systems:
+        results[UNPREPARED]["client"] = client_side(unprepared_turn)
     results[INLINE]["split"] = split()
     results[FLOOR]["client"] = {"statements": 2 * STEPS_PER_TURN,
                                 "round_trips": 4 * STEPS_PER_TURN,
@@ -171,7 +189,8 @@ def main() -> None:
         results[FLOOR]["server"] = server_side(
             observer, "bench_floor", floor_url, "bench_floor_", floor.turn, floor.connection,
             stats_turns)
-        for name, fn in ((INLINE, inline_turn), (BACKGROUND, background_turn)):
+        for name, fn in ((INLINE, inline_turn), (UNPREPARED, unprepared_turn),
+                         (BACKGROUND, background_turn)):
             results[name]["server"] = server_side(
                 observer, turnkit_db, os.environ["TURNKIT_BENCH_DATABASE_URL"], "turnkit_", fn,
                 connection, stats_turns)

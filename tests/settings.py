@@ -54,6 +54,9 @@ TEMPLATES = [
 def _database_from_url(url: str) -> dict[str, Any]:
     database: dict[str, Any] = dict(dj_database_url.parse(url))
     database["TEST"] = {"NAME": f"{database['NAME']}_test"}
+    if database["ENGINE"] == "django.db.backends.postgresql":
+        # What docs/howto/deployment.md recommends: turnkit's step statements are prepared.
+        database["OPTIONS"] = {"prepare_threshold": 5}
     return database
 
 

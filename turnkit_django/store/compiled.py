@@ -21,6 +21,8 @@ from typing import Any
 from django.db import connections
 from django.db.models import QuerySet
 
+from .cursors import hot_cursor
+
 _PLACEHOLDER = "\x00turnkit-compiled-{}\x00"
 
 
@@ -44,7 +46,7 @@ class CompiledRead:
         params: list[Any] = [values[slot] if slot is not None else constant
                              for slot, constant in zip(slots, constants, strict=True)]
         connection = connections[using]
-        with connection.cursor() as cursor:
+        with hot_cursor(connection) as cursor:
             cursor.execute(sql, params)
             found = cursor.fetchall()
         if not converters:

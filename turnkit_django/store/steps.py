@@ -29,7 +29,6 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-import psycopg
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Field, Model, Value
@@ -39,6 +38,7 @@ from django.utils import timezone
 
 from ..models import Conversation, Event, Lease, Message, ToolExecution, Turn
 from ..states import TRANSITIONS, TurnStatus
+from .cursors import server_cursor
 from .fields import TurnFields
 from .locks import Ledger, LedgerDelta
 
@@ -81,18 +81,6 @@ class StepWrites:
 def _db() -> BaseDatabaseWrapper:
     """The connection itself (not the proxy, whose every attribute is a context-local lookup)."""
     return connections[DEFAULT_DB_ALIAS]
-
-
-def _cursor(db: BaseDatabaseWrapper) -> Any:
-    """A cursor binding parameters on the server (the statement's values are sent apart from
-    its text, not quoted into it), wrapped as Django wraps its own: query logging and
-    ``execute_wrapper()`` instrumentation see it. Prepared only if the project enables
-    psycopg's ``prepare_threshold`` (Django leaves it off for connection poolers)."""
-    db.ensure_connection()
-    db.validate_thread_sharing()
-    with db.wrap_database_errors:
-        raw: Any = psycopg.Cursor(db.connection)
-    return db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
 
 
 @functools.cache
@@ -340,7 +328,7 @@ def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Le
     try:
         # A test case's block (not a lock holder's) is kept usable after a refusal.
         with (transaction.atomic() if known is not None and db.in_atomic_block
-              else nullcontext()), _cursor(db) as cursor:
+              else nullcontext()), server_cursor(db) as cursor:
             cursor.execute(sql, params)
             row = cursor.fetchone()
     except DatabaseError as exc:
@@ -395,7 +383,7 @@ def insert_claimed(conversation: Conversation, message: Message | None, turn: Tu
         ctes.append(_insert("l", lease, params, source="s", computed={"heartbeat_at": now}))
     if events:  # the input's event: the new tree's first
         ctes.append(_insert_events(events, params, source="s"))
-    with _cursor(db) as cursor:
+    with server_cursor(db) as cursor:
         cursor.execute(f"WITH {', '.join(ctes)} SELECT statement_timestamp(), "
                        "(SELECT last_sequence FROM s)", params)
         at, sequence = cursor.fetchone()

@@ -1,0 +1,47 @@
+"""Cursors that bind parameters on the server, for turnkit's hot statements on PostgreSQL.
+
+Django's own queries bind on the client (psycopg's ``ClientCursor``: values quoted into the
+text), which can never be prepared. The statements a turn sends at every step, and the reads
+compiled once per process (:mod:`.compiled`), are sent with their values apart from their text
+instead, so that psycopg prepares them when the project enables ``prepare_threshold`` in the
+database's ``OPTIONS`` (Django leaves it off for poolers in transaction mode): PostgreSQL then
+plans each of them once per connection, not at every execution.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorDebugWrapper
+
+if TYPE_CHECKING:
+    from django.db.backends.utils import _ExecuteParameters, _ExecuteQuery
+
+
+def server_cursor(db: BaseDatabaseWrapper) -> Any:
+    """A server-binding cursor on ``db`` (PostgreSQL), wrapped as Django wraps its own: query
+    logging and ``execute_wrapper()`` instrumentation see it."""
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    with db.wrap_database_errors:
+        raw: Any = psycopg.Cursor(db.connection)
+    return _Logged(raw, db) if db.queries_logged else db.make_cursor(raw)
+
+
+def hot_cursor(db: BaseDatabaseWrapper) -> Any:
+    """A cursor for a hot statement: server-binding on PostgreSQL, Django's own elsewhere."""
+    return server_cursor(db) if db.vendor == "postgresql" else db.cursor()
+
+
+class _Logged(CursorDebugWrapper):
+    """Django's query logging for a server-bound statement: the text as sent (Django reads the
+    text back from psycopg, which has none to give for a prepared statement)."""
+
+    def execute(self, sql: _ExecuteQuery, params: _ExecuteParameters = None) -> Any:
+        with self.debug_sql(sql if isinstance(sql, str) else repr(sql), params):
+            return super(CursorDebugWrapper, self).execute(sql, params)
+
+
+__all__ = ["hot_cursor", "server_cursor"]
