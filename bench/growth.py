@@ -9,8 +9,9 @@ model, tool, model with an instant ``FunctionClient``):
   ids across turns (``call_0`` in every turn, as some OpenAI-compatible servers do).
 
 At ask 1, 10, 50 and 200 it reports the client CPU per ask (``time.process_time``: this process
-only, not the server's) and the wall time, as the median of the five asks ending there (ask 1:
-the first asks of five fresh conversations); the statements the ask sent and the
+only, not the server's) and the wall time, as the median of the asks starting there, each timed
+right after an ask 1 of a fresh conversation (the ratio is to those asks 1); the statements the
+ask after them sent and the
 ``turnkit_message`` rows its SELECTs returned (``pg_stat_statements``); and, at the last ask,
 the time of one compaction check: ``runtime.compaction.estimate`` of the next request and
 ``choose`` over the visible transcript, as automatic compaction runs them before a model call.
@@ -99,23 +100,30 @@ def compaction_check(conv: ConversationHandle, agent: Agent) -> dict[str, float]
 
 def curve(agent: Agent, asks: int, points: list[int], observer: pgstats.Observer,
           database: str) -> dict[str, Any]:
-    firsts = []
-    for _ in range(WINDOW):  # ask 1 of fresh conversations (also warms the process up)
-        firsts.append(ask(agent.conversation(), 1))
+    """Grow one conversation to ``asks``; at each point, ``WINDOW`` asks of it alternate with
+    asks 1 of fresh conversations, so that the ratio compares asks timed side by side (this
+    machine's speed drifts by tens of percent between seconds)."""
+    for _ in range(WINDOW):  # warm the process up
+        ask(agent.conversation(), 1)
     conv: ConversationHandle = agent.conversation()
-    samples: dict[int, tuple[float, float]] = {}
-    observed: dict[int, dict[str, int]] = {}
-    for n in range(1, asks + 1):
-        if n in points:
-            observed[n] = observed_ask(conv, n, observer, database)
-        else:
-            samples[n] = ask(conv, n)
     rows = []
-    for n in points:
-        window = ([samples[k] for k in range(n - WINDOW, n) if k in samples]
-                  if n > 1 else firsts)
-        rows.append({"ask": n, "cpu_ms": statistics.median(c for c, _ in window),
-                     "wall_ms": statistics.median(w for _, w in window), **observed[n]})
+    n = 0
+    for point in points:
+        while n < point - 1:
+            n += 1
+            ask(conv, n)
+        firsts, samples = [], []
+        for _ in range(WINDOW):
+            firsts.append(ask(agent.conversation(), 1))
+            n += 1
+            samples.append(ask(conv, n) if point > 1 else ask(agent.conversation(), 1))
+        n += 1
+        observed = observed_ask(conv, n, observer, database)
+        first = statistics.median(c for c, _ in firsts)
+        cpu = statistics.median(c for c, _ in samples)
+        wall = statistics.median(w for _, w in samples)
+        rows.append({"ask": point, "cpu_ms": cpu, "wall_ms": wall, "ask1_cpu_ms": first,
+                     "ratio": cpu / first, **observed})
     return {"agent": agent.name, "points": rows, "check": compaction_check(conv, agent)}
 
 

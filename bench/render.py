@@ -12,7 +12,7 @@ from typing import Any
 from bench.common import X_FLOOR, num, server_tables, table
 from bench.floor import STEPS_PER_TURN
 
-WINDOW = 5  # asks per point of the growth curve (bench/growth.py)
+WINDOW = 15  # asks per point of the growth curve (bench/growth.py)
 CHECKS = 20  # compaction checks timed after the last ask (bench/growth.py)
 INLINE, BACKGROUND = "inline", "background"
 
@@ -54,13 +54,13 @@ def growth(data: dict[str, Any]) -> str:
     """The growth curves and the compaction check (bench/growth.py)."""
     curves = data["curves"]
     out = [f"**Growth of one conversation** (ask N of {data['asks']}, each ask model, tool, "
-           f"model; median of the {WINDOW} asks before N, ask 1 over {WINDOW} fresh "
-           "conversations)", ""]
+           f"model; median of the {WINDOW} asks from N, each right after an ask 1 of a fresh "
+           "conversation, against the median of those asks 1)", ""]
     rows = []
     for name, c in curves.items():
-        first = c["points"][0]["cpu_ms"]
         for p in c["points"]:
-            rows.append([name, p["ask"], num(p["cpu_ms"], 1), f"{p['cpu_ms'] / first:.2f}",
+            ratio = p.get("ratio", p["cpu_ms"] / c["points"][0]["cpu_ms"])
+            rows.append([name, p["ask"], num(p["cpu_ms"], 1), f"{ratio:.2f}",
                          num(p["wall_ms"], 1), p["statements"], num(p["message_rows_read"])])
     out.append(table(["curve", "ask", "client CPU ms/ask", "\N{MULTIPLICATION SIGN} ask 1",
                       "wall ms/ask", "statements sent", "message rows read"], rows,

@@ -17,7 +17,7 @@ from turnkit_django.messages import ChatMessage, TextPart, ToolCallPart, ToolRes
 from turnkit_django.models import Turn
 from turnkit_django.runtime.compaction import choose, project
 from turnkit_django.store import visible_chat
-from turnkit_django.store.seen import SEEN, Prefix, Seen
+from turnkit_django.store.seen import SEEN, History, Prefix, Seen
 from turnkit_django.testing import Entry, FunctionClient, call, reply
 
 
@@ -163,3 +163,25 @@ def test_projection_reads_back_from_the_summary_only_as_far_as_its_range(summari
                 for n in range(1, last + 1)]
     shown = [m.sequence for m in project(messages) if m.kind != "context_summary_request"]
     assert shown == projected_by_definition(messages)
+
+
+def numbered(*sequences: int) -> list[ChatMessage]:
+    return [ChatMessage("user", (TextPart(f"m{n}"),), sequence=n) for n in sequences]
+
+
+def test_a_history_keeps_its_facts_as_messages_are_added():
+    history = History.of(numbered(1, 2))
+    assert history.whole and history.kinds == {"text"} and history.call_ids == set()
+    history.add(ChatMessage("assistant", (ToolCallPart("c1", "probe", {}),), "tool_call", 3))
+    assert history.whole and history.call_ids == {"c1"} and "tool_call" in history.kinds
+    history.add(numbered(5)[0])  # 4 was written by someone else: no longer the whole history
+    assert not history.whole
+    assert [m.sequence for m in history.messages] == [1, 2, 3, 5]
+
+
+def test_a_history_takes_the_facts_of_a_known_prefix_without_looking_at_its_messages():
+    known = Prefix(2, tuple(numbered(1, 2)), frozenset({"text", "image"}), frozenset({"c9"}))
+    history = History.of([*known.messages, *numbered(3)], known)
+    assert history.kinds == {"text", "image"} and history.call_ids == {"c9"} and history.whole
+    # A prefix that ends before the first message read after it leaves a gap.
+    assert not History.of([*known.messages, *numbered(4)], known).whole

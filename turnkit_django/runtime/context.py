@@ -6,8 +6,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import attrgetter
 from typing import Any
 
 from .. import shutdown
@@ -16,7 +14,7 @@ from ..clients import Client
 from ..events import EventCallback, emit
 from ..messages import ChatMessage
 from ..models import Conversation, Message, ToolExecution, Turn
-from ..store import Claim, Fenced, TurnState, to_chat
+from ..store import Claim, Fenced, History, TurnState, to_chat
 from ..tools.base import Tool
 from .handles import turn_handle
 
@@ -64,7 +62,8 @@ class TurnContext:
     client: Client
     state: TurnState
     tools: dict[str, Tool]
-    visible: list[ChatMessage]
+    #: The transcript the turn sees, with facts about all of it kept up to date.
+    history: History
     on_event: EventCallback | None = None
     #: The executions of the current batch as the step that recorded the response wrote them
     #: (None: the tools phase reads them from the store), and the ids of executions this worker
@@ -74,7 +73,6 @@ class TurnContext:
     child_runner: ChildRunner | None = None
     #: The call in flight now (read by the heartbeat thread).
     in_flight: InFlight | None = None
-    _call_ids: set[str] | None = field(default=None, repr=False)
 
     @property
     def conversation(self) -> Conversation:
@@ -93,18 +91,13 @@ class TurnContext:
              callback=self.on_event, **payload)
 
     @property
-    def call_ids(self) -> set[str]:
-        """The ids of every tool call the turn sees (gathered once, then kept up to date)."""
-        if self._call_ids is None:
-            self._call_ids = set(chain.from_iterable(map(attrgetter("call_ids"), self.visible)))
-        return self._call_ids
+    def visible(self) -> list[ChatMessage]:
+        """The messages the turn sees, in sequence order (read them; add with :meth:`remember`)."""
+        return self.history.messages
 
     def remember(self, message: Message) -> None:
         """A message this worker committed: the turn sees it from now on."""
-        chat = to_chat(message)
-        self.visible.append(chat)
-        if self._call_ids is not None:
-            self._call_ids |= chat.call_ids
+        self.history.add(to_chat(message))
         self.emit("message.created", message_id=message.pk, role=message.role, kind=message.kind)
 
     def run_child(self, child: Turn, agent: AgentDefinition, client: Client) -> None:

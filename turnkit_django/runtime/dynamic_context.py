@@ -25,7 +25,7 @@ from typing import Any
 
 from ..agents.prompting import Prompt
 from ..messages import DYNAMIC_CONTEXT, ChatMessage, TextPart
-from .compaction import project
+from .compaction import SUMMARY_KIND, project
 from .context import TurnContext
 from .prompts import compose
 
@@ -62,7 +62,8 @@ def record(ctx: TurnContext) -> Prompt:
     model has not seen it (a fenced write, before the model call)."""
     prompt = compose(ctx.agent, ctx.row, ctx.conversation)
     if wanted(ctx.client):
-        text = pending(prompt, project(ctx.visible))
+        compacted = SUMMARY_KIND in ctx.history.kinds
+        text = pending(prompt, project(ctx.visible) if compacted else ctx.visible)
         if text is not None:
             with ctx.fenced.atomic():
                 message = ctx.fenced.append(

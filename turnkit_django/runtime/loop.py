@@ -27,13 +27,14 @@ from ..conf import turnkit_settings
 from ..errors import ErrorRecord
 from ..events import EventCallback
 from ..exceptions import AtomicBlockError, BudgetExceeded, LostClaim, ModelError, TurnkitError
-from ..messages import ChatMessage, Part
+from ..messages import Part
 from ..models import ToolExecution, Turn
 from ..serialization import JsonObject
 from ..states import Phase, TurnStatus
 from ..store import (
     Claim,
     Fenced,
+    History,
     Ledger,
     LedgerDelta,
     TurnState,
@@ -41,7 +42,7 @@ from ..store import (
     history_before,
     remember_history,
     to_chat,
-    visible_chat,
+    visible_history,
     worker_identity,
 )
 from . import budget, controls
@@ -118,9 +119,9 @@ def on_claim(turn: Turn, ledger: Ledger) -> tuple[TurnState | None, LedgerDelta]
 
 def context(claim: Claim, row: Turn, agent: AgentDefinition, *, client: Client,
             on_event: EventCallback | None = None, ledger: Ledger | None = None,
-            visible: list[ChatMessage] | None = None) -> TurnContext:
+            history: History | None = None) -> TurnContext:
     """The context of a claimed turn, with the transcript it sees and the tools it may call
-    (``ledger``: the tree's ledger as the claim left it; ``visible``: the transcript, when the
+    (``ledger``: the tree's ledger as the claim left it; ``history``: the transcript, when the
     caller has it)."""
     fenced = Fenced(claim, ledger)
     fenced.controls_pending = row.controls_pending  # a control recorded before the claim
@@ -129,7 +130,7 @@ def context(claim: Claim, row: Turn, agent: AgentDefinition, *, client: Client,
         state=TurnState.from_json(row.state),
         # Tools of loaded skills are derived from persisted executions, so a resumed turn agrees.
         tools=turn_tools(agent, row.pk),
-        visible=visible if visible is not None else visible_chat(row),
+        history=history if history is not None else visible_history(row),
         on_event=on_event if on_event is not None else agent.on_event,
         child_runner=_run_child,
     )
@@ -164,7 +165,7 @@ def execute(
     if claimed is None:
         return False
     claim, row, ledger = claimed
-    _run_claimed(claim, row, ledger, agent, client, on_event, visible_chat(row))
+    _run_claimed(claim, row, ledger, agent, client, on_event, visible_history(row))
     return True
 
 
@@ -187,30 +188,30 @@ def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "i
     # here), nothing is read back before the first model call.
     before = history_before(row.conversation_id, message.sequence) if message else None
     if message is not None and (message.sequence == 1 or before is not None):
-        visible = [*(before or ()), to_chat(message)]
+        history = History.of([*(before.messages if before else ()), to_chat(message)], before)
     else:
-        visible = visible_chat(row)
-    _run_claimed(claim, row, ledger, agent, client, on_event, visible)
+        history = visible_history(row)
+    _run_claimed(claim, row, ledger, agent, client, on_event, history)
     return row
 
 
 def _run_claimed(claim: Claim, row: Turn, ledger: Ledger, agent: AgentDefinition | None,
                  client: Client | None, on_event: EventCallback | None,
-                 visible: list[ChatMessage]) -> None:
+                 history: History) -> None:
     resolved = agent if agent is not None and agent.name == row.agent_name else get_agent(
         row.agent_name)
     # A worker rebuilding a sub-agent's turn finds the client of its parent's agent.
     chosen = client or inherited_client(row, resolved) or resolved.resolved_client()
     ctx = context(claim, row, resolved, client=chosen, on_event=on_event, ledger=ledger,
-                  visible=visible)
+                  history=history)
     ctx.emit("turn.started", status=TurnStatus.RUNNING, model=row.model)
     try:
         with shutdown.executing(), Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL),
                                              ctx.overdue):
             run(ctx)
     finally:
-        # Every message in ``visible`` is committed; kept if it is the whole history.
-        remember_history(row.conversation_id, ctx.visible)
+        # Every message of the history is committed; kept if it is the whole history.
+        remember_history(row.conversation_id, ctx.history)
 
 
 def _run_child(child: Turn, agent: AgentDefinition, client: Client,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
+from operator import attrgetter
 
 from ..messages import (
     MEDIA_KINDS,
@@ -36,6 +37,8 @@ from ..serialization import JsonMapping
 
 def project_media(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     """Return ``messages`` with media messages replaced by their descriptions (see above)."""
+    if MEDIA_KINDS.isdisjoint(map(attrgetter("kind"), messages)):
+        return list(messages)  # the usual transcript: nothing to describe (a scan in C)
     notes: dict[str, list[str]] = {}
     for message in messages:
         call_id = message.metadata.get("tool_call_id") if message.kind in MEDIA_KINDS else None

@@ -19,12 +19,12 @@ from ..agents.prompting import Prompt
 from ..clients import ModelRequest, ModelResponse
 from ..conf import turnkit_settings
 from ..exceptions import BudgetExceeded
-from ..messages import MessageKind, distinct_call_ids
+from ..messages import MEDIA_KINDS, ChatMessage, MessageKind, distinct_call_ids
 from ..models import Message
 from ..states import Phase, TurnStatus
 from ..store import Candidate, Charge, Ledger, TurnState
 from . import budget, completion, dynamic_context, internal
-from .compaction import auto_compact, project
+from .compaction import SUMMARY_KIND, auto_compact, project
 from .context import TurnContext
 from .deliveries import callback_decision
 from .media_projection import project_media
@@ -37,8 +37,7 @@ def build_request(ctx: TurnContext, prompt: Prompt | None = None) -> ModelReques
     """The turn's next model request, from its visible messages (media described as text) and
     ``prompt`` (composed when not given)."""
     instructions = prompt or compose(ctx.agent, ctx.row, ctx.conversation)
-    messages, dynamic = dynamic_context.apply(ctx, instructions,
-                                              project_media(project(ctx.visible)))
+    messages, dynamic = dynamic_context.apply(ctx, instructions, shown(ctx))
     options = ctx.row.options or {}
     return ModelRequest(
         model=ctx.row.model,
@@ -51,6 +50,18 @@ def build_request(ctx: TurnContext, prompt: Prompt | None = None) -> ModelReques
         metadata={"turn_id": ctx.row.pk, "conversation_id": ctx.row.conversation_id,
                   "agent": ctx.agent.name, "prompt": instructions.report()},
     )
+
+
+def shown(ctx: TurnContext) -> list[ChatMessage]:
+    """The turn's messages as the model sees them: the newest summary in place of its range,
+    media described as text (each projection only when the history has what it replaces)."""
+    messages = ctx.visible
+    kinds = ctx.history.kinds
+    if SUMMARY_KIND in kinds:
+        messages = project(messages)
+    if not MEDIA_KINDS.isdisjoint(kinds):
+        messages = project_media(messages)
+    return messages
 
 
 def model_step(ctx: TurnContext) -> None:
@@ -85,7 +96,7 @@ def _reserved(ctx: TurnContext) -> None:
 
 def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded | None:
     """Commit the response with what follows it; return the error that fails the turn."""
-    response = replace(response, parts=distinct_call_ids(response.parts, ctx.call_ids))
+    response = replace(response, parts=distinct_call_ids(response.parts, ctx.history.call_ids))
     calls = response.tool_calls
     publish = not calls and not ctx.agent.output_policies  # nothing to review
     state = ctx.state.replace(

@@ -27,7 +27,7 @@ from .claims import (
 )
 from .fenced import Charge, Fenced
 from .locks import Ledger, LedgerDelta, database_now, lock_conversation, lock_tree
-from .seen import history_before, remember_history
+from .seen import History, Prefix, history_before, remember_history
 from .state import GRANTED, Candidate, MediaCall, Reservation, Terminal, TurnState
 from .transcript import (
     ClosedCall,
@@ -38,6 +38,7 @@ from .transcript import (
     repair,
     to_chat,
     visible_chat,
+    visible_history,
 )
 from .turns import (
     NewConversation,
@@ -57,12 +58,14 @@ __all__ = [
     "Claim",
     "ClosedCall",
     "Fenced",
+    "History",
     "Ledger",
     "LedgerDelta",
     "MediaCall",
     "NewConversation",
     "NewMessage",
     "NewTurn",
+    "Prefix",
     "Reservation",
     "Terminal",
     "TurnState",
@@ -88,5 +91,6 @@ __all__ = [
     "revoke",
     "to_chat",
     "visible_chat",
+    "visible_history",
     "worker_identity",
 ]

@@ -16,6 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from operator import attrgetter, eq
 
 from ..messages import ChatMessage
@@ -26,10 +27,56 @@ CONVERSATIONS = 256
 
 @dataclass(frozen=True)
 class Prefix:
-    """A conversation's messages with a sequence up to ``upto`` (all of them, in order)."""
+    """A conversation's messages with a sequence up to ``upto`` (all of them, in order), with
+    the kinds and tool-call ids among them."""
 
     upto: int
     messages: tuple[ChatMessage, ...]
+    kinds: frozenset[str] = frozenset()
+    call_ids: frozenset[str] = frozenset()
+
+
+@dataclass
+class History:
+    """The messages a turn sees, in sequence order, and what the runtime asks about all of them
+    (which kinds occur, which tool-call ids are taken, whether they are the conversation's whole
+    history), kept up to date as messages are added so that no step walks the whole list: at a
+    few hundred messages, a walk costs more than the rest of the step (each message is a cold
+    object in memory)."""
+
+    messages: list[ChatMessage]
+    kinds: set[str]
+    call_ids: set[str]
+    #: The messages are exactly the conversation's sequences 1..n.
+    whole: bool
+
+    @classmethod
+    def of(cls, messages: Sequence[ChatMessage], known: Prefix | None = None) -> History:
+        """The history of ``messages``, of which the first ``len(known.messages)`` are
+        ``known``'s (their facts are taken from it; the rest are looked at once)."""
+        start = len(known.messages) if known is not None else 0
+        rest = messages[start:]
+        kinds = set(known.kinds) if known is not None else set()
+        kinds.update(map(attrgetter("kind"), rest))
+        call_ids = set(known.call_ids) if known is not None else set()
+        call_ids.update(chain.from_iterable(map(attrgetter("call_ids"), rest)))
+        if known is None or known.upto == start:  # the known part is 1..start
+            whole = all(map(eq, map(attrgetter("sequence"), rest),
+                            range(start + 1, len(messages) + 1)))
+        else:
+            whole = False
+        return cls(list(messages), kinds, call_ids, whole)
+
+    def add(self, message: ChatMessage) -> None:
+        self.messages.append(message)
+        self.kinds.add(message.kind)
+        self.call_ids |= message.call_ids
+        self.whole = self.whole and message.sequence == len(self.messages)
+
+    def prefix(self) -> Prefix:
+        """The whole history as the cache keeps it."""
+        return Prefix(len(self.messages), tuple(self.messages), frozenset(self.kinds),
+                      frozenset(self.call_ids))
 
 
 class Seen:
@@ -67,36 +114,37 @@ SEEN = Seen()
 
 
 def read_through(conversation_id: str, upto: int,
-                 read: Callable[[int], Iterable[ChatMessage]]) -> list[ChatMessage]:
+                 read: Callable[[int], Iterable[ChatMessage]]) -> History:
     """The messages a turn with input up to ``upto`` sees: the remembered prefix, then what
     ``read(after)`` returns (messages with a greater sequence, in order: the rest of the input
     and the turn's own). Remembers the input part for the next turn."""
     prefix = SEEN.get(conversation_id, upto)
     after = prefix.upto if prefix is not None else 0
     known: Sequence[ChatMessage] = prefix.messages if prefix is not None else ()
-    new = list(read(after))
+    history = History.of([*known, *read(after)], prefix)
     if prefix is None or upto > prefix.upto:
-        inputs = (*known, *(m for m in new if m.sequence is not None and m.sequence <= upto))
-        SEEN.put(conversation_id, Prefix(upto, inputs))
-    return [*known, *new]
+        inputs = [m for m in history.messages[len(known):]
+                  if m.sequence is not None and m.sequence <= upto]
+        remember_history(conversation_id, History.of([*known, *inputs], prefix))
+    return history
 
 
-def history_before(conversation_id: str, sequence: int) -> tuple[ChatMessage, ...] | None:
+def history_before(conversation_id: str, sequence: int) -> Prefix | None:
     """Every message of the conversation before ``sequence``, if this process has them all."""
     prefix = SEEN.get(conversation_id, sequence - 1)
-    return prefix.messages if prefix is not None and prefix.upto == sequence - 1 else None
+    return prefix if prefix is not None and prefix.upto == sequence - 1 else None
 
 
-def remember_history(conversation_id: str, messages: Sequence[ChatMessage]) -> None:
-    """Remember ``messages`` (committed, in order) if they are the conversation's whole history.
+def remember_history(conversation_id: str, history: History) -> None:
+    """Remember ``history`` (committed messages) if it is the conversation's whole history.
 
     Sequences are gap-free from 1, so messages numbered exactly 1..n are every message up to n:
     a turn that saw all of them (its input and everything it appended, with nobody else writing
     in between) leaves the next turn of its conversation nothing to read but its own input.
     """
-    numbered = map(attrgetter("sequence"), messages)
-    if messages and all(map(eq, numbered, range(1, len(messages) + 1))):
-        SEEN.put(conversation_id, Prefix(len(messages), tuple(messages)))
+    if history.whole and history.messages:
+        SEEN.put(conversation_id, history.prefix())
 
 
-__all__ = ["SEEN", "Prefix", "Seen", "history_before", "read_through", "remember_history"]
+__all__ = ["SEEN", "History", "Prefix", "Seen", "history_before", "read_through",
+           "remember_history"]

@@ -23,7 +23,7 @@ from ..models import Conversation, Message, ToolExecution, Turn
 from ..serialization import JsonMapping, JsonObject, JsonValue
 from ..states import ToolStatus
 from .rows import new_row
-from .seen import read_through
+from .seen import History, read_through
 
 
 @dataclass
@@ -117,8 +117,8 @@ def to_chat(message: Message) -> ChatMessage:
                        message.kind, message.sequence, message.metadata or {})
 
 
-def visible_chat(turn: Turn) -> list[ChatMessage]:
-    """The messages ``turn`` sees, as the model sees them, in sequence order.
+def visible_history(turn: Turn) -> History:
+    """The messages ``turn`` sees, as the model sees them, in sequence order, with their facts.
 
     Reads only what this process has not read before (:mod:`.seen`): the input past the last
     turn of the conversation it read, and the turn's own messages.
@@ -127,6 +127,11 @@ def visible_chat(turn: Turn) -> list[ChatMessage]:
         return [to_chat(m) for m in Message.objects.visible_to(turn).filter(sequence__gt=after)]
 
     return read_through(turn.conversation_id, turn.context_sequence, read)
+
+
+def visible_chat(turn: Turn) -> list[ChatMessage]:
+    """The messages ``turn`` sees, as the model sees them, in sequence order."""
+    return visible_history(turn).messages
 
 
 # --------------------------------------------------------------------------- repair
@@ -245,4 +250,5 @@ def repair(turn: Turn, *, reason: str, fence: int | None = None) -> list[ClosedC
 
 __all__ = ["ClosedCall", "NewMessage", "allocate_sequences", "append_input", "build_messages",
            "insert_messages", "insert_rows",
-           "interrupt_running", "open_tool_calls", "repair", "to_chat", "visible_chat"]
+           "interrupt_running", "open_tool_calls", "repair", "to_chat", "visible_chat",
+           "visible_history"]
