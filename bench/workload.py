@@ -11,7 +11,13 @@ from typing import Any
 
 from turnkit_django import Agent, register, tool
 from turnkit_django.clients import ModelRequest
+from turnkit_django.events import event as any_event
 from turnkit_django.testing import FunctionClient, call, reply
+
+# The test app (in the settings the benchmark shares with the tests) listens to every event for
+# the e2e ledger, a no-op outside that tier. An application nobody listens to builds no event at
+# all (turnkit_django.events.emit): that is the cost measured here.
+any_event.disconnect(dispatch_uid="turnkit-e2e-ledger")
 
 STEPS_PER_TURN = 5  # workload T
 #: Automatic compaction on a small context, so that it checks (estimate, then choose) at every

@@ -6,9 +6,10 @@ import pytest
 from django.db import transaction
 
 from turnkit_django import Agent
-from turnkit_django.models import Turn
+from turnkit_django.models import Message, Turn
 from turnkit_django.store.compiled import CompiledRead
 from turnkit_django.store.locks import lock_tree, lock_tree_of
+from turnkit_django.store.transcript import _VISIBLE
 from turnkit_django.testing import ScriptedClient, reply
 
 pytestmark = pytest.mark.django_db
@@ -47,3 +48,15 @@ def test_a_value_the_read_does_not_use_is_refused():
     read = CompiledRead(lambda _: Turn.objects.values_list("pk"), 1)
     with pytest.raises(ValueError, match="each of its values"):
         read.rows("x")
+
+
+@pytest.mark.parametrize("after", [0, 2])
+def test_the_transcript_read_returns_what_visible_to_returns(after):
+    conversation = Agent("compiled_transcript", client=ScriptedClient(
+        [reply("one"), reply("two")])).conversation()
+    conversation.ask("first")
+    turn = Turn.objects.get(pk=conversation.ask("second").id)
+    expected = [(m.role, m.content, m.kind, m.sequence, m.metadata) for m in
+                Message.objects.visible_to(turn).filter(sequence__gt=after)]
+    assert len(expected) == 4 - after
+    assert _VISIBLE.rows(turn.conversation_id, turn.context_sequence, turn.pk, after) == expected

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.db import connection, transaction
+from django.db.models import Q, Value
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -22,6 +23,7 @@ from ..messages import ChatMessage, MessageKind, Part, ToolResultPart, dump_part
 from ..models import Conversation, Message, ToolExecution, Turn
 from ..serialization import JsonMapping, JsonObject, JsonValue
 from ..states import ToolStatus
+from .compiled import CompiledRead
 from .rows import new_row
 from .seen import History, read_through
 
@@ -117,6 +119,15 @@ def to_chat(message: Message) -> ChatMessage:
                        message.kind, message.sequence, message.metadata or {})
 
 
+#: What a turn reads of the messages it sees past ``after``: ``Message.objects.visible_to``,
+#: compiled once per process (:mod:`.compiled`). The sequences are expressions so that the ORM
+#: keeps them as parameters (an integer lookup would try to convert the placeholder).
+_VISIBLE = CompiledRead(lambda conversation_id, upto, turn_id, after: Message.objects.filter(
+    Q(sequence__lte=Value(upto)) | Q(turn_id=turn_id), conversation_id=conversation_id,
+    sequence__gt=Value(after)).order_by("sequence").values_list(
+    "role", "content", "kind", "sequence", "metadata"), 4)
+
+
 def visible_history(turn: Turn) -> History:
     """The messages ``turn`` sees, as the model sees them, in sequence order, with their facts.
 
@@ -124,7 +135,9 @@ def visible_history(turn: Turn) -> History:
     turn of the conversation it read, and the turn's own messages.
     """
     def read(after: int) -> list[ChatMessage]:
-        return [to_chat(m) for m in Message.objects.visible_to(turn).filter(sequence__gt=after)]
+        return [ChatMessage(role, tuple(load_parts(content)), kind, sequence, metadata or {})
+                for role, content, kind, sequence, metadata in _VISIBLE.rows(
+                    turn.conversation_id, turn.context_sequence, turn.pk, after)]
 
     return read_through(turn.conversation_id, turn.context_sequence, read)
 
