@@ -36,7 +36,7 @@ from .locks import Ledger, LedgerDelta, database_now, lock_tree, lock_tree_of
 from .state import TurnState
 from .transcript import NewMessage, build_messages, insert_rows
 from .turns import TURN_FIELDS as _TURN_FIELDS
-from .turns import NewTurn, apply_transition, build_turn
+from .turns import NewTurn, apply_transition, build_turn, refuse_transition
 
 T = TypeVar("T")
 
@@ -112,16 +112,21 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
             state, delta = prepare(turn, ledger)
             if state is not None:
                 fields["state"] = state.as_json()
+        lease = Lease(turn_id=turn.pk, fence=fields["fence"], worker=worker,
+                      heartbeat_at=ledger.now)
         if turn.is_root:
             fields.update(delta.fields())
-        elif delta:
-            Turn.objects.filter(pk=root_id).update(**delta.fields())
-        apply_transition(turn.pk, "claim", updated_at=Now(), **fields)
-        Lease.objects.bulk_create(
-            [Lease(turn_id=turn.pk, fence=fields["fence"], worker=worker,
-                   heartbeat_at=ledger.now)],
-            update_conflicts=True, unique_fields=["turn"],
-            update_fields=["fence", "worker", "heartbeat_at"])
+        if connection.vendor == "postgresql":  # one statement
+            root_fields = delta.fields() if not turn.is_root else {}
+            if not steps.claim_write(turn.pk, root_id, fields, root_fields, lease):
+                refuse_transition(turn.pk, "claim")
+        else:
+            if not turn.is_root and delta:
+                Turn.objects.filter(pk=root_id).update(**delta.fields())
+            apply_transition(turn.pk, "claim", updated_at=Now(), **fields)
+            Lease.objects.bulk_create(
+                [lease], update_conflicts=True, unique_fields=["turn"],
+                update_fields=["fence", "worker", "heartbeat_at"])
     for name, value in fields.items():
         if not hasattr(value, "resolve_expression"):  # F() increments stay unread
             setattr(turn, name, value)

@@ -20,34 +20,26 @@ round trip and its only commit.
 
 from __future__ import annotations
 
-import functools
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
+from django.db import DatabaseError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import F, Field, Model, Value
-from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from ..models import Conversation, Event, Lease, Message, ToolExecution, Turn
 from ..states import TRANSITIONS, TurnStatus
+from . import sql
 from .cursors import server_cursor
 from .fields import TurnFields
 from .locks import Ledger, LedgerDelta
+from .sql import Unsupported
 
 #: The SQLSTATE ``turnkit_step_guard()`` raises with (see migration 0007).
 GUARD_FAILED = "TK409"
-
-
-class Unsupported(Exception):
-    """A buffered write the single statement cannot express (the step takes the lock instead)."""
 
 
 @dataclass(frozen=True)
@@ -78,165 +70,10 @@ class StepWrites:
 # --------------------------------------------------------------------------- SQL pieces
 
 
-def _db() -> BaseDatabaseWrapper:
-    """The connection itself (not the proxy, whose every attribute is a context-local lookup)."""
-    return connections[DEFAULT_DB_ALIAS]
-
-
-@functools.cache
-def _quote(name: str | None) -> str:
-    if not name:
-        raise Unsupported("a field without a column")
-    return _db().ops.quote_name(name)
-
-
-#: Field types whose Python value is the driver's parameter as is on PostgreSQL (what their
-#: ``get_db_prep_save`` returns for the values turnkit writes).
-_AS_IS = frozenset({"AutoField", "BigIntegerField", "BooleanField", "CharField", "DateTimeField",
-                    "DecimalField", "ForeignKey", "IntegerField", "OneToOneField",
-                    "PositiveBigIntegerField", "PositiveIntegerField",
-                    "PositiveSmallIntegerField", "SmallIntegerField", "TextField"})
-
-
-def _preparer(field: Field[Any, Any], db: BaseDatabaseWrapper) -> Callable[[Any], Any]:
-    """``field.get_db_prep_save`` for one field, without its generic dispatch per value."""
-    kind = field.get_internal_type()
-    if kind in _AS_IS:
-        return _same
-    if kind == "JSONField":
-        encoder = getattr(field, "encoder", None)
-        return lambda value: None if value is None else db.ops.adapt_json_value(value, encoder)
-    return lambda value: field.get_db_prep_save(value, db)
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-@dataclass(frozen=True)
-class _Column:
-    column: str  # the column's name (the JSON record's key)
-    attname: str
-    name: str  # the model field's name
-    to_json: Callable[[Any], Any]
-    stamped: bool  # auto_now or auto_now_add: the insert's time
-
-
-def _json_of(field: Field[Any, Any]) -> Callable[[Any], Any]:
-    """How a value of ``field`` is written in a JSON record ``jsonb_populate_record`` reads."""
-    kind = field.get_internal_type()
-    if kind == "DateTimeField":
-        return lambda value: None if value is None else value.isoformat()
-    if kind == "DecimalField":
-        return lambda value: None if value is None else str(value)
-    return _same
-
-
-@functools.cache
-def _columns(model: type[Model]) -> tuple[_Column, ...]:
-    """The concrete columns of ``model``, with how each is written in a JSON record."""
-    return tuple(
-        _Column(str(f.column), f.attname, f.name, _json_of(f),
-                bool(getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)))
-        for f in model._meta.concrete_fields)
-
-
-@functools.cache
-def _field(model: type[Model], name: str) -> Field[Any, Any]:
-    found = model._meta.get_field(name)
-    if not isinstance(found, Field):
-        raise Unsupported(f"{model.__name__}.{name} is not a column")
-    return found
-
-
-@functools.cache
-def _setter(model: type[Model], name: str) -> tuple[str, Callable[[Any], Any]]:
-    """The quoted column of ``model.name`` and the preparer of its values."""
-    model_field = _field(model, name)
-    return _quote(model_field.column), _preparer(model_field, _db())
-
-
-@functools.cache
-def _table(model: type[Model]) -> str:
-    return _quote(model._meta.db_table)
-
-
-def _assign(model: type[Model], fields: Mapping[str, object], params: list[object],
-            db: BaseDatabaseWrapper) -> str:
-    """``SET`` assignments of ``fields``: values, ``Now()``, and ``F(name) + value``."""
-    out = []
-    for name, value in fields.items():
-        column, prepare = _setter(model, name)
-        if isinstance(value, Now):
-            out.append(f"{column} = statement_timestamp()")
-        elif isinstance(value, CombinedExpression):
-            lhs, rhs = value.lhs, value.rhs
-            if not (value.connector == "+" and isinstance(lhs, F)
-                    and getattr(lhs, "name", None) == name):
-                raise Unsupported(f"{name} = {value!r}")
-            amount = rhs.value if isinstance(rhs, Value) else rhs
-            out.append(f"{column} = {column} + %s")
-            params.append(prepare(amount))
-        elif hasattr(value, "resolve_expression"):
-            raise Unsupported(f"{name} = {value!r}")
-        else:
-            out.append(f"{column} = %s")
-            params.append(prepare(value))
-    return ", ".join(out)
-
-
-def _insert(name: str, obj: Model, params: list[object], *, source: str,
-            computed: dict[str, tuple[str, list[object]]] | None = None) -> str:
-    """A CTE inserting ``obj`` for each row of ``source`` (one row, or none).
-
-    The row travels as one JSON record (one parameter, however many columns) that
-    ``jsonb_populate_record`` turns into the table's row type; ``computed`` columns take an
-    SQL expression (with its parameters) evaluated in the statement instead.
-    """
-    model = type(obj)
-    record: dict[str, object] = {}
-    now: datetime | None = None
-    for column in _columns(model):
-        if computed and column.name in computed:
-            continue
-        if column.stamped:  # what pre_save does for auto_now(_add) fields
-            now = now or timezone.now()
-            setattr(obj, column.attname, now)
-        record[column.column] = column.to_json(getattr(obj, column.attname))
-    params.append(json.dumps(record, separators=(",", ":")))
-    table = _table(model)
-    value = "%s::jsonb"
-    if computed:
-        pairs = []
-        for field_name, (expression, extra) in computed.items():
-            pairs.append(f"'{_field(model, field_name).column}', {expression}")
-            params.extend(extra)
-        value += f" || jsonb_build_object({', '.join(pairs)})"
-    return (f"{name} AS (INSERT INTO {table} SELECT r.* FROM {source}, "
-            f"jsonb_populate_record(NULL::{table}, {value}) AS r)")
-
-
-def _insert_events(events: list[Event], params: list[object], source: str = "t") -> str:
-    """One CTE inserting the step's events in order, their ids drawn from the sequence row by
-    row, under the tree lock the statement holds (the tree's cursor order)."""
-    records = []
-    for event in events:
-        event.created_at = event.created_at or timezone.now()
-        records.append({c.column: c.to_json(getattr(event, c.attname))
-                        for c in _columns(Event) if c.name != "id"})
-    params += [json.dumps(records, separators=(",", ":")), Event._meta.db_table]
-    table = _table(Event)
-    return (f"e AS (INSERT INTO {table} SELECT r.* FROM {source}, "
-            "jsonb_array_elements(%s::jsonb) "
-            f"WITH ORDINALITY AS x(value, n), jsonb_populate_record(NULL::{table}, x.value || "
-            "jsonb_build_object('id', nextval(pg_get_serial_sequence(%s, 'id')))) AS r "
-            "ORDER BY x.n)")
-
-
 def _ledger_guard(known: Ledger, params: list[object], db: BaseDatabaseWrapper) -> str:
     """The root row still holds the ledger the step was decided against."""
-    counts = _field(Turn, "tree_tool_counts").get_db_prep_save(known.tool_counts, db)
-    limits = _field(Turn, "options").get_db_prep_save(known.limits_json, db)
+    counts = sql.field_of(Turn, "tree_tool_counts").get_db_prep_save(known.tool_counts, db)
+    limits = sql.field_of(Turn, "options").get_db_prep_save(known.limits_json, db)
     params += [known.iterations, known.tool_executions, known.spend, counts, known.deadline_at,
                limits]
     return ("tree_iterations = %s AND tree_tool_executions = %s AND tree_spend = %s "
@@ -250,10 +87,10 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
     """The step as one statement; its one row is the conversation's new ``last_sequence``.
 
     ``known`` None: the caller holds the tree lock, so the ledger needs no guard."""
-    db = _db()
+    db = sql.db()
     params: list[object] = []
     ctes: list[str] = []
-    turn_table = _table(Turn)
+    turn_table = sql.table(Turn)
     own = dict(writes.turn)
     if writes.transition is not None:
         transition = TRANSITIONS[writes.transition]
@@ -267,7 +104,7 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
         own.update(ledger)
     elif ledger or known is not None:  # the root's row: its ledger changes, or is checked
         if ledger:
-            assignments = _assign(Turn, ledger, params, db)
+            assignments = sql.assign(Turn, ledger, params, db)
             ctes.append(f"r AS (UPDATE {turn_table} SET {assignments} WHERE id = %s")
         else:
             ctes.append(f"r AS (SELECT 1 FROM {turn_table} WHERE id = %s")
@@ -277,7 +114,7 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
         guard_source = " AND EXISTS (SELECT FROM r)"
     if not own:
         own["fence"] = fence  # a no-op assignment: the guard still locks and checks the row
-    assignments = _assign(Turn, own, params, db)
+    assignments = sql.assign(Turn, own, params, db)
     params += [turn_id, fence, TurnStatus.RUNNING]
     # A pending control (pause, steer) refuses the fast path: the worker sees it under the lock.
     where = "id = %s AND fence = %s AND status = %s AND NOT controls_pending"
@@ -289,30 +126,30 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
     count = len(writes.messages)
     if count or writes.touch:
         touch = ", updated_at = statement_timestamp()" if writes.touch else ""
-        ctes.append(f"s AS (UPDATE {_table(Conversation)} SET last_sequence = last_sequence "
+        ctes.append(f"s AS (UPDATE {sql.table(Conversation)} SET last_sequence = last_sequence "
                     f"+ %s{touch} WHERE id = %s AND EXISTS (SELECT FROM t) "
                     "RETURNING last_sequence)")
         params += [count, conversation_id]
         checks.append("(SELECT count(*) FROM s) = 1")
     for index, execution in enumerate(writes.created):
-        ctes.append(_insert(f"x{index}", execution, params, source="t"))
+        ctes.append(sql.insert(f"x{index}", execution, params, source="t"))
     for index, message in enumerate(writes.messages):
         sequence = f"s.last_sequence - {count - 1 - index}"
-        ctes.append(_insert(f"m{index}", message, params, source="s",
+        ctes.append(sql.insert(f"m{index}", message, params, source="s",
                             computed={"sequence": (sequence, [])}))
     if writes.events:
-        ctes.append(_insert_events(writes.events, params))
+        ctes.append(sql.insert_events(writes.events, params))
     for index, move in enumerate(writes.moves):
-        assignments = _assign(ToolExecution, move.fields, params, db)
+        assignments = sql.assign(ToolExecution, move.fields, params, db)
         placeholders = ", ".join(["%s"] * len(move.expected))
-        ctes.append(f"u{index} AS (UPDATE {_table(ToolExecution)} SET {assignments} "
+        ctes.append(f"u{index} AS (UPDATE {sql.table(ToolExecution)} SET {assignments} "
                     f"WHERE id = %s AND status IN ({placeholders}) AND EXISTS (SELECT FROM t) "
                     "RETURNING 1)")
         params += [move.execution_id, *move.expected]
         checks.append(f"(SELECT count(*) FROM u{index}) = 1")
     last = "(SELECT last_sequence FROM s)" if count or writes.touch else "NULL::bigint"
-    sql = (f"WITH {', '.join(ctes)} SELECT turnkit_step_guard({' AND '.join(checks)}), {last}")
-    return sql, params
+    text = (f"WITH {', '.join(ctes)} SELECT turnkit_step_guard({' AND '.join(checks)}), {last}")
+    return text, params
 
 
 def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Ledger | None,
@@ -323,13 +160,13 @@ def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Le
     so a refusal would be a bug: it raises). Fills in the sequences of the step's messages and
     marks its rows saved.
     """
-    sql, params = statement(turn_id, root_id, conversation_id, fence, known, writes)
-    db = _db()
+    text, params = statement(turn_id, root_id, conversation_id, fence, known, writes)
+    db = sql.db()
     try:
         # A test case's block (not a lock holder's) is kept usable after a refusal.
         with (transaction.atomic() if known is not None and db.in_atomic_block
               else nullcontext()), server_cursor(db) as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(text, params)
             row = cursor.fetchone()
     except DatabaseError as exc:
         if known is not None and getattr(exc.__cause__, "sqlstate", None) == GUARD_FAILED:
@@ -354,13 +191,13 @@ def insert_claimed(conversation: Conversation, message: Message | None, turn: Tu
     A claimed turn's times are the database's: ``started_at``, the lease's heartbeat, and the
     deadline ``lifetime`` after them. Without a lease the turn is inserted as built (pending).
     """
-    db = _db()
+    db = sql.db()
     params: list[object] = []
     ctes: list[str] = []
-    table = _table(Conversation)
+    table = sql.table(Conversation)
     if conversation._state.adding:
         conversation.last_sequence = 1 if message is not None else 0
-        ctes.append(_insert("c", conversation, params, source="(SELECT 1) AS one"))
+        ctes.append(sql.insert("c", conversation, params, source="(SELECT 1) AS one"))
         ctes.append(f"s AS (SELECT {conversation.last_sequence}::bigint AS last_sequence)")
     elif message is not None:
         ctes.append(f"s AS (UPDATE {table} SET last_sequence = last_sequence + 1, "
@@ -370,7 +207,7 @@ def insert_claimed(conversation: Conversation, message: Message | None, turn: Tu
         ctes.append(f"s AS (SELECT last_sequence FROM {table} WHERE id = %s)")
         params.append(conversation.pk)
     if message is not None:
-        ctes.append(_insert("m", message, params, source="s",
+        ctes.append(sql.insert("m", message, params, source="s",
                             computed={"sequence": ("s.last_sequence", [])}))
     now: tuple[str, list[object]] = ("statement_timestamp()", [])
     computed: dict[str, tuple[str, list[object]]] = {"context_sequence": ("s.last_sequence", [])}
@@ -378,11 +215,11 @@ def insert_claimed(conversation: Conversation, message: Message | None, turn: Tu
         computed.update({"started_at": now, "updated_at": now,
                          "deadline_at": ("NULL::timestamptz", []) if lifetime is None else (
                              "statement_timestamp() + %s::interval", [lifetime])})
-    ctes.append(_insert("t", turn, params, source="s", computed=computed))
+    ctes.append(sql.insert("t", turn, params, source="s", computed=computed))
     if lease is not None:
-        ctes.append(_insert("l", lease, params, source="s", computed={"heartbeat_at": now}))
+        ctes.append(sql.insert("l", lease, params, source="s", computed={"heartbeat_at": now}))
     if events:  # the input's event: the new tree's first
-        ctes.append(_insert_events(events, params, source="s"))
+        ctes.append(sql.insert_events(events, params, source="s"))
     with server_cursor(db) as cursor:
         cursor.execute(f"WITH {', '.join(ctes)} SELECT statement_timestamp(), "
                        "(SELECT last_sequence FROM s)", params)
@@ -401,5 +238,41 @@ def quantized(amount: Decimal) -> Decimal:
     return amount.quantize(Decimal("1e-8"), rounding="ROUND_HALF_UP")
 
 
-__all__ = ["GUARD_FAILED", "Move", "StepWrites", "Unsupported", "insert_claimed", "quantized",
-           "send", "statement"]
+def claim_write(turn_id: str, root_id: str, fields: Mapping[str, object],
+                root_fields: Mapping[str, object], lease: Lease) -> bool:
+    """A claim's writes as one statement (PostgreSQL): the turn moves along the ``claim``
+    transition with ``fields``, a child's root takes ``root_fields`` (its ledger), and the lease
+    is written, replacing a previous claim's. False, with nothing written, when the turn is in
+    none of the transition's source statuses. The caller holds the tree lock."""
+    db = sql.db()
+    transition = TRANSITIONS["claim"]
+    turns = sql.table(Turn)
+    params: list[object] = []
+    assignments = sql.assign(Turn, {**fields, "status": transition.target, "updated_at": Now()},
+                          params, db)
+    sources = ", ".join(["%s"] * len(transition.sources))
+    params += [turn_id, *transition.sources]
+    ctes = [f"t AS (UPDATE {turns} SET {assignments} WHERE id = %s AND status IN ({sources}) "
+            "RETURNING 1)"]
+    if root_fields:
+        ctes.append(f"r AS (UPDATE {turns} SET {sql.assign(Turn, root_fields, params, db)} "
+                    "WHERE id = %s AND EXISTS (SELECT FROM t) RETURNING 1)")
+        params.append(root_id)
+    turn_column, fence, worker, heartbeat = (sql.quote(sql.field_of(Lease, name).column)
+                                             for name in ("turn", "fence", "worker",
+                                                          "heartbeat_at"))
+    ctes.append(f"l AS (INSERT INTO {sql.table(Lease)} ({turn_column}, {fence}, {worker}, "
+                f"{heartbeat}) SELECT %s, %s, %s, %s FROM t ON CONFLICT ({turn_column}) DO "
+                f"UPDATE SET {fence} = EXCLUDED.{fence}, {worker} = EXCLUDED.{worker}, "
+                f"{heartbeat} = EXCLUDED.{heartbeat} RETURNING 1)")
+    params += [lease.turn_id, lease.fence, lease.worker, lease.heartbeat_at]
+    checks = ["(SELECT count(*) FROM l)"] + (["(SELECT count(*) FROM r)"] if root_fields else [])
+    with server_cursor(db) as cursor:
+        cursor.execute(f"WITH {', '.join(ctes)} SELECT (SELECT count(*) FROM t), "
+                       f"{', '.join(checks)}", params)
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+__all__ = ["GUARD_FAILED", "Move", "StepWrites", "Unsupported", "claim_write", "insert_claimed",
+           "quantized", "send", "statement"]

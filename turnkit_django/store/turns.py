@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
@@ -48,8 +48,13 @@ def apply_transition(turn_id: str, name: str, *, expected_fence: int | None = No
     if expected_fence is not None:
         rows = rows.filter(fence=expected_fence)
     if not rows.update(status=transition.target, **fields):
-        current = Turn.objects.filter(pk=turn_id).values_list("status", flat=True).first()
-        raise InvalidTransition(turn_id, current or "missing", name)
+        refuse_transition(turn_id, name)
+
+
+def refuse_transition(turn_id: str, name: str) -> NoReturn:
+    """Raise InvalidTransition for transition ``name`` of ``turn_id``, naming its status."""
+    current = Turn.objects.filter(pk=turn_id).values_list("status", flat=True).first()
+    raise InvalidTransition(turn_id, current or "missing", name)
 
 
 # --------------------------------------------------------------------------- creation
@@ -337,6 +342,7 @@ __all__ = [
     "create_conversation",
     "create_turn",
     "end",
+    "refuse_transition",
     "release",
     "reload",
     "revoke",

@@ -1,0 +1,183 @@
+"""SQL pieces of turnkit's one-statement writes on PostgreSQL (:mod:`.steps`): quoted names,
+values prepared as the ORM prepares them, ``SET`` assignments and row inserts as CTEs."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import F, Field, Model, Value
+from django.db.models.expressions import CombinedExpression
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from ..models import Event
+
+
+class Unsupported(Exception):
+    """A buffered write the single statement cannot express (the step takes the lock instead)."""
+
+
+def db() -> BaseDatabaseWrapper:
+    """The connection itself (not the proxy, whose every attribute is a context-local lookup)."""
+    return connections[DEFAULT_DB_ALIAS]
+
+
+@functools.cache
+def quote(name: str | None) -> str:
+    if not name:
+        raise Unsupported("a field without a column")
+    return db().ops.quote_name(name)
+
+
+#: Field types whose Python value is the driver's parameter as is on PostgreSQL (what their
+#: ``get_db_prep_save`` returns for the values turnkit writes).
+_AS_IS = frozenset({"AutoField", "BigIntegerField", "BooleanField", "CharField", "DateTimeField",
+                    "DecimalField", "ForeignKey", "IntegerField", "OneToOneField",
+                    "PositiveBigIntegerField", "PositiveIntegerField",
+                    "PositiveSmallIntegerField", "SmallIntegerField", "TextField"})
+
+
+def _preparer(field: Field[Any, Any], db: BaseDatabaseWrapper) -> Callable[[Any], Any]:
+    """``field.get_db_prep_save`` for one field, without its generic dispatch per value."""
+    kind = field.get_internal_type()
+    if kind in _AS_IS:
+        return _same
+    if kind == "JSONField":
+        encoder = getattr(field, "encoder", None)
+        return lambda value: None if value is None else db.ops.adapt_json_value(value, encoder)
+    return lambda value: field.get_db_prep_save(value, db)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class _Column:
+    column: str  # the column's name (the JSON record's key)
+    attname: str
+    name: str  # the model field's name
+    to_json: Callable[[Any], Any]
+    stamped: bool  # auto_now or auto_now_add: the insert's time
+
+
+def _json_of(field: Field[Any, Any]) -> Callable[[Any], Any]:
+    """How a value of ``field`` is written in a JSON record ``jsonb_populate_record`` reads."""
+    kind = field.get_internal_type()
+    if kind == "DateTimeField":
+        return lambda value: None if value is None else value.isoformat()
+    if kind == "DecimalField":
+        return lambda value: None if value is None else str(value)
+    return _same
+
+
+@functools.cache
+def columns(model: type[Model]) -> tuple[_Column, ...]:
+    """The concrete columns of ``model``, with how each is written in a JSON record."""
+    return tuple(
+        _Column(str(f.column), f.attname, f.name, _json_of(f),
+                bool(getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)))
+        for f in model._meta.concrete_fields)
+
+
+@functools.cache
+def field_of(model: type[Model], name: str) -> Field[Any, Any]:
+    found = model._meta.get_field(name)
+    if not isinstance(found, Field):
+        raise Unsupported(f"{model.__name__}.{name} is not a column")
+    return found
+
+
+@functools.cache
+def _setter(model: type[Model], name: str) -> tuple[str, Callable[[Any], Any]]:
+    """The quoted column of ``model.name`` and the preparer of its values."""
+    model_field = field_of(model, name)
+    return quote(model_field.column), _preparer(model_field, db())
+
+
+@functools.cache
+def table(model: type[Model]) -> str:
+    return quote(model._meta.db_table)
+
+
+def assign(model: type[Model], fields: Mapping[str, object], params: list[object],
+            db: BaseDatabaseWrapper) -> str:
+    """``SET`` assignments of ``fields``: values, ``Now()``, and ``F(name) + value``."""
+    out = []
+    for name, value in fields.items():
+        column, prepare = _setter(model, name)
+        if isinstance(value, Now):
+            out.append(f"{column} = statement_timestamp()")
+        elif isinstance(value, CombinedExpression):
+            lhs, rhs = value.lhs, value.rhs
+            if not (value.connector == "+" and isinstance(lhs, F)
+                    and getattr(lhs, "name", None) == name):
+                raise Unsupported(f"{name} = {value!r}")
+            amount = rhs.value if isinstance(rhs, Value) else rhs
+            out.append(f"{column} = {column} + %s")
+            params.append(prepare(amount))
+        elif hasattr(value, "resolve_expression"):
+            raise Unsupported(f"{name} = {value!r}")
+        else:
+            out.append(f"{column} = %s")
+            params.append(prepare(value))
+    return ", ".join(out)
+
+
+def insert(name: str, obj: Model, params: list[object], *, source: str,
+            computed: dict[str, tuple[str, list[object]]] | None = None) -> str:
+    """A CTE inserting ``obj`` for each row of ``source`` (one row, or none).
+
+    The row travels as one JSON record (one parameter, however many columns) that
+    ``jsonb_populate_record`` turns into the table's row type; ``computed`` columns take an
+    SQL expression (with its parameters) evaluated in the statement instead.
+    """
+    model = type(obj)
+    record: dict[str, object] = {}
+    now: datetime | None = None
+    for column in columns(model):
+        if computed and column.name in computed:
+            continue
+        if column.stamped:  # what pre_save does for auto_now(_add) fields
+            now = now or timezone.now()
+            setattr(obj, column.attname, now)
+        record[column.column] = column.to_json(getattr(obj, column.attname))
+    params.append(json.dumps(record, separators=(",", ":")))
+    quoted = table(model)
+    value = "%s::jsonb"
+    if computed:
+        pairs = []
+        for field_name, (expression, extra) in computed.items():
+            pairs.append(f"'{field_of(model, field_name).column}', {expression}")
+            params.extend(extra)
+        value += f" || jsonb_build_object({', '.join(pairs)})"
+    return (f"{name} AS (INSERT INTO {quoted} SELECT r.* FROM {source}, "
+            f"jsonb_populate_record(NULL::{quoted}, {value}) AS r)")
+
+
+def insert_events(events: list[Event], params: list[object], source: str = "t") -> str:
+    """One CTE inserting the step's events in order, their ids drawn from the sequence row by
+    row, under the tree lock the statement holds (the tree's cursor order)."""
+    records = []
+    for event in events:
+        event.created_at = event.created_at or timezone.now()
+        records.append({c.column: c.to_json(getattr(event, c.attname))
+                        for c in columns(Event) if c.name != "id"})
+    params += [json.dumps(records, separators=(",", ":")), Event._meta.db_table]
+    quoted = table(Event)
+    return (f"e AS (INSERT INTO {quoted} SELECT r.* FROM {source}, "
+            "jsonb_array_elements(%s::jsonb) "
+            f"WITH ORDINALITY AS x(value, n), jsonb_populate_record(NULL::{quoted}, x.value || "
+            "jsonb_build_object('id', nextval(pg_get_serial_sequence(%s, 'id')))) AS r "
+            "ORDER BY x.n)")
+
+
+__all__ = ["Unsupported", "assign", "columns", "db", "field_of", "insert", "insert_events", "quote",
+           "table"]
