@@ -123,7 +123,7 @@ def assign(model: type[Model], fields: Mapping[str, object], params: list[object
             amount = rhs.value if isinstance(rhs, Value) else rhs
             out.append(f"{column} = {column} + %s")
             params.append(prepare(amount))
-        elif hasattr(value, "resolve_expression"):
+        elif hasattr(value, "resolve_expression") or isinstance(value, Model):
             raise Unsupported(f"{name} = {value!r}")
         else:
             out.append(f"{column} = %s")

@@ -238,6 +238,27 @@ def quantized(amount: Decimal) -> Decimal:
     return amount.quantize(Decimal("1e-8"), rounding="ROUND_HALF_UP")
 
 
+def transition_write(turn_id: str, name: str, fields: Mapping[str, object],
+                     fence: int | None = None) -> bool:
+    """Move ``turn_id`` along transition ``name`` with ``fields`` as one server-bound statement
+    (PostgreSQL): prepared like the steps, without the ORM's query building. False, with
+    nothing written, when the turn is in none of the transition's source statuses (or holds
+    another ``fence``). Raises :class:`Unsupported` for a value it cannot express."""
+    db = sql.db()
+    transition = TRANSITIONS[name]
+    params: list[object] = []
+    assignments = sql.assign(Turn, {**fields, "status": transition.target}, params, db)
+    sources = ", ".join(["%s"] * len(transition.sources))
+    params += [turn_id, *transition.sources]
+    where = f"id = %s AND status IN ({sources})"
+    if fence is not None:
+        where += " AND fence = %s"
+        params.append(fence)
+    with server_cursor(db) as cursor:
+        cursor.execute(f"UPDATE {sql.table(Turn)} SET {assignments} WHERE {where}", params)
+        return bool(cursor.rowcount)
+
+
 def claim_write(turn_id: str, root_id: str, fields: Mapping[str, object],
                 root_fields: Mapping[str, object], lease: Lease) -> bool:
     """A claim's writes as one statement (PostgreSQL): the turn moves along the ``claim``
@@ -275,4 +296,4 @@ def claim_write(turn_id: str, root_id: str, fields: Mapping[str, object],
 
 
 __all__ = ["GUARD_FAILED", "Move", "StepWrites", "Unsupported", "claim_write", "insert_claimed",
-           "quantized", "send", "statement"]
+           "quantized", "send", "statement", "transition_write"]

@@ -30,6 +30,7 @@ from .compiled import CompiledRead
 from .events import message_events
 from .fields import TurnFields
 from .locks import database_now, lock_tree
+from .sql import Unsupported
 from .transcript import ClosedCall, NewMessage, build_messages, insert_messages, repair
 from .waits import submit_status
 
@@ -43,6 +44,13 @@ def apply_transition(turn_id: str, name: str, *, expected_fence: int | None = No
     Raises InvalidTransition (writing nothing) when the turn is not in one of the transition's
     source statuses, or, with ``expected_fence``, holds another fence.
     """
+    if connection.vendor == "postgresql":
+        try:
+            if not steps.transition_write(turn_id, name, fields, expected_fence):
+                refuse_transition(turn_id, name)
+            return
+        except Unsupported:
+            pass  # an expression only the ORM writes
     transition = TRANSITIONS[name]
     rows = Turn.objects.filter(pk=turn_id, status__in=[str(s) for s in transition.sources])
     if expected_fence is not None:
