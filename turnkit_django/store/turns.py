@@ -27,6 +27,7 @@ from ..serialization import JsonMapping, JsonObject, JsonValue
 from ..states import TRANSITIONS, TurnStatus
 from . import steps
 from .compiled import CompiledRead
+from .cursors import hot_cursor
 from .events import message_events
 from .fields import TurnFields
 from .locks import database_now, lock_tree
@@ -183,7 +184,7 @@ def reload(row: M) -> M:
     ``DoesNotExist`` when it is gone."""
     model = type(row)
     fields, sql, converters = _reader(model, connection.vendor)
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(sql, [row.pk])
         found = cursor.fetchone()
     if found is None:
