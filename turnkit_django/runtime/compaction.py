@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from operator import attrgetter
 
 from django.utils import timezone
 
@@ -95,8 +94,6 @@ def project(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     proportional to what follows the range, not to the length of the history. (The range can end
     before an older summary: the tail that summary kept, then parts of it, are summarised again.)
     """
-    if SUMMARY_KIND not in map(attrgetter("kind"), messages):
-        return list(messages)  # never compacted (a scan in C)
     at = next((i for i in range(len(messages) - 1, -1, -1)
                if messages[i].kind == SUMMARY_KIND and _is_summary(messages[i])), None)
     if at is None:

@@ -238,24 +238,31 @@ def quantized(amount: Decimal) -> Decimal:
     return amount.quantize(Decimal("1e-8"), rounding="ROUND_HALF_UP")
 
 
-def transition_write(turn_id: str, name: str, fields: Mapping[str, object],
-                     fence: int | None = None) -> bool:
-    """Move ``turn_id`` along transition ``name`` with ``fields`` as one server-bound statement
-    (PostgreSQL): prepared like the steps, without the ORM's query building. False, with
-    nothing written, when the turn is in none of the transition's source statuses (or holds
-    another ``fence``). Raises :class:`Unsupported` for a value it cannot express."""
-    db = sql.db()
+def _transition(turn_id: str, name: str, fields: Mapping[str, object], params: list[object],
+                fence: int | None = None) -> str:
+    """``UPDATE`` of ``turn_id`` along transition ``name`` with ``fields``: its source statuses
+    (and ``fence``) in the ``WHERE``. Raises :class:`Unsupported` for a value it cannot express."""
     transition = TRANSITIONS[name]
-    params: list[object] = []
-    assignments = sql.assign(Turn, {**fields, "status": transition.target}, params, db)
+    assignments = sql.assign(Turn, {**fields, "status": transition.target}, params, sql.db())
     sources = ", ".join(["%s"] * len(transition.sources))
     params += [turn_id, *transition.sources]
     where = f"id = %s AND status IN ({sources})"
     if fence is not None:
         where += " AND fence = %s"
         params.append(fence)
-    with server_cursor(db) as cursor:
-        cursor.execute(f"UPDATE {sql.table(Turn)} SET {assignments} WHERE {where}", params)
+    return f"UPDATE {sql.table(Turn)} SET {assignments} WHERE {where}"
+
+
+def transition_write(turn_id: str, name: str, fields: Mapping[str, object],
+                     fence: int | None = None) -> bool:
+    """Move ``turn_id`` along transition ``name`` with ``fields`` as one server-bound statement
+    (PostgreSQL): prepared like the steps, without the ORM's query building. False, with
+    nothing written, when the turn is in none of the transition's source statuses (or holds
+    another ``fence``). Raises :class:`Unsupported` for a value it cannot express."""
+    params: list[object] = []
+    text = _transition(turn_id, name, fields, params, fence)
+    with server_cursor(sql.db()) as cursor:
+        cursor.execute(text, params)
         return bool(cursor.rowcount)
 
 
@@ -266,17 +273,12 @@ def claim_write(turn_id: str, root_id: str, fields: Mapping[str, object],
     is written, replacing a previous claim's. False, with nothing written, when the turn is in
     none of the transition's source statuses. The caller holds the tree lock."""
     db = sql.db()
-    transition = TRANSITIONS["claim"]
-    turns = sql.table(Turn)
     params: list[object] = []
-    assignments = sql.assign(Turn, {**fields, "status": transition.target, "updated_at": Now()},
-                          params, db)
-    sources = ", ".join(["%s"] * len(transition.sources))
-    params += [turn_id, *transition.sources]
-    ctes = [f"t AS (UPDATE {turns} SET {assignments} WHERE id = %s AND status IN ({sources}) "
-            "RETURNING 1)"]
+    claimed = _transition(turn_id, "claim", {**fields, "updated_at": Now()}, params)
+    ctes = [f"t AS ({claimed} RETURNING 1)"]
     if root_fields:
-        ctes.append(f"r AS (UPDATE {turns} SET {sql.assign(Turn, root_fields, params, db)} "
+        ctes.append(f"r AS (UPDATE {sql.table(Turn)} SET "
+                    f"{sql.assign(Turn, root_fields, params, db)} "
                     "WHERE id = %s AND EXISTS (SELECT FROM t) RETURNING 1)")
         params.append(root_id)
     turn_column, fence, worker, heartbeat = (sql.quote(sql.field_of(Lease, name).column)
