@@ -25,16 +25,15 @@ __all__ = ["_disarm_failpoints", "background", "registered", "verify_after_test"
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
 
 #: Statements of ``run_turn`` for a five-step turn on PostgreSQL, BEGIN and COMMIT included:
-#: the claim (5: BEGIN, the tree lock found from the turn, the row read with its lane's state,
-#: the update with the lease in one statement, COMMIT), the transcript (1), four one-statement
-#: steps, the terminal
-#: write (5: BEGIN, the tree lock, the step's one statement with its message, events and the
-#: conversation's row, one read of the lane and its buffered deliveries, COMMIT), and the
-#: waiters of the turn (1).
-RUN_TURN_STATEMENTS = 16
+#: the claim (2, in autocommit: the row read with its lane's state, the clock and its version;
+#: the update with the lease, only if the row is still that version), the transcript (1), four
+#: one-statement steps, the terminal write (4: BEGIN, the step's one statement with its message,
+#: events and the conversation's row, which takes the tree lock, one read of the lane and its
+#: buffered deliveries, COMMIT), and the waiters of the turn (1).
+RUN_TURN_STATEMENTS = 12
 #: Statements of ``agent.prepare(task).submit()``: the conversation, input, turn and event in
-#: one statement; then BEGIN, the root's row locked and read with its waits, the update, COMMIT.
-SUBMIT_STATEMENTS = 5
+#: one statement; then the submit, one guarded update.
+SUBMIT_STATEMENTS = 2
 
 
 @tool

@@ -145,9 +145,8 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
         return message, recorded, opened, fee, cost
 
     # A background turn's publication hands its lane on in the same transaction, under the
-    # tree lock (the step's writes are still one statement).
-    message, ctx.state, opened, fee, cost = ctx.fenced.step(
-        step, locked=publish and ctx.background)
+    # tree lock (publish_locked asks for it; the step's writes are still one statement).
+    message, ctx.state, opened, fee, cost = ctx.fenced.step(step)
     ctx.row.usage = fee.usage
     ctx.remember(message)
     ctx.batch = {} if calls else None  # its calls have no other executions

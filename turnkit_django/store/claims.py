@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.db import connection, transaction
 from django.db.models import Exists
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -32,7 +33,15 @@ from . import steps
 from .compiled import CompiledRead
 from .events import message_events
 from .fields import TurnFields
-from .locks import Ledger, LedgerDelta, database_now, lock_tree, lock_tree_of
+from .locks import (
+    LEDGER_FIELDS,
+    Ledger,
+    LedgerDelta,
+    LedgerRow,
+    database_now,
+    lock_tree,
+    lock_tree_of,
+)
 from .state import TurnState
 from .transcript import NewMessage, build_messages, insert_rows
 from .turns import TURN_FIELDS as _TURN_FIELDS
@@ -85,6 +94,10 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
     it) is checked against the turn's; without it the tree is found with its lock.
     ``prepare`` adds to the claim's own write.
     """
+    if connection.vendor == "postgresql" and root_id in (None, turn_id):
+        claimed = _claim_as_read(turn_id, worker, prepare)
+        if claimed is not None:
+            return claimed
     with transaction.atomic():
         ledger = lock_tree(root_id) if root_id is not None else lock_tree_of(turn_id)
         if ledger is None:
@@ -101,21 +114,7 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
             return None
         if turn.submitted_at is not None and lane_blocked:
             return None
-        fields: TurnFields = {"fence": turn.fence + 1, "claimed_by": worker,
-                                  "started_at": turn.started_at or ledger.now}
-        if turn.is_root and turn.deadline_at is None and ledger.limits is not None \
-                and ledger.limits.lifetime is not None:
-            fields["deadline_at"] = ledger.now + ledger.limits.lifetime
-            ledger.deadline_at = fields["deadline_at"]
-        delta = LedgerDelta()
-        if prepare is not None:
-            state, delta = prepare(turn, ledger)
-            if state is not None:
-                fields["state"] = state.as_json()
-        lease = Lease(turn_id=turn.pk, fence=fields["fence"], worker=worker,
-                      heartbeat_at=ledger.now)
-        if turn.is_root:
-            fields.update(delta.fields())
+        fields, delta, lease = _claim_fields(turn, ledger, worker, prepare)
         if connection.vendor == "postgresql":  # one statement
             root_fields = delta.fields() if not turn.is_root else {}
             if not steps.claim_write(turn.pk, root_id, fields, root_fields, lease):
@@ -127,6 +126,60 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
             Lease.objects.bulk_create(
                 [lease], update_conflicts=True, unique_fields=["turn"],
                 update_fields=["fence", "worker", "heartbeat_at"])
+    return _claimed(turn, fields, ledger, worker)
+
+
+def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None,
+                   ) -> tuple[Claim, Turn, Ledger] | None:
+    """:func:`claim_turn` of a root turn without the lock (PostgreSQL): decided on the row as
+    one read finds it, and written only if the row is still that version (its ``xmin``), so
+    whatever changed it meanwhile (a cancel, a control, another claim) makes the write match
+    nothing. Two statements, in autocommit. None when anything is not as a claimable root
+    turn's would be: the caller claims under the lock, which decides again."""
+    found = _CLAIMABLE_ROOT.rows(turn_id)
+    if not found:
+        return None
+    *row, now, version = found[0]
+    turn, lane_blocked = _claimable(tuple(row))
+    if turn.status != TurnStatus.PENDING or not turn.is_root \
+            or (turn.submitted_at is not None and lane_blocked):
+        return None
+    ledger = Ledger.from_row(turn.pk, cast(LedgerRow, {
+        **{name: getattr(turn, name) for name in LEDGER_FIELDS}, "db_now": now}))
+    try:
+        fields, _, lease = _claim_fields(turn, ledger, worker, prepare)
+    except Exception:  # decided on a row that may be stale: decide again under the lock
+        return None
+    if not steps.claim_write(turn.pk, turn.pk, fields, {}, lease, version=str(version)):
+        return None
+    return _claimed(turn, fields, ledger, worker)
+
+
+def _claim_fields(turn: Turn, ledger: Ledger, worker: str, prepare: Prepare | None,
+                  ) -> tuple[TurnFields, LedgerDelta, Lease]:
+    """What a claim of ``turn`` writes, decided against ``ledger``: the turn's fields (with
+    the root's ledger changes when it is the root), the root's delta, and the lease."""
+    fields: TurnFields = {"fence": turn.fence + 1, "claimed_by": worker,
+                          "started_at": turn.started_at or ledger.now}
+    if turn.is_root and turn.deadline_at is None and ledger.limits is not None \
+            and ledger.limits.lifetime is not None:
+        fields["deadline_at"] = ledger.now + ledger.limits.lifetime
+        ledger.deadline_at = fields["deadline_at"]
+    delta = LedgerDelta()
+    if prepare is not None:
+        state, delta = prepare(turn, ledger)
+        if state is not None:
+            fields["state"] = state.as_json()
+    lease = Lease(turn_id=turn.pk, fence=fields["fence"], worker=worker,
+                  heartbeat_at=ledger.now)
+    if turn.is_root:
+        fields.update(delta.fields())
+    return fields, delta, lease
+
+
+def _claimed(turn: Turn, fields: TurnFields, ledger: Ledger,
+             worker: str) -> tuple[Claim, Turn, Ledger]:
+    """The claim, the row and the ledger once a claim's write of ``fields`` committed."""
     for name, value in fields.items():
         if not hasattr(value, "resolve_expression"):  # F() increments stay unread
             setattr(turn, name, value)
@@ -134,7 +187,7 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
     turn.updated_at = ledger.now
     if turn.is_root:  # the ledger as the claim's own write left it
         ledger.fence, ledger.status = turn.fence, turn.status
-    return Claim(turn_id, turn.root_turn_id, turn.conversation_id, turn.fence, worker), turn, ledger
+    return Claim(turn.pk, turn.root_turn_id, turn.conversation_id, turn.fence, worker), turn, ledger
 
 
 _CONVERSATION_FIELDS = tuple(f.attname for f in Conversation._meta.concrete_fields)
@@ -143,6 +196,20 @@ _CONVERSATION_FIELDS = tuple(f.attname for f in Conversation._meta.concrete_fiel
 _CLAIMABLE = CompiledRead(lambda turn_id: Turn.objects.with_lane_blocked().filter(
     pk=turn_id).values_list(*_TURN_FIELDS, *(f"conversation__{f}" for f in _CONVERSATION_FIELDS),
                             "lane_busy", "lane_older"), 1)
+
+
+def _read_to_claim(turn_id: str) -> Any:
+    """:data:`_CLAIMABLE` with the database's clock and the row's version, for a claim made
+    without the lock."""
+    version = RawSQL(f"{connection.ops.quote_name(Turn._meta.db_table)}.xmin::text",  # noqa: S611
+                     ())  # (an identifier only)
+    return Turn.objects.with_lane_blocked().filter(pk=turn_id).annotate(
+        db_now=Now(), version=version).values_list(
+        *_TURN_FIELDS, *(f"conversation__{f}" for f in _CONVERSATION_FIELDS), "lane_busy",
+        "lane_older", "db_now", "version")
+
+
+_CLAIMABLE_ROOT = CompiledRead(_read_to_claim, 1)
 
 
 def _claimable(row: tuple[Any, ...]) -> tuple[Turn, bool]:

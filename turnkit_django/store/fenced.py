@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar, Unpack
@@ -130,8 +129,7 @@ class Fenced:
                 self._events = outer
         self._remember(ledger, locked_at)
 
-    def step(self, body: Callable[[Ledger], T], *, buffered: bool = True,
-             locked: bool = False) -> T:
+    def step(self, body: Callable[[Ledger], T], *, buffered: bool = True) -> T:
         """Decide and commit one step: ``body(ledger)`` makes the step's writes and returns.
 
         On PostgreSQL, with ``buffered``, the body first runs against the ledger this worker
@@ -140,13 +138,13 @@ class Fenced:
         tree, the fence moved, the deadline passed) or the body raises, nothing was written and
         the body runs again inside :meth:`atomic`, writing as it goes. A body must therefore
         keep its effects to its writes and its return value. ``buffered=False`` is for a body
-        that uses other store functions (they write at once, under the lock). ``locked`` (or a
-        body that asks for :meth:`after_writes`) takes the tree lock first and sends the
-        buffered writes as one statement inside that transaction: a terminal write whose
-        hand-off must commit with it.
+        that uses other store functions (they write at once, under the lock).
+
+        A body that asks for :meth:`after_writes` (a terminal write whose hand-off must commit
+        with it) has the statement sent in a transaction, and what it asked for run after it
+        in the same one. The statement locks the root's row (the tree lock) and the turn's
+        itself, so that runs under the lock without a read to take it.
         """
-        if locked:
-            return self._locked_step(body)
         ledger = self._projected() if buffered and connection.vendor == "postgresql" else None
         if ledger is not None:
             writes, after = StepWrites(), list[Callable[[], object]]()
@@ -157,37 +155,30 @@ class Fenced:
                 result = _UNDECIDED
             finally:
                 self._writes, self._after = None, None
-            if after and result is not _UNDECIDED:
-                return self._locked_step(body)
-            if result is not _UNDECIDED and self._send(writes):
+            if result is not _UNDECIDED and (self._send_then(writes, after) if after
+                                             else self._send(writes)):
                 self._remember(ledger)
                 return result
         with self.atomic() as locked_ledger:
             return body(locked_ledger)
 
-    def _locked_step(self, body: Callable[[Ledger], T]) -> T:
-        """:meth:`step` under the tree lock: the writes as one statement (PostgreSQL), then
-        what the body asked for with :meth:`after_writes`, in the same transaction."""
-        with self.atomic() as ledger:
-            if connection.vendor == "postgresql":
-                # The body decides on a copy: a body that runs again (writing directly)
-                # starts from the ledger as locked.
-                trial = replace(ledger, tool_counts=dict(ledger.tool_counts))
-                writes, after = StepWrites(), list[Callable[[], object]]()
-                self._writes, self._after = writes, after
-                try:
-                    result = body(trial)
-                except steps.Unsupported:  # a write the statement cannot make: write directly
-                    result = _UNDECIDED
-                finally:
-                    self._writes, self._after = None, None
-                if result is not _UNDECIDED and self._send(writes, locked=True):
-                    for item in dataclass_fields(Ledger):  # remembered as the step left it
-                        setattr(ledger, item.name, getattr(trial, item.name))
-                    for then in after:
-                        then()
-                    return result
-            return body(ledger)
+    def _send_then(self, writes: StepWrites, after: list[Callable[[], object]]) -> bool:
+        """Send ``writes`` guarded by the ledger last seen and run ``after`` in the same
+        transaction; False (rolled back, nothing written) when the guard does not hold."""
+        outer, self._events = self._events, []
+        try:
+            with transaction.atomic():
+                if not self._send(writes, savepoint=False):
+                    raise _Refused
+                for then in after:
+                    then()
+                if self._events:
+                    Event.objects.bulk_create(self._events)
+        except _Refused:
+            return False
+        finally:
+            self._events = outer
+        return True
 
     def after_writes(self, then: Callable[[], object]) -> None:
         """Run ``then`` in this transaction once the writes made so far are applied: at once
@@ -197,15 +188,15 @@ class Fenced:
         else:
             self._after.append(then)
 
-    def _send(self, writes: StepWrites, *, locked: bool = False) -> bool:
-        """Send a step's writes: guarded by the ledger last seen, or (``locked``) by nothing
-        but the fence, since the caller holds the tree lock."""
-        claim, known = self.claim, None if locked else self._known
-        if known is None and not locked:
+    def _send(self, writes: StepWrites, *, savepoint: bool = True) -> bool:
+        """Send a step's writes guarded by the ledger last seen (``savepoint`` as for
+        :func:`.steps.send`)."""
+        claim, known = self.claim, self._known
+        if known is None:
             return False
         try:
             return steps.send(claim.turn_id, claim.root_id, claim.conversation_id, claim.fence,
-                              known, writes)
+                              known, writes, savepoint=savepoint)
         except steps.Unsupported:
             return False
 
@@ -376,6 +367,11 @@ class Fenced:
 
 
 _UNDECIDED: Any = object()
+
+
+class _Refused(Exception):
+    """The guard of a step sent in a transaction did not hold: roll the transaction back."""
+
 
 #: Transitions that end a turn: the conversation's ``updated_at`` (idle since) moves with them.
 _TERMINAL = frozenset({"publish", "fail"})

@@ -31,7 +31,7 @@ from .fields import TurnFields
 #: The advisory lock key of the wait graph (one key for the whole database).
 GRAPH_LOCK_KEY = zlib.crc32(b"turnkit.wait_graph")
 
-_LEDGER_FIELDS = ("fence", "status", "deadline_at", "tree_iterations", "tree_tool_executions",
+LEDGER_FIELDS = ("fence", "status", "deadline_at", "tree_iterations", "tree_tool_executions",
                   "tree_tool_counts", "tree_spend", "options", "controls_pending")
 
 
@@ -147,7 +147,7 @@ def lock_tree_of(turn_id: str) -> Ledger | None:
     return Ledger.from_row(root_id, cast(LedgerRow, dict(zip(_COLUMNS, values, strict=True))))
 
 
-_COLUMNS = (*_LEDGER_FIELDS, "db_now")
+_COLUMNS = (*LEDGER_FIELDS, "db_now")
 #: Both reads are compiled once per process (:mod:`.compiled`): every step under the lock pays
 #: the round trip, not the ORM's query building.
 _LOCK_TREE = CompiledRead(lambda root_id: Turn.objects.select_for_update(no_key=True).filter(
@@ -185,5 +185,5 @@ def database_now() -> datetime:
     return timezone.now()  # SQLite runs in this process: its clock is ours
 
 
-__all__ = ["GRAPH_LOCK_KEY", "Ledger", "LedgerDelta", "database_now", "graph_lock",
+__all__ = ["GRAPH_LOCK_KEY", "LEDGER_FIELDS", "Ledger", "LedgerDelta", "database_now", "graph_lock",
            "lock_conversation", "lock_tree", "lock_tree_of"]

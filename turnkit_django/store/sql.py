@@ -24,6 +24,14 @@ class Unsupported(Exception):
     """A buffered write the single statement cannot express (the step takes the lock instead)."""
 
 
+@dataclass(frozen=True)
+class Raw:
+    """An SQL expression (with its parameters) a one-statement write assigns as is."""
+
+    text: str
+    params: tuple[object, ...] = ()
+
+
 def db() -> BaseDatabaseWrapper:
     """The connection itself (not the proxy, whose every attribute is a context-local lookup)."""
     return connections[DEFAULT_DB_ALIAS]
@@ -109,11 +117,15 @@ def table(model: type[Model]) -> str:
 
 def assign(model: type[Model], fields: Mapping[str, object], params: list[object],
             db: BaseDatabaseWrapper) -> str:
-    """``SET`` assignments of ``fields``: values, ``Now()``, and ``F(name) + value``."""
+    """``SET`` assignments of ``fields``: values, ``Now()``, ``F(name) + value`` and
+    :class:`Raw` expressions."""
     out = []
     for name, value in fields.items():
         column, prepare = _setter(model, name)
-        if isinstance(value, Now):
+        if isinstance(value, Raw):
+            out.append(f"{column} = {value.text}")
+            params.extend(value.params)
+        elif isinstance(value, Now):
             out.append(f"{column} = statement_timestamp()")
         elif isinstance(value, CombinedExpression):
             lhs, rhs = value.lhs, value.rhs
@@ -179,5 +191,5 @@ def insert_events(events: list[Event], params: list[object], source: str = "t") 
             "ORDER BY x.n)")
 
 
-__all__ = ["Unsupported", "assign", "columns", "db", "field_of", "insert", "insert_events", "quote",
-           "table"]
+__all__ = ["Raw", "Unsupported", "assign", "columns", "db", "field_of", "insert", "insert_events",
+           "quote", "table"]

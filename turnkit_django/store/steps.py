@@ -30,7 +30,7 @@ from django.db import DatabaseError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.functions import Now
 
-from ..models import Conversation, Event, Lease, Message, ToolExecution, Turn
+from ..models import Conversation, Event, Lease, Message, ToolExecution, Turn, Wait
 from ..states import TRANSITIONS, TurnStatus
 from . import sql
 from .cursors import server_cursor
@@ -153,18 +153,20 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
 
 
 def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Ledger | None,
-         writes: StepWrites) -> bool:
+         writes: StepWrites, *, savepoint: bool = True) -> bool:
     """Send the step; False (nothing written) when its fence or ledger moved.
 
     ``known`` None: the caller holds the tree lock inside its transaction (nothing can move,
     so a refusal would be a bug: it raises). Fills in the sequences of the step's messages and
-    marks its rows saved.
+    marks its rows saved. Inside a transaction, a refused statement is sent in a savepoint,
+    so the transaction stays usable, unless the caller rolls it back itself (not
+    ``savepoint``).
     """
     text, params = statement(turn_id, root_id, conversation_id, fence, known, writes)
     db = sql.db()
     try:
         # A test case's block (not a lock holder's) is kept usable after a refusal.
-        with (transaction.atomic() if known is not None and db.in_atomic_block
+        with (transaction.atomic() if savepoint and known is not None and db.in_atomic_block
               else nullcontext()), server_cursor(db) as cursor:
             cursor.execute(text, params)
             row = cursor.fetchone()
@@ -266,15 +268,46 @@ def transition_write(turn_id: str, name: str, fields: Mapping[str, object],
         return bool(cursor.rowcount)
 
 
+def submit_write(turn_id: str, options: object, lifetime: timedelta | None,
+                 returning: str) -> tuple[object, ...] | None:
+    """Submit a root turn that has no waits as one statement (PostgreSQL): ``pending`` with
+    ``submitted_at``, ``updated_at`` and (from ``lifetime``) its deadline set from the
+    database's clock; return its row as ``returning`` (columns) selects it.
+
+    The guard is what the locked submit would check: never submitted, a root, no wait edge,
+    and its options still ``options`` (the lifetime was read from them). None, with nothing
+    written, when it does not hold: the caller submits under the lock."""
+    db = sql.db()
+    params: list[object] = []
+    deadline = None if lifetime is None else sql.Raw("statement_timestamp() + %s::interval",
+                                                    (lifetime,))
+    text = _transition(turn_id, "submit", {"submitted_at": Now(), "updated_at": Now(),
+                                           "deadline_at": deadline}, params)
+    params += [sql.field_of(Turn, "options").get_db_prep_save(options, db), turn_id]
+    with server_cursor(db) as cursor:
+        cursor.execute(f"{text} AND submitted_at IS NULL AND root_turn_id = id "
+                       "AND options IS NOT DISTINCT FROM %s::jsonb AND NOT EXISTS (SELECT FROM "
+                       f"{sql.table(Wait)} WHERE waiter_id = %s) RETURNING {returning}", params)
+        row: tuple[object, ...] | None = cursor.fetchone()
+    return row
+
+
 def claim_write(turn_id: str, root_id: str, fields: Mapping[str, object],
-                root_fields: Mapping[str, object], lease: Lease) -> bool:
+                root_fields: Mapping[str, object], lease: Lease, *,
+                version: str | None = None) -> bool:
     """A claim's writes as one statement (PostgreSQL): the turn moves along the ``claim``
     transition with ``fields``, a child's root takes ``root_fields`` (its ledger), and the lease
     is written, replacing a previous claim's. False, with nothing written, when the turn is in
-    none of the transition's source statuses. The caller holds the tree lock."""
+    none of the transition's source statuses.
+
+    The caller holds the tree lock, or (a root turn) passes the ``version`` (``xmin``) of the
+    row it decided on: the write then holds only if the row is still that version."""
     db = sql.db()
     params: list[object] = []
     claimed = _transition(turn_id, "claim", {**fields, "updated_at": Now()}, params)
+    if version is not None:
+        claimed += " AND xmin = %s::xid"
+        params.append(version)
     ctes = [f"t AS ({claimed} RETURNING 1)"]
     if root_fields:
         ctes.append(f"r AS (UPDATE {sql.table(Turn)} SET "
@@ -298,4 +331,4 @@ def claim_write(turn_id: str, root_id: str, fields: Mapping[str, object],
 
 
 __all__ = ["GUARD_FAILED", "Move", "StepWrites", "Unsupported", "claim_write", "insert_claimed",
-           "quantized", "send", "statement", "transition_write"]
+           "quantized", "send", "statement", "submit_write", "transition_write"]

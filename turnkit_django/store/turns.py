@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
@@ -183,16 +183,14 @@ def reload(row: M) -> M:
     without its query compilation, for the hot path's one read after a run); raises
     ``DoesNotExist`` when it is gone."""
     model = type(row)
-    fields, sql, converters = _reader(model, connection.vendor)
+    reader = _reader(model, connection.vendor)
     with hot_cursor(connection) as cursor:
-        cursor.execute(sql, [row.pk])
+        cursor.execute(reader.select, [row.pk])
         found = cursor.fetchone()
     if found is None:
         raise model.DoesNotExist(  # type: ignore[attr-defined]
             f"{model.__name__} {row.pk!r} no longer exists")
-    for column, value, convert in zip(fields, found, converters, strict=True):
-        for converter, expression in convert:
-            value = converter(value, expression, connection)
+    for column, value in zip(reader.fields, _converted(model, found), strict=True):
         if column.is_relation and getattr(row, column.attname) != value \
                 and column.is_cached(row):  # type: ignore[attr-defined]
             column.delete_cached_value(row)  # type: ignore[attr-defined]
@@ -201,24 +199,41 @@ def reload(row: M) -> M:
     return row
 
 
+def _converted(model: type[Model], values: Sequence[Any]) -> list[Any]:
+    """A row of ``model`` as :func:`_reader`'s columns select it, converted as the ORM does."""
+    out = []
+    for value, convert in zip(values, _reader(model, connection.vendor).converters, strict=True):
+        for converter, expression in convert:
+            value = converter(value, expression, connection)
+        out.append(value)
+    return out
+
+
+class _Reader(NamedTuple):
+    fields: tuple[Field[Any, Any], ...]
+    columns: str  # the fields' columns, as a SELECT (or RETURNING) list
+    select: str  # one row by primary key
+    converters: tuple[tuple[tuple[Callable[..., Any], Any], ...], ...]  # per column
+
+
 @functools.cache
-def _reader(model: type[Model], vendor: str) -> tuple[tuple[Field[Any, Any], ...], str, tuple[
-        tuple[tuple[Callable[..., Any], Any], ...], ...]]:
-    """The fields of ``model``, the SELECT of one row by primary key, and each column's
-    converters (the backend's, then the field's), as the ORM applies them."""
+def _reader(model: type[Model], vendor: str) -> _Reader:
+    """How a row of ``model`` is read without the ORM: its fields and columns, the SELECT of one
+    row by primary key, and each column's converters (the backend's, then the field's), as
+    the ORM applies them."""
     ops = connection.ops
     table = model._meta.db_table
     fields = tuple(model._meta.concrete_fields)
     columns = ", ".join(ops.quote_name(str(f.column)) for f in fields)
     pk = str(model._meta.pk.column) if model._meta.pk is not None else "id"
-    sql = (f"SELECT {columns} FROM {ops.quote_name(table)} "  # noqa: S608 (identifiers only)
-           f"WHERE {ops.quote_name(pk)} = %s")
+    select = (f"SELECT {columns} FROM {ops.quote_name(table)} "  # noqa: S608 (identifiers only)
+              f"WHERE {ops.quote_name(pk)} = %s")
     converters = []
     for f in fields:
         col = f.get_col(table)
         converters.append(tuple((c, col) for c in
                                 [*ops.get_db_converters(col), *f.get_db_converters(connection)]))
-    return fields, sql, tuple(converters)
+    return _Reader(fields, columns, select, tuple(converters))
 
 
 # --------------------------------------------------------------------------- transitions
@@ -231,6 +246,12 @@ def submit(turn: Turn, *, callback_conversation_id: str | None = None) -> tuple[
     to ``pending`` (waits met; their results are given to it now) or ``waiting``. The caller
     rings the doorbell when it was new.
     """
+    if turn.is_root and callback_conversation_id is None and connection.vendor == "postgresql":
+        # The common case, one statement: a root without waits, submitted once.
+        written = steps.submit_write(turn.pk, turn.options, _lifetime(turn),
+                                     _reader(Turn, connection.vendor).columns)
+        if written is not None:
+            return Turn.from_db(connection.alias, TURN_FIELDS, _converted(Turn, written)), True
     with transaction.atomic():
         if turn.is_root:  # its own row is the tree lock: locked and read in one statement
             found = _SUBMITTED_ROOT.rows(turn.pk)
