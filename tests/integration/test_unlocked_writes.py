@@ -9,17 +9,19 @@ lock, and that the outcome is the one the lock would have given.
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
 from tests.dispatch import background, clear, recorded
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from turnkit_django import Agent, services, store
+from turnkit_django.messages import TextPart
 from turnkit_django.models import Lease, Turn
 from turnkit_django.services import turns as service_turns
 from turnkit_django.testing import FunctionClient, reply
@@ -141,6 +143,38 @@ def test_two_claims_of_one_turn_decided_on_the_same_row_give_one_claim():
     row = Turn.objects.get(pk=run.id)
     assert (row.fence, row.claimed_by, row.tree_iterations) == (1, "worker-b", 1)
     assert Lease.objects.get(turn_id=run.id).worker == "worker-b"
+
+
+def test_a_child_is_claimed_under_its_tree_lock_with_the_row_read_before_it():
+    agent = agent_named("uw-child")
+    root = agent.prepare("go").submit()
+    child = services.new_turn(agent, [TextPart("side task")], tree=Turn.objects.get(pk=root.id))
+    with CaptureQueriesContext(connection) as queries:
+        claimed = store.claim_turn(child.pk, "worker-a", prepare=Prepare())
+    assert claimed is not None
+    assert statements(queries) == ["SELECT", "BEGIN", "SELECT", "WITH", "COMMIT"]
+    assert Turn.objects.get(pk=root.id).tree_iterations == 1  # the root's ledger, with it
+    assert Turn.objects.get(pk=child.pk).claimed_by == "worker-a"
+
+
+def test_a_child_changed_after_its_read_is_decided_again_on_the_row_as_it_is():
+    agent = agent_named("uw-child-moved")
+    root = agent.prepare("go").submit()
+    child = services.new_turn(agent, [TextPart("side task")], tree=Turn.objects.get(pk=root.id))
+
+    def elsewhere(turn: Turn) -> None:  # another process writes the row, not locked yet
+        def write() -> None:
+            Turn.objects.filter(pk=turn.pk).update(audit={"moved": True})
+            connections.close_all()
+        thread = threading.Thread(target=write)
+        thread.start()
+        thread.join()
+
+    prepare = Prepare(meanwhile=elsewhere)
+    claimed = store.claim_turn(child.pk, "worker-a", prepare=prepare)
+    assert claimed is not None and claimed[1].audit == {"moved": True}
+    assert prepare.seen == [0, 0]  # the first write did not hold, nor its reservation
+    assert Turn.objects.get(pk=root.id).tree_iterations == 1
 
 
 # --------------------------------------------------------------------------- hand-off

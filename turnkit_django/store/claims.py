@@ -131,28 +131,48 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
 
 def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None,
                    ) -> tuple[Claim, Turn, Ledger] | None:
-    """:func:`claim_turn` of a root turn without the lock (PostgreSQL): decided on the row as
-    one read finds it, and written only if the row is still that version (its ``xmin``), so
-    whatever changed it meanwhile (a cancel, a control, another claim) makes the write match
-    nothing. Two statements, in autocommit. None when anything is not as a claimable root
-    turn's would be: the caller claims under the lock, which decides again."""
+    """:func:`claim_turn` decided on the row as one read (PostgreSQL, autocommit) finds it, and
+    written only if the row is still that version (its ``xmin``): whatever changed it meanwhile
+    (a cancel, a control, another claim) makes the write match nothing.
+
+    A root turn holds its own ledger, so its claim takes no lock: two statements. A child's
+    ledger is its root's: it is read under the tree lock, taken by root (the claim costs what
+    the claim under the lock costs). None when anything is not as a claimable turn's would be,
+    or the write did not hold: the caller claims under the lock, which decides again."""
     found = _CLAIMABLE_ROOT.rows(turn_id)
     if not found:
         return None
     *row, now, version = found[0]
     turn, lane_blocked = _claimable(tuple(row))
-    if turn.status != TurnStatus.PENDING or not turn.is_root \
-            or (turn.submitted_at is not None and lane_blocked):
+    if turn.status != TurnStatus.PENDING or (turn.submitted_at is not None and lane_blocked):
         return None
-    ledger = Ledger.from_row(turn.pk, cast(LedgerRow, {
-        **{name: getattr(turn, name) for name in LEDGER_FIELDS}, "db_now": now}))
+    if turn.is_root:
+        ledger = Ledger.from_row(turn.pk, cast(LedgerRow, {
+            **{name: getattr(turn, name) for name in LEDGER_FIELDS}, "db_now": now}))
+        try:
+            fields, _, lease = _claim_fields(turn, ledger, worker, prepare)
+        except Exception:  # decided on a row that may be stale: decide again under the lock
+            return None
+        if not steps.claim_write(turn.pk, turn.pk, fields, {}, lease, version=str(version)):
+            return None
+        return _claimed(turn, fields, ledger, worker)
     try:
-        fields, _, lease = _claim_fields(turn, ledger, worker, prepare)
-    except Exception:  # decided on a row that may be stale: decide again under the lock
-        return None
-    if not steps.claim_write(turn.pk, turn.pk, fields, {}, lease, version=str(version)):
+        with transaction.atomic():
+            ledger = lock_tree(turn.root_turn_id)
+            try:
+                fields, delta, lease = _claim_fields(turn, ledger, worker, prepare)
+            except Exception as exc:
+                raise _Stale from exc
+            if not steps.claim_write(turn.pk, ledger.root_id, fields, delta.fields(), lease,
+                                     version=str(version)):
+                raise _Stale  # rolled back: the root's ledger is written only with the claim
+    except _Stale:
         return None
     return _claimed(turn, fields, ledger, worker)
+
+
+class _Stale(Exception):
+    """The row a claim was decided on changed before its write: roll the write back."""
 
 
 def _claim_fields(turn: Turn, ledger: Ledger, worker: str, prepare: Prepare | None,

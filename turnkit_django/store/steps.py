@@ -301,7 +301,8 @@ def claim_write(turn_id: str, root_id: str, fields: Mapping[str, object],
     none of the transition's source statuses.
 
     The caller holds the tree lock, or (a root turn) passes the ``version`` (``xmin``) of the
-    row it decided on: the write then holds only if the row is still that version."""
+    row it decided on; with a ``version`` the write holds only if the turn's row is still that
+    version (a claim decided on a row read without the lock)."""
     db = sql.db()
     params: list[object] = []
     claimed = _transition(turn_id, "claim", {**fields, "updated_at": Now()}, params)
