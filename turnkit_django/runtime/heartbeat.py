@@ -1,9 +1,18 @@
-"""The heartbeat of a claimed turn: a thread that keeps its lease fresh while it executes."""
+"""The heartbeat of a claimed turn: its lease kept fresh while it executes.
+
+One thread per process beats for every turn the process executes (:class:`Heartbeat` enters a
+claim into its schedule and takes it out again), started the first time a turn needs it and
+again in a forked child (a Celery prefork worker): a turn no longer pays a thread's start and
+join. The thread opens a connection only to beat and closes it after each beat, so no
+connection of it outlives the turns it beats for.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable
 
 from django.db import close_old_connections, connection
@@ -15,44 +24,102 @@ logger = logging.getLogger("turnkit_django.runtime")
 
 
 class Heartbeat:
-    """A thread that keeps the claim's heartbeat fresh; stops on LostClaim or exit, and when
-    ``overdue()`` says the call in flight should no longer keep the turn alive (then the lease
-    expires and reconcile treats the turn like a dead worker's)."""
+    """Keeps the claim's heartbeat fresh every ``interval`` seconds while the block runs;
+    stops on LostClaim or exit, and when ``overdue()`` says the call in flight should no
+    longer keep the turn alive (then the lease expires and reconcile treats the turn like a
+    dead worker's). No beat of the claim is in flight once the block has exited."""
 
     def __init__(self, claim: Claim, interval: float,
                  overdue: Callable[[], str | None] = lambda: None) -> None:
         self.claim = claim
         self.interval = interval
         self.overdue = overdue
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"turnkit-heartbeat-{claim.turn_id}",
-                                        daemon=True)
+        self.due = 0.0  # time.monotonic() of the next beat
+        self._beating = threading.Lock()  # held while a beat of this claim is in flight
+        self._stopped = False
 
     def __enter__(self) -> Heartbeat:
-        self._thread.start()
+        self.due = time.monotonic() + self.interval
+        _schedule.add(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=max(self.interval, 1.0) * 2)
+        _schedule.discard(self)
+        with self._beating:  # a beat in flight ends first
+            self._stopped = True
 
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(self.interval):
+    def beat(self) -> None:
+        """One beat, on the heartbeat thread (its connection closed after it)."""
+        with self._beating:
+            if self._stopped:
+                return
+            self.due = time.monotonic() + self.interval
+            try:
                 reason = self.overdue()
                 if reason is not None:
                     logger.warning("turn %r: %s; its lease is no longer renewed",
                                    self.claim.turn_id, reason)
+                    self._stop()
                     return
-                try:
-                    heartbeat(self.claim)
-                except LostClaim:
-                    return
-                except Exception:
-                    logger.exception("heartbeat failed for turn %r", self.claim.turn_id)
-                    close_old_connections()
-        finally:
-            connection.close()
+                heartbeat(self.claim)
+            except LostClaim:
+                self._stop()
+            except Exception:
+                logger.exception("heartbeat failed for turn %r", self.claim.turn_id)
+                close_old_connections()
+            finally:
+                connection.close()
+
+    def _stop(self) -> None:
+        self._stopped = True
+        _schedule.discard(self)
+
+
+class _Schedule:
+    """The claims this process beats for, and the one thread that beats them when due."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._beats: set[Heartbeat] = set()
+        self._thread: threading.Thread | None = None
+
+    def add(self, beat: Heartbeat) -> None:
+        with self._changed:
+            self._beats.add(beat)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="turnkit-heartbeat",
+                                                daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def discard(self, beat: Heartbeat) -> None:
+        with self._changed:
+            self._beats.discard(beat)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while True:
+                    now = time.monotonic()
+                    due = [beat for beat in self._beats if beat.due <= now]
+                    if due:
+                        break
+                    soonest = min((beat.due for beat in self._beats), default=None)
+                    self._changed.wait(None if soonest is None else soonest - now)
+            for beat in due:  # outside the lock: a turn starts or ends without waiting
+                beat.beat()
+
+
+_schedule = _Schedule()
+
+
+def _forked() -> None:
+    """In a forked child the parent's thread does not exist (and its lock may be held)."""
+    global _schedule
+    _schedule = _Schedule()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 __all__ = ["Heartbeat"]
