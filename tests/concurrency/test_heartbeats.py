@@ -75,3 +75,37 @@ def test_a_live_worker_keeps_its_lease_while_another_session_holds_the_row_lock(
     row = Turn.objects.get(pk=run.id)
     assert (row.status, row.recovery_attempts) == ("completed", 0)
     assert len(client.requests) == 2
+
+
+def test_turns_executing_at_once_are_beaten_for_by_one_thread(registered):
+    """Every turn of a process is kept alive by the process's one heartbeat thread: two turns
+    in their tools at once both keep their leases fresh, and no thread is started per turn."""
+    in_tool, done = threading.Barrier(3, timeout=TIMEOUT), threading.Event()
+
+    @tool
+    def slow(ctx) -> str:
+        """Take a while."""
+        in_tool.wait()
+        assert done.wait(TIMEOUT)
+        return "finished"
+
+    def respond(request):
+        return reply("ok") if request.last_message_is_tool_result() else call("slow")
+
+    agent = registered(Agent("steady-pair", tools=[slow], client=FunctionClient(respond)))
+    with override_turnkit(HEARTBEAT_INTERVAL=0.1):
+        runs = [agent.submit("go"), agent.submit("go")]
+        workers = [Worker(services.run_turn, run.id, kind="test") for run in runs]
+        for worker in workers:
+            worker.start()
+        try:
+            in_tool.wait()
+            first = [lease_of(run.id) for run in runs]
+            for run, then in zip(runs, first, strict=True):
+                wait_until(lambda run=run, then=then: lease_of(run.id) > then, timeout=TIMEOUT,
+                           what=f"a heartbeat of {run.id}")
+            beating = [t for t in threading.enumerate() if t.name == "turnkit-heartbeat"]
+            assert len(beating) == 1
+        finally:
+            done.set()
+        assert [worker.outcome() for worker in workers] == [True, True]
