@@ -9,6 +9,8 @@ turn finishes without a recovery and without a second model request.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.db import transaction
@@ -34,21 +36,27 @@ def hold_row_lock(turn_id: str, taken: threading.Event, release: threading.Event
         assert release.wait(TIMEOUT)
 
 
-def test_a_live_worker_keeps_its_lease_while_another_session_holds_the_row_lock(registered):
-    in_tool, done = threading.Event(), threading.Event()
+def slow_until(started: Callable[[], object], done: threading.Event) -> Any:
+    """A tool ``slow`` that calls ``started`` and returns once ``done`` is set."""
 
     @tool
     def slow(ctx) -> str:
         """Take a while."""
-        in_tool.set()
+        started()
         assert done.wait(TIMEOUT)
         return "finished"
 
-    def respond(request):
-        return reply("ok") if request.last_message_is_tool_result() else call("slow")
+    return slow
 
+
+def respond(request):
+    return reply("ok") if request.last_message_is_tool_result() else call("slow")
+
+
+def test_a_live_worker_keeps_its_lease_while_another_session_holds_the_row_lock(registered):
+    in_tool, done = threading.Event(), threading.Event()
     client = FunctionClient(respond)
-    agent = registered(Agent("steady", tools=[slow], client=client))
+    agent = registered(Agent("steady", tools=[slow_until(in_tool.set, done)], client=client))
     taken, release = threading.Event(), threading.Event()
     with override_turnkit(HEARTBEAT_INTERVAL=0.2, LEASE=LEASE, RECONCILE_INTERVAL=0.5):
         run = agent.submit("go")
@@ -81,18 +89,8 @@ def test_turns_executing_at_once_are_beaten_for_by_one_thread(registered):
     """Every turn of a process is kept alive by the process's one heartbeat thread: two turns
     in their tools at once both keep their leases fresh, and no thread is started per turn."""
     in_tool, done = threading.Barrier(3, timeout=TIMEOUT), threading.Event()
-
-    @tool
-    def slow(ctx) -> str:
-        """Take a while."""
-        in_tool.wait()
-        assert done.wait(TIMEOUT)
-        return "finished"
-
-    def respond(request):
-        return reply("ok") if request.last_message_is_tool_result() else call("slow")
-
-    agent = registered(Agent("steady-pair", tools=[slow], client=FunctionClient(respond)))
+    agent = registered(Agent("steady-pair", tools=[slow_until(in_tool.wait, done)],
+                             client=FunctionClient(respond)))
     with override_turnkit(HEARTBEAT_INTERVAL=0.1):
         runs = [agent.submit("go"), agent.submit("go")]
         workers = [Worker(services.run_turn, run.id, kind="test") for run in runs]
