@@ -211,23 +211,35 @@ _ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def distinct_call_ids(parts: Sequence[Part], taken: Iterable[str]) -> tuple[Part, ...]:
-    """Give every tool call of ``parts`` an id no other call has (in ``parts`` or ``taken``).
+    """Give every tool call of ``parts`` (one response) an id no other call has (in ``parts``
+    or ``taken``, the ids of earlier responses).
 
-    A call whose id is already taken keeps the model's id in ``duplicate_of`` (the runtime
-    refuses it with a readable error) and gets a fresh id, so each call has exactly one result
-    under an id of its own. A call without an id gets a fresh one.
+    A call reusing an id of an earlier response gets a fresh id and runs: servers that number
+    the calls of each response (``call_0`` in every turn) reuse ids across responses, and
+    within the response the call is unambiguous. A call reusing an id of another call in the
+    same response keeps the model's id in ``duplicate_of`` (the runtime refuses it with a
+    readable error) and gets a fresh id, so each call has exactly one result under an id of
+    its own. A call without an id gets a fresh one.
     """
-    used = set(taken)
+    earlier = taken if isinstance(taken, (set, frozenset)) else set(taken)
+    given: set[str] = set()  # the model's ids in this response
+    mine: set[str] = set()  # the ids this response's calls end up with
     out: list[Part] = []
     for part in parts:
-        if isinstance(part, ToolCallPart) and (not part.id or part.id in used):
-            base = _ID_CHARS.sub("_", part.id)[:48] or "call"
+        if not isinstance(part, ToolCallPart):
+            out.append(part)
+            continue
+        original = part.id
+        if not original or original in given or original in earlier or original in mine:
+            base = _ID_CHARS.sub("_", original)[:48] or "call"
             n = 2
-            while f"{base}_{n}" in used:
+            while f"{base}_{n}" in mine or f"{base}_{n}" in earlier:
                 n += 1
-            part = replace(part, id=f"{base}_{n}", duplicate_of=part.id or None)
-        if isinstance(part, ToolCallPart):
-            used.add(part.id)
+            part = replace(part, id=f"{base}_{n}",
+                           duplicate_of=original if original and original in given else None)
+        if original:
+            given.add(original)
+        mine.add(part.id)
         out.append(part)
     return tuple(out)
 

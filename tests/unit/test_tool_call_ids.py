@@ -67,17 +67,45 @@ def test_two_calls_sharing_an_id_run_the_first_and_give_the_second_a_readable_er
     assert answered == [first, second]
 
 
-def test_a_later_response_reusing_an_earlier_id_gets_an_error_not_an_integrity_error():
+def test_a_later_response_reusing_an_earlier_id_runs_under_an_id_of_its_own():
+    """Servers that number each response's calls send ``call_0`` in every response: the call
+    is unambiguous within its response, so it runs, renamed (not an IntegrityError, and not a
+    refusal the model could never avoid)."""
     client = ScriptedClient([call("lookup", id="call_0", order_id="1"),
                              call("lookup", id="call_0", order_id="2"), reply("done")])
     run = Agent("reuser", tools=[lookup], client=client).run("go")
 
     assert run.status == "completed", run.error
-    assert ran == ["1"]
-    (_, _), (reused, original) = calls_of(run.id)
-    assert original == "call_0" and reused != "call_0"
-    assert results(run.id)[reused]["content"]["error"] == "duplicate_tool_call_id"
+    assert ran == ["1", "2"]
+    (first, _), (reused, original) = calls_of(run.id)
+    assert first == "call_0" and reused != "call_0" and original is None
+    found = results(run.id)
+    assert found[reused]["is_error"] is False
+    assert found[reused]["content"] == {"order_id": "2"}
     assert ToolExecution.objects.filter(turn_id=run.id).count() == 2
+    answered = [r.tool_call_id for m in client.requests[2].messages for r in m.tool_results]
+    assert answered == [first, reused]
+
+
+def test_every_later_turn_reusing_call_0_runs_its_tool():
+    agent = Agent("numbering", tools=[lookup], client=FunctionClient(
+        lambda request: reply("done") if request.last_message_is_tool_result()
+        else call("lookup", id="call_0", order_id=str(len(ran)))))
+    conversation = agent.conversation()
+    for _ in range(3):
+        assert conversation.ask("again").status == "completed"
+    assert ran == ["0", "1", "2"]
+
+
+def test_a_reused_id_repeated_within_its_response_is_still_refused():
+    client = ScriptedClient([call("lookup", id="call_0", order_id="1"),
+                             [call("lookup", id="call_0", order_id="2"),
+                              call("lookup", id="call_0", order_id="3")], reply("done")])
+    run = Agent("reuser-twice", tools=[lookup], client=client).run("go")
+
+    assert run.status == "completed", run.error
+    assert ran == ["1", "2"]
+    assert [original for _, original in calls_of(run.id)] == [None, None, "call_0"]
 
 
 def test_a_turn_failing_before_its_duplicate_calls_started_repairs_its_transcript():
