@@ -206,3 +206,24 @@ def test_a_terminal_write_refused_by_its_guard_still_hands_the_lane_on(registere
     assert first.refresh().status == "completed"
     assert recorded() == [second.id]
     assert statements(queries).count("BEGIN") == 2  # refused, then under the lock
+
+
+def test_a_doorbell_for_a_finished_turn_costs_one_read(registered):
+    """A turn rung again after it finished (a re-ring by maintenance, a redelivered task) is
+    refused on the read alone: no transition leaves a terminal status."""
+    run = registered(agent_named("uw-finished")).prepare("go").submit()
+    assert services.run_turn(run.id, kind="test")
+    with CaptureQueriesContext(connection) as queries:
+        assert store.claim_turn(run.id, "worker-b") is None
+    assert statements(queries) == ["SELECT"]
+
+
+def test_a_turn_behind_another_of_its_lane_is_refused_on_the_read(registered):
+    agent = registered(agent_named("uw-lane"))
+    conversation = agent.conversation()
+    conversation.ask("one", submit=True)
+    second = conversation.ask("two", submit=True)
+    with CaptureQueriesContext(connection) as queries:
+        assert store.claim_turn(second.id, "worker-b") is None
+    assert statements(queries) == ["SELECT"]
+    assert Turn.objects.get(pk=second.id).status == "pending"

@@ -8,6 +8,7 @@ never write again (P6).
 
 from __future__ import annotations
 
+import enum
 import os
 import socket
 import threading
@@ -15,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from django.db import connection, transaction
 from django.db.models import Exists
@@ -28,7 +29,7 @@ from ..limits import Limits
 from ..messages import Part
 from ..models import Conversation, Event, Lease, Message, Turn
 from ..serialization import JsonObject
-from ..states import TurnStatus
+from ..states import TERMINAL_TURN_STATUSES, TurnStatus
 from . import steps
 from .compiled import CompiledRead
 from .events import message_events
@@ -96,7 +97,7 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
     """
     if connection.vendor == "postgresql" and root_id in (None, turn_id):
         claimed = _claim_as_read(turn_id, worker, prepare)
-        if claimed is not None:
+        if claimed is not _UNDECIDED:
             return claimed
     with transaction.atomic():
         ledger = lock_tree(root_id) if root_id is not None else lock_tree_of(turn_id)
@@ -129,22 +130,38 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
     return _claimed(turn, fields, ledger, worker)
 
 
+class _Undecided(enum.Enum):
+    UNDECIDED = "decide under the lock"
+
+
+_UNDECIDED = _Undecided.UNDECIDED
+
+
 def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None,
-                   ) -> tuple[Claim, Turn, Ledger] | None:
+                   ) -> tuple[Claim, Turn, Ledger] | Literal[_Undecided.UNDECIDED] | None:
     """:func:`claim_turn` decided on the row as one read (PostgreSQL, autocommit) finds it, and
     written only if the row is still that version (its ``xmin``): whatever changed it meanwhile
     (a cancel, a control, another claim) makes the write match nothing.
 
     A root turn holds its own ledger, so its claim takes no lock: two statements. A child's
     ledger is its root's: it is read under the tree lock, taken by root (the claim costs what
-    the claim under the lock costs). None when anything is not as a claimable turn's would be,
-    or the write did not hold: the caller claims under the lock, which decides again."""
+    the claim under the lock costs).
+
+    None, as the lock would answer, for a turn that can never be claimed now: missing,
+    finished (no transition leaves a terminal status), or behind another turn of its lane
+    (which rings it when it ends). :data:`_UNDECIDED` when the write did not hold or the turn
+    is in another status: the caller claims under the lock, which decides again.
+    """
     found = _CLAIMABLE_ROOT.rows(turn_id)
     if not found:
         return None
     *row, now, version = found[0]
     turn, lane_blocked = _claimable(tuple(row))
-    if turn.status != TurnStatus.PENDING or (turn.submitted_at is not None and lane_blocked):
+    if turn.status in TERMINAL_TURN_STATUSES:
+        return None
+    if turn.status != TurnStatus.PENDING:
+        return _UNDECIDED
+    if turn.submitted_at is not None and lane_blocked:
         return None
     if turn.is_root:
         ledger = Ledger.from_row(turn.pk, cast(LedgerRow, {
@@ -152,9 +169,9 @@ def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None,
         try:
             fields, _, lease = _claim_fields(turn, ledger, worker, prepare)
         except Exception:  # decided on a row that may be stale: decide again under the lock
-            return None
+            return _UNDECIDED
         if not steps.claim_write(turn.pk, turn.pk, fields, {}, lease, version=str(version)):
-            return None
+            return _UNDECIDED
         return _claimed(turn, fields, ledger, worker)
     try:
         with transaction.atomic():
@@ -167,7 +184,7 @@ def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None,
                                      version=str(version)):
                 raise _Stale  # rolled back: the root's ledger is written only with the claim
     except _Stale:
-        return None
+        return _UNDECIDED
     return _claimed(turn, fields, ledger, worker)
 
 
