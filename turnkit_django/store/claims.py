@@ -96,7 +96,7 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
     ``prepare`` adds to the claim's own write.
     """
     if connection.vendor == "postgresql" and root_id in (None, turn_id):
-        claimed = _claim_as_read(turn_id, worker, prepare)
+        claimed = _claim_as_read(turn_id, worker, prepare, root_id)
         if claimed is not _UNDECIDED:
             return claimed
     with transaction.atomic():
@@ -137,7 +137,7 @@ class _Undecided(enum.Enum):
 _UNDECIDED = _Undecided.UNDECIDED
 
 
-def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None,
+def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None, root_id: str | None,
                    ) -> tuple[Claim, Turn, Ledger] | Literal[_Undecided.UNDECIDED] | None:
     """:func:`claim_turn` decided on the row as one read (PostgreSQL, autocommit) finds it, and
     written only if the row is still that version (its ``xmin``): whatever changed it meanwhile
@@ -150,11 +150,12 @@ def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None,
     None, as the lock would answer, for a turn that can never be claimed now: missing,
     finished (no transition leaves a terminal status), or behind another turn of its lane
     (which rings it when it ends). :data:`_UNDECIDED` when the write did not hold or the turn
-    is in another status: the caller claims under the lock, which decides again.
+    is in another status: the caller claims under the lock, which decides again. A
+    ``root_id`` the turn does not have is the lock's to answer too.
     """
     found = _CLAIMABLE_ROOT.rows(turn_id)
-    if not found:
-        return None
+    if not found or (root_id is not None and found[0][_ROOT_AT] != root_id):
+        return None if root_id is None else _UNDECIDED
     *row, now, version = found[0]
     turn, lane_blocked = _claimable(tuple(row))
     if turn.status in TERMINAL_TURN_STATUSES:
@@ -247,6 +248,7 @@ def _read_to_claim(turn_id: str) -> Any:
 
 
 _CLAIMABLE_ROOT = CompiledRead(_read_to_claim, 1)
+_ROOT_AT = _TURN_FIELDS.index("root_turn_id")
 
 
 def _claimable(row: tuple[Any, ...]) -> tuple[Turn, bool]:
