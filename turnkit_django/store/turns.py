@@ -244,7 +244,9 @@ def submit(turn: Turn, *, callback_conversation_id: str | None = None) -> tuple[
 
     Under the tree lock: ``submitted_at`` is set once, the callback recorded, and the turn goes
     to ``pending`` (waits met; their results are given to it now) or ``waiting``. The caller
-    rings the doorbell when it was new.
+    rings the doorbell when it was new. On PostgreSQL a root turn without a callback is first
+    submitted by one guarded update (:func:`.steps.submit_write`), which takes the same row
+    lock; the lock's path decides whatever that guard does not hold for.
     """
     if turn.is_root and callback_conversation_id is None and connection.vendor == "postgresql":
         # The common case, one statement: a root without waits, submitted once.
