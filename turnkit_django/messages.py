@@ -75,8 +75,9 @@ class ToolCallPart:
     arguments: dict[str, Any] = field(default_factory=dict)
     # Raw argument text when the model sent something that is not a JSON object.
     raw_arguments: str | None = None
-    #: The id the model gave this call when it was already taken (by another call of the same
-    #: response or an earlier one): the call got ``id`` instead and is refused, not run.
+    #: The id the model gave this call when another call of the same response had it: the call
+    #: got ``id`` instead and is refused, not run. (A call reusing an id of an earlier response
+    #: gets a fresh ``id`` and runs; see :func:`distinct_call_ids`.)
     duplicate_of: str | None = None
     kind: Literal["tool_call"] = "tool_call"
 
