@@ -227,3 +227,13 @@ def test_a_turn_behind_another_of_its_lane_is_refused_on_the_read(registered):
         assert store.claim_turn(second.id, "worker-b") is None
     assert statements(queries) == ["SELECT"]
     assert Turn.objects.get(pk=second.id).status == "pending"
+
+
+def test_a_caller_naming_the_wrong_root_gets_the_locks_answer():
+    agent = agent_named("uw-wrong-root")
+    root = agent.prepare("go").submit()
+    child = services.new_turn(agent, [TextPart("side task")], tree=Turn.objects.get(pk=root.id))
+    assert store.claim_turn(child.pk, "worker-a", root_id=child.pk) is None  # not its root
+    assert Turn.objects.get(pk=child.pk).status == "pending"
+    with pytest.raises(Turn.DoesNotExist):  # a named root that does not exist, as before
+        store.claim_turn("turn_missing", "worker-a", root_id="turn_missing")
