@@ -32,7 +32,7 @@ from .fields import TurnFields
 GRAPH_LOCK_KEY = zlib.crc32(b"turnkit.wait_graph")
 
 LEDGER_FIELDS = ("fence", "status", "deadline_at", "tree_iterations", "tree_tool_executions",
-                  "tree_tool_counts", "tree_spend", "options", "controls_pending")
+                 "tree_tool_counts", "tree_spend", "options", "controls_pending")
 
 
 class LedgerRow(TypedDict):
