@@ -1,8 +1,9 @@
 """The Celery app of the throughput benchmark: ``celery -A bench.celery_app worker``.
 
 Broker: the Redis in ``TURNKIT_BENCH_REDIS_URL``. The settings the e2e tier and the docs
-recommend (late ack, reject on worker lost, prefetch 1, JSON only, no result backend); the
-turnkit tasks and the bare task (``bench.tasks``) share the one queue.
+recommend (late ack, reject on worker lost, prefetch 1, JSON only, no result backend, the
+database session kept across tasks); the turnkit tasks and the bare task (``bench.tasks``) share
+the one queue.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.worker_settings")
 
@@ -27,4 +29,8 @@ app.conf.update(
     task_default_queue=QUEUE,
     worker_prefetch_multiplier=1,
 )
+# The fixup reads this one under its old name; the project's settings decide it
+# (bench/worker_settings.py), as `config_from_object("django.conf:settings",
+# namespace="CELERY")` would take it from a project's settings.
+app.conf.CELERY_DB_REUSE_MAX = getattr(settings, "CELERY_DB_REUSE_MAX", None)
 app.set_default()

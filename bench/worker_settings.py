@@ -1,10 +1,13 @@
 """Settings of the throughput benchmark (its driver and its Celery workers): ``bench.settings``
-with the default Celery dispatch, and database connections kept across tasks (``CONN_MAX_AGE``
-with health checks, one of the two setups docs/howto/celery.md recommends)."""
+with the default Celery dispatch, and each worker process's database session kept across tasks
+as docs/howto/celery.md ("Database connections") shows: ``CONN_MAX_AGE`` with health checks,
+and ``CELERY_DB_REUSE_MAX`` (bench/celery_app.py) so that Celery's Django fixup does not close
+it around every task. ``BENCH_NEW_SESSION_PER_TASK=1`` measures Celery's default instead."""
 
 from __future__ import annotations
 
 import copy
+import os
 
 from bench.settings import *  # noqa: F403
 from bench.settings import DATABASES, TURNKIT
@@ -13,3 +16,5 @@ TURNKIT = {**TURNKIT, "DISPATCHER": None}  # turnkit_django.celery.enqueue_turn
 DATABASES = copy.deepcopy(DATABASES)
 DATABASES["default"]["CONN_MAX_AGE"] = 600
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+#: Read by Celery's Django fixup through bench/celery_app.py.
+CELERY_DB_REUSE_MAX = None if os.environ.get("BENCH_NEW_SESSION_PER_TASK") == "1" else 1000

@@ -19,9 +19,10 @@ from datetime import timedelta
 from types import FrameType
 from typing import Any, TypedDict
 
-from celery import shared_task
+from celery import current_task, shared_task
 from celery.schedules import schedule
 from celery.signals import worker_process_init, worker_shutting_down
+from django.db import close_old_connections, connections
 
 from . import shutdown
 from .conf import turnkit_settings
@@ -33,7 +34,7 @@ def run_turn(turn_id: str) -> None:
     """Claim and execute a submitted turn if it is claimable; then one maintenance pass."""
     from .services import run_turn as run  # noqa: PLC0415 - see the module doc
 
-    with _graceful_sigterm():
+    with _django_connections(), _graceful_sigterm():
         run(turn_id)
 
 
@@ -42,7 +43,8 @@ def maintain() -> None:
     """One bounded maintenance pass."""
     from .services import drain  # noqa: PLC0415 - see the module doc
 
-    drain()
+    with _django_connections():
+        drain()
 
 
 @shared_task(name="turnkit.reconcile", ignore_result=True)
@@ -50,7 +52,8 @@ def reconcile() -> None:
     """Recover turns whose worker died, then one maintenance pass."""
     from .services import reconcile as run  # noqa: PLC0415 - see the module doc
 
-    run()
+    with _django_connections():
+        run()
 
 
 @shared_task(name="turnkit.cancel_sweep", ignore_result=True)
@@ -58,12 +61,36 @@ def cancel_sweep() -> None:
     """Finish large cascades: cancel active turns under cascade-cancelled parents."""
     from .services import cancel_sweep as run  # noqa: PLC0415 - see the module doc
 
-    run()
+    with _django_connections():
+        run()
 
 
 def enqueue_turn(turn_id: str) -> None:
     """The default dispatcher: send ``run_turn`` to the configured queue."""
     run_turn.apply_async(args=(turn_id,), queue=turnkit_settings.QUEUE)
+
+
+@contextmanager
+def _django_connections() -> Iterator[None]:
+    """Django's connection lifecycle around a task in a worker, as around a request: a session
+    past ``CONN_MAX_AGE``, or left unusable by an error, is closed before the task and after it,
+    and the ``CONN_HEALTH_CHECKS`` check is due again before the task's first query.
+
+    Celery's Django fixup closes every connection around every task unless ``CELERY_DB_REUSE_MAX``
+    is set; then it manages none, and this keeps a kept session from outliving the database's
+    end of it (docs/howto/celery.md, "Database connections"). Not for a call made in the
+    caller's process (a direct call or ``apply()``): the caller owns those connections, perhaps
+    inside a transaction."""
+    request = current_task.request if current_task else None
+    owned = (request is not None and not request.called_directly and not request.is_eager
+             and not any(db.in_atomic_block for db in connections.all(initialized_only=True)))
+    if owned:
+        close_old_connections()
+    try:
+        yield
+    finally:
+        if owned:
+            close_old_connections()
 
 
 # --------------------------------------------------------------------------- warm shutdown

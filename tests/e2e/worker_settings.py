@@ -43,3 +43,9 @@ if _default["ENGINE"] == "django.db.backends.postgresql":
         "application_name": "turnkit-e2e-" + os.environ.get("TURNKIT_E2E_WORKER", "process"),
         "connect_timeout": 5,
     }
+
+if os.environ.get("TURNKIT_E2E_KEEP_CONNECTIONS"):
+    # docs/howto/celery.md, "Database connections": the worker keeps its session across tasks.
+    _default["CONN_MAX_AGE"] = 600
+    _default["CONN_HEALTH_CHECKS"] = True
+    CELERY_DB_REUSE_MAX = 1000

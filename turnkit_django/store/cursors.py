@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 
 def server_cursor(db: BaseDatabaseWrapper) -> Any:
     """A server-binding cursor on ``db`` (PostgreSQL), wrapped as Django wraps its own: query
-    logging and ``execute_wrapper()`` instrumentation see it."""
+    logging and ``execute_wrapper()`` instrumentation see it. Like Django's own cursors, it runs
+    the ``CONN_HEALTH_CHECKS`` check first when one is due: a kept session the database has
+    closed is replaced here instead of failing the statement."""
+    db.close_if_health_check_failed()
     db.ensure_connection()
     db.validate_thread_sharing()
     with db.wrap_database_errors:
