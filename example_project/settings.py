@@ -173,6 +173,11 @@ CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True  # retries belong to the database,
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a worker reserves no turns it cannot start
 CELERY_WORKER_CONCURRENCY = int(os.environ.get("CELERY_WORKER_CONCURRENCY") or 2)
 CELERY_WORKER_MAX_TASKS_PER_CHILD = 1000  # leak containment
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Each worker process keeps its session across tasks (CONN_MAX_AGE above); turnkit's tasks
+    # check and recycle it as Django does per request (docs/howto/celery.md, "Database
+    # connections"). Without this, Celery's Django fixup opens a new one for every task.
+    CELERY_DB_REUSE_MAX = 1000
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = 10.0
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
