@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
 from playwright.sync_api import expect
 
@@ -36,6 +37,8 @@ def approve_and_finish(run_id: str, call_id: str, errors: list[BaseException]) -
         services.run_turn(run_id)
     except BaseException as exc:  # reported by the test
         errors.append(exc)
+    finally:
+        connection.close()  # this thread's session, or it outlives the test database
 
 
 def test_the_run_page_shows_a_pending_approval_and_the_live_transcript(
