@@ -20,6 +20,7 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import task_postrun, task_prerun
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.e2e.worker_settings")
 
@@ -44,6 +45,9 @@ app.conf.update(
     worker_prefetch_multiplier=1,
     worker_cancel_long_running_tasks_on_connection_loss=True,
 )
+# Read by Celery's Django fixup under its old name: the worker settings keep each process's
+# session across tasks when TURNKIT_E2E_KEEP_CONNECTIONS is set (tests/e2e/worker_settings.py).
+app.conf.CELERY_DB_REUSE_MAX = getattr(settings, "CELERY_DB_REUSE_MAX", None)
 app.set_default()
 
 # SIGUSR2 prints every thread's stack to the worker's log (the soak's report on a stuck turn).
