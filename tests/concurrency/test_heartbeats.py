@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, connections, transaction
 
 import turnkit_django
 from tests.concurrency.threads import TIMEOUT, Worker, wait_until
@@ -107,3 +107,48 @@ def test_turns_executing_at_once_are_beaten_for_by_one_thread(registered):
         finally:
             done.set()
         assert [worker.outcome() for worker in workers] == [True, True]
+
+
+def _beating_sessions() -> set[int]:
+    """The sessions whose last statement was a heartbeat (``UPDATE turnkit_lease``)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND pid <> pg_backend_pid() AND query LIKE %s",
+                       ['UPDATE "turnkit_lease" SET "heartbeat_at"%'])
+        return {pid for (pid,) in cursor.fetchall()}
+
+
+@pytest.mark.parametrize("max_age", [0, 600])
+def test_the_heartbeat_keeps_a_session_only_as_conn_max_age_allows_and_only_while_it_beats(
+        registered, monkeypatch, max_age):
+    """The heartbeat thread treats its session as Django treats a request's: with
+    ``CONN_MAX_AGE = 0`` (Django's default) it closes it after each beat, with a positive value
+    the beats share one session. Either way no session of it is left once no turn remains to
+    beat for (docs/howto/celery.md, "Database connections")."""
+    monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", max_age)
+    in_tool, done = threading.Event(), threading.Event()
+    agent = registered(Agent("steady-session", tools=[slow_until(in_tool.set, done)],
+                             client=FunctionClient(respond)))
+    with override_turnkit(HEARTBEAT_INTERVAL=0.3):
+        run = agent.submit("go")
+        worker = Worker(services.run_turn, run.id, kind="test")
+        worker.start()
+        try:
+            assert in_tool.wait(TIMEOUT)
+            after_beats = []
+            for _ in range(3):
+                then = lease_of(run.id)
+                wait_until(lambda then=then: lease_of(run.id) > then, timeout=TIMEOUT,
+                           what="a heartbeat")
+                after_beats.append(_beating_sessions())
+            if not max_age:  # between two beats, no session of the heartbeat
+                wait_until(lambda: not _beating_sessions(), timeout=TIMEOUT,
+                           what="the heartbeat's session to close after its beat")
+        finally:
+            done.set()
+        assert worker.outcome() is True
+
+    if max_age:
+        assert len(set().union(*after_beats)) == 1 and all(after_beats), after_beats
+    wait_until(lambda: not _beating_sessions(), timeout=TIMEOUT,
+               what="the heartbeat's session to close once its turn ended")

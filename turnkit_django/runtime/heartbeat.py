@@ -3,8 +3,10 @@
 One thread per process beats for every turn the process executes (:class:`Heartbeat` enters a
 claim into its schedule and takes it out again), started the first time a turn needs it and
 again in a forked child (a Celery prefork worker): a turn no longer pays a thread's start and
-join. The thread opens a connection only to beat and closes it after each beat, so no
-connection of it outlives the turns it beats for.
+join. The thread treats its database session as Django treats a request's: after each beat it is
+closed when ``CONN_MAX_AGE`` says so (at once with Django's default of 0) or when an error left
+it unusable, and otherwise kept for the next beat. It is closed as soon as no turn is left to
+beat for, so no session of it outlives the turns it beats for.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ class Heartbeat:
             self._stopped = True
 
     def beat(self) -> None:
-        """One beat, on the heartbeat thread (its connection closed after it)."""
+        """One beat, on the heartbeat thread (its session kept only as ``CONN_MAX_AGE``
+        allows)."""
         with self._beating:
             if self._stopped:
                 return
@@ -66,9 +69,8 @@ class Heartbeat:
                 self._stop()
             except Exception:
                 logger.exception("heartbeat failed for turn %r", self.claim.turn_id)
-                close_old_connections()
             finally:
-                connection.close()
+                close_old_connections()
 
     def _stop(self) -> None:
         self._stopped = True
@@ -95,6 +97,7 @@ class _Schedule:
     def discard(self, beat: Heartbeat) -> None:
         with self._changed:
             self._beats.discard(beat)
+            self._changed.notify()  # the last one out: the thread closes its session
 
     def _run(self) -> None:
         while True:
@@ -102,11 +105,15 @@ class _Schedule:
                 while True:
                     now = time.monotonic()
                     due = [beat for beat in self._beats if beat.due <= now]
-                    if due:
+                    idle = not self._beats and connection.connection is not None
+                    if due or idle:
                         break
                     soonest = min((beat.due for beat in self._beats), default=None)
                     self._changed.wait(None if soonest is None else soonest - now)
-            for beat in due:  # outside the lock: a turn starts or ends without waiting
+            # Outside the lock: a turn starts or ends without waiting for the database.
+            if idle:  # no turn left to beat for: its session goes too
+                connection.close()
+            for beat in due:
                 beat.beat()
 
 
