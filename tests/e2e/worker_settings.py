@@ -1,7 +1,8 @@
 """Django settings of the e2e tier's worker processes (and the TURNKIT timings the tests share).
 
 ``tests.settings`` plus: the PostgreSQL database pytest-django created for the session
-(``TURNKIT_E2E_DATABASE_NAME``, set by the harness), connections closed after each task,
+(``TURNKIT_E2E_DATABASE_NAME``, set by the harness), connections closed after each task (kept
+across tasks instead with ``TURNKIT_E2E_KEEP_CONNECTIONS=1``, docs/howto/celery.md),
 ``application_name`` naming the worker (so hygiene checks and operators can see who holds what),
 and short timings so leases expire in seconds.
 """
