@@ -145,16 +145,32 @@ def test_two_claims_of_one_turn_decided_on_the_same_row_give_one_claim():
     assert Lease.objects.get(turn_id=run.id).worker == "worker-b"
 
 
-def test_a_child_is_claimed_under_its_tree_lock_with_the_row_read_before_it():
+def test_a_child_is_claimed_with_two_reads_and_a_write_that_locks_its_root_first():
     agent = agent_named("uw-child")
     root = agent.prepare("go").submit()
     child = services.new_turn(agent, [TextPart("side task")], tree=Turn.objects.get(pk=root.id))
     with CaptureQueriesContext(connection) as queries:
         claimed = store.claim_turn(child.pk, "worker-a", prepare=Prepare())
     assert claimed is not None
-    assert statements(queries) == ["SELECT", "BEGIN", "SELECT", "WITH", "COMMIT"]
+    assert statements(queries) == ["SELECT", "SELECT", "WITH"]  # the child, its root's ledger
     assert Turn.objects.get(pk=root.id).tree_iterations == 1  # the root's ledger, with it
     assert Turn.objects.get(pk=child.pk).claimed_by == "worker-a"
+    assert claimed[2].iterations == 0  # the ledger the claim was decided on
+
+
+def test_a_root_ledger_moved_before_a_childs_write_is_decided_again_under_the_lock():
+    agent = agent_named("uw-child-ledger")
+    root = agent.prepare("go").submit()
+    child = services.new_turn(agent, [TextPart("side task")], tree=Turn.objects.get(pk=root.id))
+    prepare = Prepare(meanwhile=lambda turn: Turn.objects.filter(pk=turn.root_turn_id).update(
+        tree_iterations=F("tree_iterations") + 1))  # a sibling reserved on the root's ledger
+    claimed = store.claim_turn(child.pk, "worker-a", prepare=prepare)
+    assert claimed is not None
+    assert prepare.seen == [0, 1]  # the first write held nothing, the lock decided on 1
+    assert Turn.objects.get(pk=root.id).tree_iterations == 2
+    row = Turn.objects.get(pk=child.pk)
+    assert (row.status, row.fence, row.claimed_by) == ("running", 1, "worker-a")
+    assert Lease.objects.get(turn_id=child.pk).fence == 1
 
 
 def test_a_child_changed_after_its_read_is_decided_again_on_the_row_as_it_is():

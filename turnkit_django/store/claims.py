@@ -42,6 +42,7 @@ from .locks import (
     database_now,
     lock_tree,
     lock_tree_of,
+    read_ledger,
 )
 from .state import TurnState
 from .transcript import NewMessage, build_messages, insert_rows
@@ -144,8 +145,8 @@ def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None, root_id: 
     (a cancel, a control, another claim) makes the write match nothing.
 
     A root turn holds its own ledger, so its claim takes no lock: two statements. A child's
-    ledger is its root's: it is read under the tree lock, taken by root (the claim costs what
-    the claim under the lock costs).
+    ledger is its root's: it is read apart, and the write locks the root's row first and holds
+    only if that ledger is unchanged too: three statements, none of them in a transaction.
 
     None, as the lock would answer, for a turn that can never be claimed now: missing,
     finished (no transition leaves a terminal status), or behind another turn of its lane
@@ -164,33 +165,23 @@ def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None, root_id: 
         return _UNDECIDED
     if turn.submitted_at is not None and lane_blocked:
         return None
+    ledger: Ledger | None
     if turn.is_root:
         ledger = Ledger.from_row(turn.pk, cast(LedgerRow, {
             **{name: getattr(turn, name) for name in LEDGER_FIELDS}, "db_now": now}))
-        try:
-            fields, _, lease = _claim_fields(turn, ledger, worker, prepare)
-        except Exception:  # decided on a row that may be stale: decide again under the lock
+    else:  # its ledger is its root's: read apart, and guarded in the write
+        ledger = read_ledger(turn.root_turn_id)
+        if ledger is None:
             return _UNDECIDED
-        if not steps.claim_write(turn.pk, turn.pk, fields, {}, lease, version=str(version)):
-            return _UNDECIDED
-        return _claimed(turn, fields, ledger, worker)
     try:
-        with transaction.atomic():
-            ledger = lock_tree(turn.root_turn_id)
-            try:
-                fields, delta, lease = _claim_fields(turn, ledger, worker, prepare)
-            except Exception as exc:
-                raise _Stale from exc
-            if not steps.claim_write(turn.pk, ledger.root_id, fields, delta.fields(), lease,
-                                     version=str(version)):
-                raise _Stale  # rolled back: the root's ledger is written only with the claim
-    except _Stale:
+        fields, delta, lease = _claim_fields(turn, ledger, worker, prepare)
+    except Exception:  # decided on a row that may be stale: decide again under the lock
+        return _UNDECIDED
+    if not steps.claim_write(turn.pk, ledger.root_id, fields,
+                             {} if turn.is_root else delta.fields(), lease, version=str(version),
+                             known=None if turn.is_root else ledger):
         return _UNDECIDED
     return _claimed(turn, fields, ledger, worker)
-
-
-class _Stale(Exception):
-    """The row a claim was decided on changed before its write: roll the write back."""
 
 
 def _claim_fields(turn: Turn, ledger: Ledger, worker: str, prepare: Prepare | None,

@@ -147,11 +147,22 @@ def lock_tree_of(turn_id: str) -> Ledger | None:
     return Ledger.from_row(root_id, cast(LedgerRow, dict(zip(_COLUMNS, values, strict=True))))
 
 
+def read_ledger(root_id: str) -> Ledger | None:
+    """The tree's ledger as a read without the lock finds it (None: no such turn). Only for a
+    write that holds only while the root's row still has it (:func:`.steps.claim_write`)."""
+    found = _LEDGER.rows(root_id)
+    if not found:
+        return None
+    return Ledger.from_row(root_id, cast(LedgerRow, dict(zip(_COLUMNS, found[0], strict=True))))
+
+
 _COLUMNS = (*LEDGER_FIELDS, "db_now")
 #: Both reads are compiled once per process (:mod:`.compiled`): every step under the lock pays
 #: the round trip, not the ORM's query building.
 _LOCK_TREE = CompiledRead(lambda root_id: Turn.objects.select_for_update(no_key=True).filter(
     pk=root_id).annotate(db_now=Now()).values_list(*_COLUMNS), 1)
+_LEDGER = CompiledRead(lambda root_id: Turn.objects.filter(pk=root_id).annotate(
+    db_now=Now()).values_list(*_COLUMNS), 1)
 _LOCK_TREE_OF = CompiledRead(lambda turn_id: Turn.objects.select_for_update(no_key=True).filter(
     pk=Subquery(Turn.objects.filter(pk=turn_id).values("root_turn_id")[:1])).annotate(
     db_now=Now()).values_list("pk", *_COLUMNS), 1)
@@ -186,4 +197,4 @@ def database_now() -> datetime:
 
 
 __all__ = ["GRAPH_LOCK_KEY", "LEDGER_FIELDS", "Ledger", "LedgerDelta", "database_now", "graph_lock",
-           "lock_conversation", "lock_tree", "lock_tree_of"]
+           "lock_conversation", "lock_tree", "lock_tree_of", "read_ledger"]

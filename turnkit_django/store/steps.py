@@ -25,6 +25,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.db import DatabaseError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -163,18 +164,11 @@ def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Le
     ``savepoint``).
     """
     text, params = statement(turn_id, root_id, conversation_id, fence, known, writes)
+    row = _guarded(text, params, guarded=known is not None, savepoint=savepoint)
+    if row is None:
+        return False
     db = sql.db()
-    try:
-        # A test case's block (not a lock holder's) is kept usable after a refusal.
-        with (transaction.atomic() if savepoint and known is not None and db.in_atomic_block
-              else nullcontext()), server_cursor(db) as cursor:
-            cursor.execute(text, params)
-            row = cursor.fetchone()
-    except DatabaseError as exc:
-        if known is not None and getattr(exc.__cause__, "sqlstate", None) == GUARD_FAILED:
-            return False
-        raise
-    last = row[1] if row else None
+    last = row[1]
     first = 0 if last is None else int(last) - len(writes.messages) + 1
     for index, message in enumerate(writes.messages):
         message.sequence = first + index
@@ -294,23 +288,35 @@ def submit_write(turn_id: str, options: object, lifetime: timedelta | None,
 
 def claim_write(turn_id: str, root_id: str, fields: Mapping[str, object],
                 root_fields: Mapping[str, object], lease: Lease, *,
-                version: str | None = None) -> bool:
+                version: str | None = None, known: Ledger | None = None) -> bool:
     """A claim's writes as one statement (PostgreSQL): the turn moves along the ``claim``
     transition with ``fields``, a child's root takes ``root_fields`` (its ledger), and the lease
     is written, replacing a previous claim's. False, with nothing written, when the turn is in
     none of the transition's source statuses.
 
-    The caller holds the tree lock, or (a root turn) passes the ``version`` (``xmin``) of the
-    row it decided on; with a ``version`` the write holds only if the turn's row is still that
-    version (a claim decided on a row read without the lock)."""
+    The caller holds the tree lock, or passes the ``version`` (``xmin``) of the turn's row it
+    decided on: the write holds only if the row is still that version. A child decided without
+    the lock passes ``known`` too, its root's ledger as read: the statement locks the root's row
+    first (the tree lock, in its order) and holds only if the ledger is still that one; when
+    either guard fails it raises inside the statement, so nothing of it is written."""
     db = sql.db()
     params: list[object] = []
+    ctes: list[str] = []
+    after_root = ""
+    if known is not None:
+        root = (f"UPDATE {sql.table(Turn)} SET {sql.assign(Turn, root_fields, params, db)}"
+                if root_fields else f"SELECT 1 FROM {sql.table(Turn)}")
+        params.append(root_id)
+        guard = _ledger_guard(known, params, db)
+        ctes.append(f"r AS ({root} WHERE id = %s AND {guard}"
+                    + (" RETURNING 1)" if root_fields else " FOR NO KEY UPDATE)"))
+        after_root = " AND EXISTS (SELECT FROM r)"
     claimed = _transition(turn_id, "claim", {**fields, "updated_at": Now()}, params)
     if version is not None:
         claimed += " AND xmin = %s::xid"
         params.append(version)
-    ctes = [f"t AS ({claimed} RETURNING 1)"]
-    if root_fields:
+    ctes.append(f"t AS ({claimed}{after_root} RETURNING 1)")
+    if root_fields and known is None:
         ctes.append(f"r AS (UPDATE {sql.table(Turn)} SET "
                     f"{sql.assign(Turn, root_fields, params, db)} "
                     "WHERE id = %s AND EXISTS (SELECT FROM t) RETURNING 1)")
@@ -323,12 +329,37 @@ def claim_write(turn_id: str, root_id: str, fields: Mapping[str, object],
                 f"UPDATE SET {fence} = EXCLUDED.{fence}, {worker} = EXCLUDED.{worker}, "
                 f"{heartbeat} = EXCLUDED.{heartbeat} RETURNING 1)")
     params += [lease.turn_id, lease.fence, lease.worker, lease.heartbeat_at]
-    checks = ["(SELECT count(*) FROM l)"] + (["(SELECT count(*) FROM r)"] if root_fields else [])
-    with server_cursor(db) as cursor:
-        cursor.execute(f"WITH {', '.join(ctes)} SELECT (SELECT count(*) FROM t), "
-                       f"{', '.join(checks)}", params)
-        row = cursor.fetchone()
+    counts = ["(SELECT count(*) FROM t)", "(SELECT count(*) FROM l)"]
+    if root_fields or known is not None:
+        counts.append("(SELECT count(*) FROM r)")
+    if known is None:
+        text = f"WITH {', '.join(ctes)} SELECT {', '.join(counts)}"
+    else:
+        text = (f"WITH {', '.join(ctes)} SELECT turnkit_step_guard("
+                f"{' AND '.join(f'{count} = 1' for count in counts)})")
+    row = _guarded(text, params, guarded=known is not None)
     return bool(row and row[0])
+
+
+def _guarded(text: str, params: list[object], *, guarded: bool,
+             savepoint: bool = True) -> tuple[Any, ...] | None:
+    """Send a statement that ends in ``turnkit_step_guard()``; its one row, or None when
+    ``guarded`` and the guard raised (the statement rolled back, nothing of it written).
+    Unguarded, its caller holds the tree lock, so a refusal would be a bug: it raises. Inside a
+    transaction, a guarded statement is sent in a savepoint, so the transaction stays usable
+    (a test case's block, not a lock holder's), unless the caller rolls it back itself (not
+    ``savepoint``)."""
+    db = sql.db()
+    try:
+        with (transaction.atomic() if savepoint and guarded and db.in_atomic_block
+              else nullcontext()), server_cursor(db) as cursor:
+            cursor.execute(text, params)
+            row: tuple[Any, ...] | None = cursor.fetchone()
+            return row
+    except DatabaseError as exc:
+        if guarded and getattr(exc.__cause__, "sqlstate", None) == GUARD_FAILED:
+            return None
+        raise
 
 
 __all__ = ["GUARD_FAILED", "Move", "StepWrites", "Unsupported", "claim_write", "insert_claimed",
