@@ -157,7 +157,7 @@ def read_ledger(root_id: str) -> Ledger | None:
 
 
 _COLUMNS = (*LEDGER_FIELDS, "db_now")
-#: Both reads are compiled once per process (:mod:`.compiled`): every step under the lock pays
+#: The ledger reads are compiled once per process (:mod:`.compiled`): every step under the lock pays
 #: the round trip, not the ORM's query building.
 _LOCK_TREE = CompiledRead(lambda root_id: Turn.objects.select_for_update(no_key=True).filter(
     pk=root_id).annotate(db_now=Now()).values_list(*_COLUMNS), 1)
