@@ -11,10 +11,11 @@ IMMEDIATE transaction mode serializes writers instead (system check ``turnkit.E0
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import TypedDict, cast
+from typing import Any, TypedDict, cast
 
 from django.db import connection
 from django.db.models import F, Subquery
@@ -133,8 +134,7 @@ def lock_tree(root_id: str) -> Ledger:
     found = _LOCK_TREE.rows(root_id)
     if not found:
         raise Turn.DoesNotExist(f"root turn {root_id!r} does not exist")
-    # The query's boundary: the columns as the ORM converted them.
-    return Ledger.from_row(root_id, cast(LedgerRow, dict(zip(_COLUMNS, found[0], strict=True))))
+    return _ledger(root_id, found[0])
 
 
 def lock_tree_of(turn_id: str) -> Ledger | None:
@@ -144,16 +144,19 @@ def lock_tree_of(turn_id: str) -> Ledger | None:
     if not found:
         return None
     root_id, *values = found[0]
-    return Ledger.from_row(root_id, cast(LedgerRow, dict(zip(_COLUMNS, values, strict=True))))
+    return _ledger(root_id, values)
 
 
 def read_ledger(root_id: str) -> Ledger | None:
     """The tree's ledger as a read without the lock finds it (None: no such turn). Only for a
     write that holds only while the root's row still has it (:func:`.steps.claim_write`)."""
     found = _LEDGER.rows(root_id)
-    if not found:
-        return None
-    return Ledger.from_row(root_id, cast(LedgerRow, dict(zip(_COLUMNS, found[0], strict=True))))
+    return _ledger(root_id, found[0]) if found else None
+
+
+def _ledger(root_id: str, values: Sequence[Any]) -> Ledger:
+    """The ledger from a read of :data:`_COLUMNS` (the columns as the ORM converted them)."""
+    return Ledger.from_row(root_id, cast(LedgerRow, dict(zip(_COLUMNS, values, strict=True))))
 
 
 _COLUMNS = (*LEDGER_FIELDS, "db_now")

@@ -83,6 +83,20 @@ def _ledger_guard(known: Ledger, params: list[object], db: BaseDatabaseWrapper) 
             "AND (options -> 'limits') IS NOT DISTINCT FROM %s::jsonb")
 
 
+def _root_first(root_id: str, ledger: Mapping[str, object], known: Ledger | None,
+                params: list[object], db: BaseDatabaseWrapper) -> str:
+    """CTE ``r``: the root's row locked first (the tree lock, in its order), its ``ledger``
+    changes written, and with ``known`` only if the row still holds that ledger. The writes of
+    the turn that follow read it (``EXISTS (SELECT FROM r)``)."""
+    table = sql.table(Turn)
+    text = (f"UPDATE {table} SET {sql.assign(Turn, ledger, params, db)}" if ledger
+            else f"SELECT 1 FROM {table}")
+    params.append(root_id)
+    guard = "" if known is None else " AND " + _ledger_guard(known, params, db)
+    return (f"r AS ({text} WHERE id = %s{guard}"
+            + (" RETURNING 1)" if ledger else " FOR NO KEY UPDATE)"))
+
+
 def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
               known: Ledger | None, writes: StepWrites) -> tuple[str, list[object]]:
     """The step as one statement; its one row is the conversation's new ``last_sequence``.
@@ -104,14 +118,7 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
     if turn_id == root_id:
         own.update(ledger)
     elif ledger or known is not None:  # the root's row: its ledger changes, or is checked
-        if ledger:
-            assignments = sql.assign(Turn, ledger, params, db)
-            ctes.append(f"r AS (UPDATE {turn_table} SET {assignments} WHERE id = %s")
-        else:
-            ctes.append(f"r AS (SELECT 1 FROM {turn_table} WHERE id = %s")
-        params.append(root_id)
-        guard = "" if known is None else " AND " + _ledger_guard(known, params, db)
-        ctes[-1] += guard + (" RETURNING 1)" if ledger else " FOR NO KEY UPDATE)")
+        ctes.append(_root_first(root_id, ledger, known, params, db))
         guard_source = " AND EXISTS (SELECT FROM r)"
     if not own:
         own["fence"] = fence  # a no-op assignment: the guard still locks and checks the row
@@ -291,8 +298,9 @@ def claim_write(turn_id: str, root_id: str, fields: Mapping[str, object],
                 version: str | None = None, known: Ledger | None = None) -> bool:
     """A claim's writes as one statement (PostgreSQL): the turn moves along the ``claim``
     transition with ``fields``, a child's root takes ``root_fields`` (its ledger), and the lease
-    is written, replacing a previous claim's. False, with nothing written, when the turn is in
-    none of the transition's source statuses.
+    is written, replacing a previous claim's. False when the turn is in none of the
+    transition's source statuses: then nothing of the turn or the lease is written, and a
+    caller holding the tree lock rolls back its transaction (the root's row is written first).
 
     The caller holds the tree lock, or passes the ``version`` (``xmin``) of the turn's row it
     decided on: the write holds only if the row is still that version. A child decided without
@@ -303,24 +311,14 @@ def claim_write(turn_id: str, root_id: str, fields: Mapping[str, object],
     params: list[object] = []
     ctes: list[str] = []
     after_root = ""
-    if known is not None:
-        root = (f"UPDATE {sql.table(Turn)} SET {sql.assign(Turn, root_fields, params, db)}"
-                if root_fields else f"SELECT 1 FROM {sql.table(Turn)}")
-        params.append(root_id)
-        guard = _ledger_guard(known, params, db)
-        ctes.append(f"r AS ({root} WHERE id = %s AND {guard}"
-                    + (" RETURNING 1)" if root_fields else " FOR NO KEY UPDATE)"))
+    if root_fields or known is not None:  # the root's row first; the claim only with it
+        ctes.append(_root_first(root_id, root_fields, known, params, db))
         after_root = " AND EXISTS (SELECT FROM r)"
     claimed = _transition(turn_id, "claim", {**fields, "updated_at": Now()}, params)
     if version is not None:
         claimed += " AND xmin = %s::xid"
         params.append(version)
     ctes.append(f"t AS ({claimed}{after_root} RETURNING 1)")
-    if root_fields and known is None:
-        ctes.append(f"r AS (UPDATE {sql.table(Turn)} SET "
-                    f"{sql.assign(Turn, root_fields, params, db)} "
-                    "WHERE id = %s AND EXISTS (SELECT FROM t) RETURNING 1)")
-        params.append(root_id)
     turn_column, fence, worker, heartbeat = (sql.quote(sql.field_of(Lease, name).column)
                                              for name in ("turn", "fence", "worker",
                                                           "heartbeat_at"))
