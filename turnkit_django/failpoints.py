@@ -9,7 +9,8 @@ tool call's intent or, for a final answer that needs no review, the publication)
 transaction, and the tool has not started), ``inside_tool``, ``after_tool_call`` (the tool
 returned, its result is not committed), ``after_tool_commit`` (the result committed, with what
 follows it), ``before_publish`` (the output is decided and not published; for a final answer that
-needs no review, the response is not committed either), ``after_revision_commit`` (an
+needs no review, the response is not committed either), ``before_hand_off`` (a background turn's
+terminal write committed on its own, its lane not yet handed on), ``after_revision_commit`` (an
 output-policy revision request was committed), ``after_compaction_commit`` (a context summary was
 committed), ``after_child_launch`` (a background delegation's execution, child and wait edge
 committed). Maintenance: ``recover_turn`` (reconcile holds an abandoned turn's tree lock, before

@@ -2,7 +2,8 @@
 
 * two opposite waits created at the same moment: never both committed;
 * the same delivery delivered by two workers at once: one message, one continuation;
-* a delivery racing a background turn's terminal write: never buffered in an idle lane;
+* a delivery racing a background turn's terminal write: never buffered in an idle lane, even
+  when it commits while that write waits for the conversation's row;
 * cancel racing a turn's completion: exactly one terminal state wins.
 
 Racers are threads, each with its own connection, released together by a barrier every round.
@@ -10,18 +11,21 @@ Racers are threads, each with its own connection, released together by a barrier
 
 from __future__ import annotations
 
+import threading
 from functools import partial
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
 
-from tests.concurrency.threads import Race
+from tests.concurrency.threads import TIMEOUT, Race, Worker, wait_until
 from tests.orchestration import answering
-from turnkit_django import LostClaim, Run, WaitError, services, store
+from turnkit_django import Agent, LostClaim, Run, WaitError, failpoints, services, store
 from turnkit_django.models import Message, Turn, Wait
 from turnkit_django.runtime import TurnContext, deliveries
 from turnkit_django.runtime.loop import context
 from turnkit_django.runtime.output import publish as publish_output
+from turnkit_django.testing import FunctionClient, reply
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
 
@@ -89,6 +93,53 @@ def test_a_delivery_racing_a_turns_end_is_never_left_without_a_turn_to_read_it(r
             stranded = Message.objects.deliveries_after(destination.id, newest.context_sequence)
             active = Turn.objects.filter(conversation_id=destination.id).active()
             assert active.exists() or not stranded.exists(), f"round {round_}: note stranded"
+
+
+def test_a_delivery_committing_while_the_terminal_write_waits_for_the_row_wakes_with_it(
+        registered):
+    """A background turn's terminal write is sent on its own, without its lane's hand-off,
+    only while no delivery waits in the lane; the hand-off then reads after the commit.
+
+    Here a delivery holds the conversation's row when that statement starts and commits while
+    the statement waits for the row: the statement's snapshot does not see the message, but
+    PostgreSQL re-checks the row's newest version, whose ``last_sequence`` moved, so the
+    statement writes nothing and the publication is made under the lock, with the wake. The
+    worker then dies where the hand-off would read: the delivery still has its turn."""
+    sender = registered(answering("held_sender")).conversation()
+    held, worker_pid = threading.Event(), []
+
+    def hold(delivery_id: str) -> None:  # deliver, and commit once the terminal write waits
+        with transaction.atomic():
+            services.deliver(delivery_id)
+            held.set()
+            with connection.cursor() as cursor:
+                def blocked() -> bool:
+                    cursor.execute("SELECT %s = ANY(pg_blocking_pids(%s))",
+                                   [connection.connection.info.backend_pid, worker_pid[0]])
+                    return bool(cursor.fetchone()[0])
+                wait_until(blocked, what="the terminal write to wait for the conversation")
+
+    holder: list[Worker] = []
+
+    def answer(request: Any) -> Any:  # the turn's only model call: its publication follows
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            worker_pid.append(cursor.fetchone()[0])
+        holder.append(Worker(hold, delivery.pk))
+        holder[0].start()
+        assert held.wait(TIMEOUT)
+        return reply("done")
+
+    destination = registered(Agent("held_inbox", client=FunctionClient(answer))).conversation()
+    turn = destination.ask("task", submit=True)
+    delivery = deliveries.send_message(sender.row, destination.row, "note", key="held",
+                                       principal=None, deliver_now=False)
+    failpoints.arm("before_hand_off")  # raises only if the statement committed on its own
+    assert services.run_turn(turn.id, kind="test")
+    holder[0].outcome()
+    assert Turn.objects.get(pk=turn.id).status == "completed"
+    (continuation,) = Turn.objects.filter(conversation_id=destination.id).exclude(pk=turn.id)
+    assert continuation.options["woken_by"]["delivery_id"] == delivery.pk
 
 
 def publish(execution: TurnContext) -> str:

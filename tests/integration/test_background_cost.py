@@ -1,22 +1,27 @@
 """What a background turn pays beyond its steps (issue 11): no maintenance pass of its own.
 
 ``run_turn`` (the Celery task's body) used to follow every turn with a lane hand-off query, a
-second wake and a whole maintenance pass. The terminal write now hands the lane on and wakes
-the conversation itself; after it, the task only releases the turns that waited for this one;
-maintenance runs at most once per ``RECONCILE_INTERVAL`` per process (and from the beat).
+second wake and a whole maintenance pass. The terminal write now commits on its own when no
+delivery waits in the lane, and one read after it rings the lane's next turn and finds the
+turns that waited for this one (released only if there are any); maintenance runs at most once
+per ``RECONCILE_INTERVAL`` per process (and from the beat).
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from tests.dispatch import background, clear, recorded
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
-from turnkit_django import Agent, services, tool
+from turnkit_django import Agent, drain, failpoints, services, tool
+from turnkit_django.failpoints import SimulatedCrash
+from turnkit_django.models import Turn
 from turnkit_django.services import turns as service_turns
 from turnkit_django.testing import FunctionClient, call, reply
 
@@ -24,13 +29,13 @@ __all__ = ["_disarm_failpoints", "background", "registered", "verify_after_test"
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
 
-#: Statements of ``run_turn`` for a five-step turn on PostgreSQL, BEGIN and COMMIT included:
-#: the claim (2, in autocommit: the row read with its lane's state, the clock and its version;
-#: the update with the lease, only if the row is still that version), the transcript (1), four
-#: one-statement steps, the terminal write (4: BEGIN, the step's one statement with its message,
-#: events and the conversation's row, which takes the tree lock, one read of the lane and its
-#: buffered deliveries, COMMIT), and the waiters of the turn (1).
-RUN_TURN_STATEMENTS = 12
+#: Statements of ``run_turn`` for a five-step turn on PostgreSQL, none in a transaction: the
+#: claim (2: the row read with its lane's state, the clock and its version; the update with the
+#: lease, only if the row is still that version), the transcript (1), four one-statement steps,
+#: the terminal write (1: the step's one statement with its message, events and the
+#: conversation's row, guarded to hold only while no delivery waits in the lane), and after
+#: its commit one read of the lane's next turn, its buffered deliveries and the turn's waiters.
+RUN_TURN_STATEMENTS = 9
 #: Statements of ``agent.prepare(task).submit()``: the conversation, input, turn and event in
 #: one statement; then the submit, one guarded update.
 SUBMIT_STATEMENTS = 2
@@ -107,4 +112,24 @@ def test_the_next_turn_in_the_lane_is_rung_by_the_terminal_write(agent, monkeypa
     second = conversation.ask("two", submit=True)
     clear()
     assert services.run_turn(first.id, kind="test")
+    assert recorded() == [second.id]
+
+
+def test_a_worker_dying_between_its_terminal_commit_and_the_hand_off_leaves_the_lane_to_maintenance(
+        agent, monkeypatch):
+    """The hand-off of a terminal write that committed on its own reads after the commit. A
+    worker that dies in between has rung nothing (as when a doorbell sent after a commit is
+    lost): the next turn of the lane stays pending, and maintenance rings it."""
+    monkeypatch.setattr(service_turns._Maintenance, "due_at", float("inf"))
+    conversation = agent.conversation()
+    first = conversation.ask("one", submit=True)
+    second = conversation.ask("two", submit=True)
+    clear()
+    failpoints.arm("before_hand_off")
+    with pytest.raises(SimulatedCrash):
+        services.run_turn(first.id, kind="test")
+    assert first.refresh().status == "completed"
+    assert recorded() == []
+    Turn.objects.filter(pk=second.id).update(updated_at=timezone.now() - timedelta(hours=1))
+    assert drain() == [second.id]
     assert recorded() == [second.id]

@@ -198,8 +198,8 @@ def test_a_child_changed_after_its_read_is_decided_again_on_the_row_as_it_is():
 
 def test_a_terminal_write_refused_by_its_guard_still_hands_the_lane_on(registered, monkeypatch):
     """The publication's statement is guarded by the ledger the worker last saw; a tree
-    member's reservation made just before it refuses it, the transaction rolls back, and the
-    publication made under the lock rings the next turn of the lane."""
+    member's reservation made just before it refuses it (sent on its own, it wrote nothing),
+    and the publication made under the lock rings the next turn of the lane."""
     monkeypatch.setattr(service_turns._Maintenance, "due_at", float("inf"))
     calls: list[str] = []
 
@@ -221,7 +221,7 @@ def test_a_terminal_write_refused_by_its_guard_still_hands_the_lane_on(registere
         assert services.run_turn(first.id, kind="test")
     assert first.refresh().status == "completed"
     assert recorded() == [second.id]
-    assert statements(queries).count("BEGIN") == 2  # refused, then under the lock
+    assert statements(queries).count("BEGIN") == 1  # refused alone, then under the lock
 
 
 def test_a_doorbell_for_a_finished_turn_costs_one_read(registered):

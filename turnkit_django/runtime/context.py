@@ -73,6 +73,9 @@ class TurnContext:
     child_runner: ChildRunner | None = None
     #: The call in flight now (read by the heartbeat thread).
     in_flight: InFlight | None = None
+    #: Once the turn ended: whether other turns wait for it, as its lane's hand-off read it
+    #: (None: not read).
+    waited_for: bool | None = None
 
     @property
     def conversation(self) -> Conversation:

@@ -27,6 +27,7 @@ import json
 import logging
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
@@ -37,7 +38,7 @@ from ..authorization import authorize, is_allowed
 from ..conf import turnkit_settings
 from ..events import emit
 from ..exceptions import ConfigurationError
-from ..models import Conversation, Delivery, Message, Turn
+from ..models import Conversation, Delivery, Message, Turn, Wait
 from ..serialization import JsonMapping, json_value
 from ..states import TurnStatus
 from ..store import deliveries, lock_conversation
@@ -266,6 +267,33 @@ def hand_on(conversation_id: str, *, locked: bool = False) -> Turn | None:
     return _wake_locked(lock_conversation(conversation_id))
 
 
+def handed_on(turn: Turn) -> bool | None:
+    """After a submitted turn's terminal write committed on its own (no delivery waited in its
+    lane then, see :meth:`~turnkit_django.store.Fenced.hand_off`): ring the lane's next turn,
+    or wake the conversation for a delivery that came in since; return whether turns wait for
+    ``turn`` (None when the read failed).
+
+    Read after the commit, without a lock: a turn queued before it is seen, and one queued
+    after it finds the lane free and is claimed on its own doorbell. One read, compiled once.
+    A failure is logged: the turn has ended, and maintenance rings a lane head that lost its
+    doorbell and releases what waits.
+    """
+    try:
+        found = _ENDED.rows(turn.conversation_id, turn.pk)
+        if not found:
+            return None
+        following, busy, buffered, waited_for = found[0]
+        if following is not None:
+            dispatch(following)
+        elif buffered and not busy:
+            wake(turn.conversation_id)
+    except Exception:
+        logger.warning("could not hand on the lane of turn %r; maintenance will",
+                       turn.pk, exc_info=True)
+        return None
+    return bool(waited_for)
+
+
 def _lane(conversation_id: str) -> tuple[str | None, bool, bool]:
     """The conversation's next queued turn, whether a turn of it is active, and whether a
     delivered message lies past its newest turn's input: one query, compiled once."""
@@ -274,18 +302,24 @@ def _lane(conversation_id: str) -> tuple[str | None, bool, bool]:
                                                    bool(found[0][2]))
 
 
-def _lane_read(conversation_id: str) -> QuerySet[Conversation, tuple[str | None, bool, bool]]:
+def _lane_read(conversation_id: str, turn_id: str | None = None) -> QuerySet[Conversation, Any]:
+    """The lane's state (see :func:`_lane`); with ``turn_id``, whether turns wait for it."""
     turns = Turn.objects.filter(conversation_id=OuterRef("pk"))
     consumed = Coalesce(Subquery(turns.order_by("-created_at", "-id")
                                  .values("context_sequence")[:1]), 0)
     buffered = Message.objects.deliveries_after(OuterRef("pk"), consumed)
-    return (Conversation.objects.filter(pk=conversation_id)
-            .annotate(following=Subquery(turns.queued_in_lane().values("pk")[:1]),
-                      busy=Exists(turns.active()), buffered=Exists(buffered))
-            .values_list("following", "busy", "buffered"))
+    read = Conversation.objects.filter(pk=conversation_id).annotate(
+        following=Subquery(turns.queued_in_lane().values("pk")[:1]),
+        busy=Exists(turns.active()), buffered=Exists(buffered))
+    if turn_id is None:
+        return read.values_list("following", "busy", "buffered")
+    return read.annotate(waited_for=Exists(Wait.objects.filter(target_id=turn_id))).values_list(
+        "following", "busy", "buffered", "waited_for")
 
 
 _LANE = CompiledRead(_lane_read, 1)
+#: The read of :func:`handed_on`.
+_ENDED = CompiledRead(_lane_read, 2)
 
 
 def _wake_locked(row: Conversation) -> Turn | None:
@@ -351,6 +385,7 @@ __all__ = [
     "deliver_pending",
     "finished",
     "hand_on",
+    "handed_on",
     "is_busy",
     "record_send",
     "send_message",

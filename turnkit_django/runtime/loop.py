@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -117,13 +118,18 @@ def on_claim(turn: Turn, ledger: Ledger) -> tuple[TurnState | None, LedgerDelta]
     return state.replace(reservation=reservation), delta
 
 
+_CONVERSATION = Turn._meta.get_field("conversation")
+
+
 def context(claim: Claim, row: Turn, agent: AgentDefinition, *, client: Client,
             on_event: EventCallback | None = None, ledger: Ledger | None = None,
             history: History | None = None) -> TurnContext:
     """The context of a claimed turn, with the transcript it sees and the tools it may call
     (``ledger``: the tree's ledger as the claim left it; ``history``: the transcript, when the
     caller has it)."""
-    fenced = Fenced(claim, ledger)
+    # A claim read the row with its conversation's: its last message is known from there.
+    known = row.conversation.last_sequence if _CONVERSATION.is_cached(row) else None
+    fenced = Fenced(claim, ledger, last_sequence=known)
     fenced.controls_pending = row.controls_pending  # a control recorded before the claim
     return TurnContext(
         claim=claim, row=row, fenced=fenced, agent=agent, client=client,
@@ -155,18 +161,31 @@ def execute(
     client: Client | None = None,
     on_event: EventCallback | None = None,
     root_id: str | None = None,
-) -> bool:
-    """Claim ``turn_id`` and run it; return False if it was not claimable.
+) -> Executed:
+    """Claim ``turn_id`` and run it; false if it was not claimable.
 
     ``root_id``, when the caller knows the turn's root, saves one lookup before the claim.
     """
     refuse_atomic_block("executing a turn")
     claimed = claim_turn(turn_id, worker_identity(kind), root_id=root_id, prepare=on_claim)
     if claimed is None:
-        return False
+        return Executed(False)
     claim, row, ledger = claimed
-    _run_claimed(claim, row, ledger, agent, client, on_event, visible_history(row))
-    return True
+    return Executed(True, _run_claimed(claim, row, ledger, agent, client, on_event,
+                                       visible_history(row)))
+
+
+@dataclass(frozen=True)
+class Executed:
+    """What :func:`execute` did: whether it claimed and ran the turn (its truth value) and,
+    when the turn ended, whether other turns wait for it, as the lane's hand-off read it
+    (None: not read)."""
+
+    ran: bool
+    waited_for: bool | None = None
+
+    def __bool__(self) -> bool:
+        return self.ran
 
 
 def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "inline",
@@ -197,7 +216,8 @@ def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "i
 
 def _run_claimed(claim: Claim, row: Turn, ledger: Ledger, agent: AgentDefinition | None,
                  client: Client | None, on_event: EventCallback | None,
-                 history: History) -> None:
+                 history: History) -> bool | None:
+    """Run a claimed turn; return :attr:`Executed.waited_for`."""
     resolved = agent if agent is not None and agent.name == row.agent_name else get_agent(
         row.agent_name)
     # A worker rebuilding a sub-agent's turn finds the client of its parent's agent.
@@ -212,6 +232,7 @@ def _run_claimed(claim: Claim, row: Turn, ledger: Ledger, agent: AgentDefinition
     finally:
         # Every message of the history is committed; kept if it is the whole history.
         remember_history(row.conversation_id, ctx.history)
+    return ctx.waited_for
 
 
 def _run_child(child: Turn, agent: AgentDefinition, client: Client,
@@ -238,4 +259,5 @@ def preview(turn_id: str, agent: AgentDefinition) -> ModelRequest:
     return build_request(context(claim, row, agent, client=_NoClient(agent, row)))
 
 
-__all__ = ["context", "execute", "execute_new", "on_claim", "preview", "refuse_atomic_block", "run"]
+__all__ = ["Executed", "context", "execute", "execute_new", "on_claim", "preview",
+           "refuse_atomic_block", "run"]

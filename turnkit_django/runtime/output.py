@@ -27,7 +27,7 @@ from ..store import Charge, LedgerDelta, TurnState, repair
 from ..store.fields import TerminalFields
 from . import budget, internal
 from .context import ControlPending, TurnContext
-from .deliveries import callback_decision, finished
+from .deliveries import callback_decision, finished, handed_on
 
 
 @dataclass(frozen=True)
@@ -160,10 +160,18 @@ def publish_locked(ctx: TurnContext, state: TurnState, text: str, data: JsonValu
     """:func:`publish` inside an open fenced transaction (with the callback decision taken
     before it); the caller emits the event."""
     ctx.fenced.publish(state, text=text, data=data, charge=charge, delta=delta, **extra)
-    if ctx.background:  # callback and hand-off commit with the terminal write, after it
+    if ctx.background:
         row = ctx.row
-        ctx.fenced.after_writes(partial(finished, row, callback_allowed=callback_allowed,
-                                        locked=True))
+        locked = partial(finished, row, callback_allowed=callback_allowed, locked=True)
+        if (row.options or {}).get("callback_conversation"):
+            ctx.fenced.after_writes(locked)  # the callback commits with the terminal write
+        else:
+            ctx.fenced.hand_off(locked, partial(_handed_on, ctx))
+
+
+def _handed_on(ctx: TurnContext) -> None:
+    failpoints.hit("before_hand_off")
+    ctx.waited_for = handed_on(ctx.row)
 
 
 def fail(ctx: TurnContext, error: ErrorRecord, **extra: Unpack[TerminalFields]) -> None:

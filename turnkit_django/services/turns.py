@@ -16,13 +16,14 @@ def run_turn(turn_id: str, *, kind: str = "celery") -> bool:
     maintenance when it is due.
 
     The turn's terminal write has already handed its lane on (the next queued turn rung, or the
-    idle conversation woken) and created its completion callback.
+    idle conversation woken) and created its completion callback; when the hand-off read
+    after the commit, it read the waiters too.
     """
-    ran = execute(turn_id, kind=kind)
-    if ran:
+    executed = execute(turn_id, kind=kind)
+    if executed and executed.waited_for is not False:  # unless its hand-off read none
         release_waiters_of(turn_id)
     maintain_when_due()
-    return ran
+    return executed.ran
 
 
 class _Maintenance:

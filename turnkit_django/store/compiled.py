@@ -24,6 +24,10 @@ from django.db.models import QuerySet
 from .cursors import hot_cursor
 
 _PLACEHOLDER = "\x00turnkit-compiled-{}\x00"
+#: A compiled read: its SQL, the slot of each parameter (an index into the values, or None for a
+#: constant), the constants, and the converters of its columns.
+_Compiled = tuple[str, tuple[int | None, ...], tuple[object, ...],
+                  list[tuple[int, tuple[list[Any], Any]]]]
 
 
 class CompiledRead:
@@ -32,19 +36,13 @@ class CompiledRead:
     def __init__(self, build: Callable[..., QuerySet[Any, Any]], arity: int) -> None:
         self._build = build
         self._arity = arity
-        self._compiled: dict[str, tuple[str, tuple[int | None, ...], tuple[object, ...],
-                                        list[tuple[int, tuple[list[Any], Any]]]]] = {}
+        self._compiled: dict[str, _Compiled] = {}
         self._lock = threading.Lock()
 
     def rows(self, *values: object, using: str = "default") -> list[tuple[Any, ...]]:
         """The rows of the read for ``values``, converted as the ORM converts them."""
-        compiled = self._compiled.get(using)
-        if compiled is None:
-            with self._lock:
-                compiled = self._compiled.setdefault(using, self._compile(using))
-        sql, slots, constants, converters = compiled
-        params: list[Any] = [values[slot] if slot is not None else constant
-                             for slot, constant in zip(slots, constants, strict=True)]
+        sql, params = self.fragment(*values, using=using)
+        converters = self._compiled_for(using)[3]
         connection = connections[using]
         with hot_cursor(connection) as cursor:
             cursor.execute(sql, params)
@@ -62,8 +60,21 @@ class CompiledRead:
             out.append(tuple(converted))
         return out
 
-    def _compile(self, using: str) -> tuple[str, tuple[int | None, ...], tuple[object, ...],
-                                            list[tuple[int, tuple[list[Any], Any]]]]:
+    def fragment(self, *values: object, using: str = "default") -> tuple[str, list[Any]]:
+        """The read's SQL and parameters for ``values``, to embed in a larger statement (its
+        rows unconverted: for ``EXISTS``, not for a select list)."""
+        sql, slots, constants, _ = self._compiled_for(using)
+        return sql, [values[slot] if slot is not None else constant
+                     for slot, constant in zip(slots, constants, strict=True)]
+
+    def _compiled_for(self, using: str) -> _Compiled:
+        compiled = self._compiled.get(using)
+        if compiled is None:
+            with self._lock:
+                compiled = self._compiled.setdefault(using, self._compile(using))
+        return compiled
+
+    def _compile(self, using: str) -> _Compiled:
         placeholders = [_PLACEHOLDER.format(index) for index in range(self._arity)]
         queryset = self._build(*placeholders)
         compiler = queryset.query.get_compiler(using=using)

@@ -71,7 +71,8 @@ class Fenced:
     skip the lock when nobody else wrote to the tree meanwhile.
     """
 
-    def __init__(self, claim: Claim, ledger: Ledger | None = None) -> None:
+    def __init__(self, claim: Claim, ledger: Ledger | None = None, *,
+                 last_sequence: int | None = None) -> None:
         self.claim = claim
         self._known: Ledger | None = None
         self._known_at = 0.0  # time.monotonic() when the database clock read known.now
@@ -81,6 +82,10 @@ class Fenced:
         self.controls_pending = False
         self._events: list[Event] = []  # written at the end of the atomic block
         self._after: list[Callable[[], object]] | None = None  # see after_writes()
+        self._then: list[Callable[[], object]] = []  # see hand_off()
+        #: The conversation's ``last_sequence`` as the claim read it or this worker's last
+        #: buffered step left it (None: not known, or written under the lock since).
+        self._last_sequence = last_sequence
         if ledger is not None:
             self._remember(ledger, time.monotonic())
 
@@ -108,6 +113,7 @@ class Fenced:
     def atomic(self) -> Iterator[Ledger]:
         """Open a transaction holding the tree lock; raise LostClaim if the fence moved."""
         claim = self.claim
+        self._last_sequence = None
         with transaction.atomic():
             ledger = lock_tree(claim.root_id)
             locked_at = time.monotonic()
@@ -148,16 +154,21 @@ class Fenced:
         ledger = self._projected() if buffered and connection.vendor == "postgresql" else None
         if ledger is not None:
             writes, after = StepWrites(), list[Callable[[], object]]()
-            self._writes, self._after = writes, after
+            self._writes, self._after, self._then = writes, after, []
             try:
                 result = body(ledger)
             except Exception:  # decided on a view that may be stale: decide again
                 result = _UNDECIDED
             finally:
                 self._writes, self._after = None, None
+            then, self._then = self._then, []
             if result is not _UNDECIDED and (self._send_then(writes, after) if after
                                              else self._send(writes)):
                 self._remember(ledger)
+                if writes.messages:
+                    self._last_sequence = writes.messages[-1].sequence
+                for hand_off in then:
+                    transaction.on_commit(hand_off)
                 return result
         with self.atomic() as locked_ledger:
             return body(locked_ledger)
@@ -187,6 +198,23 @@ class Fenced:
             then()
         else:
             self._after.append(then)
+
+    def hand_off(self, locked: Callable[[], object], unlocked: Callable[[], object]) -> None:
+        """The writes end a submitted turn, whose lane is handed on.
+
+        Inside :meth:`atomic` (or when this worker does not know the conversation's row as its
+        last step left it), ``locked()`` runs now, in the transaction, under the locks the
+        writes took: :meth:`after_writes`. In a buffered step, the statement is sent on its
+        own, guarded to hold only while no delivery waits in the lane (see
+        :func:`.steps.statement`), and ``unlocked()`` runs once it committed, without a lock;
+        when the guard does not hold, the step is decided again under the lock, and there
+        ``locked()`` runs."""
+        writes = self._writes
+        if writes is None or self._last_sequence is None:
+            self.after_writes(locked)
+            return
+        writes.lane = self._last_sequence
+        self._then.append(unlocked)
 
     def _send(self, writes: StepWrites, *, savepoint: bool = True) -> bool:
         """Send a step's writes guarded by the ledger last seen (``savepoint`` as for

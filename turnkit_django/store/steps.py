@@ -29,11 +29,13 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Subquery
 from django.db.models.functions import Now
 
 from ..models import Conversation, Event, Lease, Message, ToolExecution, Turn, Wait
 from ..states import TRANSITIONS, TurnStatus
 from . import sql
+from .compiled import CompiledRead
 from .cursors import server_cursor
 from .fields import TurnFields
 from .locks import Ledger, LedgerDelta
@@ -66,6 +68,9 @@ class StepWrites:
     events: list[Event] = field(default_factory=list)
     #: Whether the conversation's ``updated_at`` moves (a turn's terminal write).
     touch: bool = False
+    #: A background turn's terminal write sent without its lane's hand-off: the conversation's
+    #: ``last_sequence`` as this worker's last step left it (see :func:`statement`).
+    lane: int | None = None
 
 
 # --------------------------------------------------------------------------- SQL pieces
@@ -95,6 +100,29 @@ def _root_first(root_id: str, ledger: Mapping[str, object], known: Ledger | None
     guard = "" if known is None else " AND " + _ledger_guard(known, params, db)
     return (f"r AS ({text} WHERE id = %s{guard}"
             + (" RETURNING 1)" if ledger else " FOR NO KEY UPDATE)"))
+
+
+def _lane_guard(lane: int | None, params: list[object]) -> str:
+    """The conversation's ``UPDATE`` of a terminal write sent without its lane's hand-off
+    holds only on the row this worker's last step left (``lane``, its ``last_sequence``).
+
+    A delivery to a busy conversation appends a message, so it moves ``last_sequence``. One
+    appended before that step is seen by the statement's ``NOT EXISTS`` on buffered
+    deliveries; one appended since is seen here, even when it commits between the statement's
+    snapshot and its lock on the row, because PostgreSQL re-checks the ``WHERE`` on the row's
+    newest version; one committed after the statement finds the turn finished and wakes the
+    conversation itself. Either of the first two makes the statement write nothing, and the
+    hand-off is decided under the lock."""
+    if lane is None:
+        return ""
+    params.append(lane)
+    return " AND last_sequence = %s"
+
+
+#: Deliveries past a turn's input in its conversation (buffered for the next turn).
+_BUFFERED = CompiledRead(lambda conversation_id, turn_id: Message.objects.deliveries_after(
+    conversation_id, Subquery(Turn.objects.filter(pk=turn_id).values("context_sequence")[:1]),
+).values_list("pk"), 2)
 
 
 def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
@@ -134,11 +162,14 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
     count = len(writes.messages)
     if count or writes.touch:
         touch = ", updated_at = statement_timestamp()" if writes.touch else ""
-        ctes.append(f"s AS (UPDATE {sql.table(Conversation)} SET last_sequence = last_sequence "
-                    f"+ %s{touch} WHERE id = %s AND EXISTS (SELECT FROM t) "
-                    "RETURNING last_sequence)")
         params += [count, conversation_id]
+        guard = _lane_guard(writes.lane, params)
+        ctes.append(f"s AS (UPDATE {sql.table(Conversation)} SET last_sequence = last_sequence "
+                    f"+ %s{touch} WHERE id = %s AND EXISTS (SELECT FROM t){guard} "
+                    "RETURNING last_sequence)")
         checks.append("(SELECT count(*) FROM s) = 1")
+    elif writes.lane is not None:
+        raise Unsupported("a lane guard without the conversation's row")
     for index, execution in enumerate(writes.created):
         ctes.append(sql.insert(f"x{index}", execution, params, source="t"))
     for index, message in enumerate(writes.messages):
@@ -155,6 +186,10 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
                     "RETURNING 1)")
         params += [move.execution_id, *move.expected]
         checks.append(f"(SELECT count(*) FROM u{index}) = 1")
+    if writes.lane is not None:  # its parameters follow every CTE's
+        buffered, buffered_params = _BUFFERED.fragment(conversation_id, turn_id)
+        checks.append(f"NOT EXISTS ({buffered})")
+        params += buffered_params
     last = "(SELECT last_sequence FROM s)" if count or writes.touch else "NULL::bigint"
     text = (f"WITH {', '.join(ctes)} SELECT turnkit_step_guard({' AND '.join(checks)}), {last}")
     return text, params
