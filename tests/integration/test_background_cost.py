@@ -9,11 +9,13 @@ per ``RECONCILE_INTERVAL`` per process (and from the beat).
 
 from __future__ import annotations
 
+import logging
+import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import Error, connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -133,3 +135,35 @@ def test_a_worker_dying_between_its_terminal_commit_and_the_hand_off_leaves_the_
     Turn.objects.filter(pk=second.id).update(updated_at=timezone.now() - timedelta(hours=1))
     assert drain() == [second.id]
     assert recorded() == [second.id]
+
+
+def test_a_hand_off_read_that_fails_after_the_commit_is_logged_and_the_turn_stays_completed(
+        agent, monkeypatch, caplog):
+    """The read after a terminal write that committed on its own cannot undo that write. When
+    it fails (here the database ends the worker's session just before it), the worker logs it
+    and leaves the lane to maintenance; the next statement fails as on any ended session."""
+    monkeypatch.setattr(service_turns._Maintenance, "due_at", float("inf"))
+    conversation = agent.conversation()
+    first = conversation.ask("one", submit=True)
+    conversation.ask("two", submit=True)
+    clear()
+
+    def end_session() -> None:
+        pid = connection.connection.info.backend_pid
+
+        def terminate() -> None:
+            with connections["default"].cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+            connections.close_all()
+        thread = threading.Thread(target=terminate)
+        thread.start()
+        thread.join()
+
+    failpoints.arm("before_hand_off", end_session)
+    with caplog.at_level(logging.WARNING, logger="turnkit_django.deliveries"), \
+            pytest.raises(Error):
+        services.run_turn(first.id, kind="test")
+    connection.close()
+    assert any("could not hand on the lane" in r.getMessage() for r in caplog.records)
+    assert first.refresh().status == "completed"
+    assert recorded() == []
