@@ -153,6 +153,19 @@ def refuse_atomic_block(operation: str) -> None:
         raise AtomicBlockError(operation)
 
 
+@dataclass(frozen=True)
+class Executed:
+    """What :func:`execute` did: whether it claimed and ran the turn (its truth value) and,
+    when the turn ended, whether other turns wait for it, as the lane's hand-off read it
+    (None: not read)."""
+
+    ran: bool
+    waited_for: bool | None = None
+
+    def __bool__(self) -> bool:
+        return self.ran
+
+
 def execute(
     turn_id: str,
     *,
@@ -173,19 +186,6 @@ def execute(
     claim, row, ledger = claimed
     return Executed(True, _run_claimed(claim, row, ledger, agent, client, on_event,
                                        visible_history(row)))
-
-
-@dataclass(frozen=True)
-class Executed:
-    """What :func:`execute` did: whether it claimed and ran the turn (its truth value) and,
-    when the turn ended, whether other turns wait for it, as the lane's hand-off read it
-    (None: not read)."""
-
-    ran: bool
-    waited_for: bool | None = None
-
-    def __bool__(self) -> bool:
-        return self.ran
 
 
 def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "inline",
