@@ -77,12 +77,12 @@ def unprepared_turn() -> None:
 
 
 def background_turn() -> None:
-    run = T5.prepare("bench").submit()
+    run = T5.submit("bench")
     run_turn(run.id, kind="bench")
 
 
 def check_background() -> None:
-    run = T5.prepare("bench").submit()
+    run = T5.submit("bench")
     run_turn(run.id, kind="bench")
     status = Turn.objects.filter(pk=run.id).values_list("status", flat=True).get()
     if status != "completed":

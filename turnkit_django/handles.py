@@ -11,7 +11,6 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Self, Unpack
 
-from django.db import transaction
 from django.db.models import QuerySet
 
 from . import services
@@ -22,7 +21,7 @@ from .events import EventCallback
 from .exceptions import InvalidTransition
 from .interactive import ConversationInputs, TurnControls
 from .media import MediaMethods
-from .messages import TextPart
+from .messages import Part, TextPart
 from .models import Conversation, Delivery, Message, ToolExecution, Turn
 from .options import ConversationOptions, RunOptions, TurnOptions, task_parts
 from .options import only as _only
@@ -71,6 +70,8 @@ class Agent(AgentDefinition):
     def submit(self, task: str, *, callback: Any = None, **options: Unpack[RunOptions]) -> Run:
         """Create a run and hand it to background execution; returns at once."""
         _only("submit", options, RunOptions)
+        if callback is None:  # created submitted: one write
+            return Run.create(self, task, _submitted=True, **options)
         return Run.create(self, task, **options).submit(callback=callback)
 
     def conversation(self, **options: Unpack[ConversationOptions]) -> ConversationHandle:
@@ -211,6 +212,7 @@ class Run(TurnHandle):
         input: Any = None,
         on_event: EventCallback | None = None,
         prompt_mode: str | None = None,
+        _submitted: bool = False,
         **options: Unpack[TurnOptions | ConversationOptions],  # type: ignore[misc]
     ) -> Run:
         _only("Run.create", {**options, "input": input, "on_event": on_event,
@@ -219,7 +221,7 @@ class Run(TurnHandle):
         # Runs default to task mode unless the agent chose its own mode.
         mode = prompt_mode or agent.prompt_mode or "task"
         row = services.new_turn(agent, task_parts(task, validated), prompt_mode=mode,
-                                **options)
+                                submit=_submitted, **options)
         run = cls(row, agent)
         run._on_event = on_event
         return run
@@ -322,22 +324,23 @@ class ConversationHandle(ConversationInputs):
         (KeyConflict if the text differs), and appends nothing.
         """
         _only("ask", options, TurnOptions)
+        parts: list[Part] = [TextPart(text)]
         if key is not None:
             found = services.keyed_input(self.row, key, text)
             taker = None if found is None else services.taker(found)
             if taker is not None:
                 return TurnHandle(taker, self.agent)
+            if found is not None:  # said with this key, answered by no turn yet
+                parts, key = [], None
         if not submit:
             refuse_atomic_block("conversation.ask()")
-            row = execute_new(self.agent, [TextPart(text)], conversation=self.row,
+            row = execute_new(self.agent, parts, conversation=self.row,
                               on_event=on_event, message_key=key, **options)
             return TurnHandle(row, self.agent).refresh()
-        with transaction.atomic():
-            self.say(text, key=key)
-            turn = self.prepare_turn(**options)
-            if submit:
-                return turn.submit()
-        return turn.execute(on_event=on_event)
+        # The input and the turn handed to background execution, in one write.
+        row = services.new_turn(self.agent, parts, conversation=self.row, message_key=key,
+                                submit=True, **options)
+        return TurnHandle(row, self.agent)
 
     def messages(self, after: int = 0, *, principal: Any = _UNSET,
                  include_private: bool = False) -> QuerySet[Message]:

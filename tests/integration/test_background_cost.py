@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import Error, connection, connections
+from django.db import Error, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -23,7 +23,7 @@ from tests.dispatch import background, clear, recorded
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from turnkit_django import Agent, drain, failpoints, services, tool
 from turnkit_django.failpoints import SimulatedCrash
-from turnkit_django.models import Turn
+from turnkit_django.models import Event, Turn
 from turnkit_django.services import turns as service_turns
 from turnkit_django.testing import FunctionClient, call, reply
 
@@ -166,4 +166,46 @@ def test_a_hand_off_read_that_fails_after_the_commit_is_logged_and_the_turn_stay
     connection.close()
     assert any("could not hand on the lane" in r.getMessage() for r in caplog.records)
     assert first.refresh().status == "completed"
+    assert recorded() == []
+
+
+#: Statements of ``agent.submit(task)`` and of ``conversation.ask(text, submit=True)`` on
+#: PostgreSQL: the conversation when it is new, the input, the turn already submitted (its
+#: times from the database's clock) and the input's event, in one statement.
+CREATED_SUBMITTED_STATEMENTS = 1
+
+
+@pytest.mark.parametrize("how", ["agent.submit", "ask(submit=True)"])
+def test_a_turn_handed_to_the_background_as_it_is_created_is_one_write(agent, how):
+    conversation = agent.conversation()
+    clear()
+    with CaptureQueriesContext(connection) as queries:
+        handle = (agent.submit("task") if how == "agent.submit"
+                  else conversation.ask("task", submit=True))
+    row = Turn.objects.get(pk=handle.id)
+    assert row.status == "pending" and row.submitted_at is not None
+    assert row.updated_at == row.submitted_at
+    assert row.deadline_at == row.submitted_at + timedelta(seconds=300)  # the default timeout
+    held = handle.row
+    assert (held.status, held.submitted_at, held.deadline_at, held.context_sequence) == (
+        row.status, row.submitted_at, row.deadline_at, row.context_sequence)
+    assert recorded() == [handle.id]
+    created = Event.objects.filter(root_turn_id=handle.id, type="message.created")
+    assert [e.payload["text"] for e in created] == ["task"]  # the tree's stream shows its input
+    if connection.vendor == "postgresql":
+        assert len(queries) == CREATED_SUBMITTED_STATEMENTS, "\n".join(
+            q["sql"][:120] for q in queries.captured_queries)
+    assert services.run_turn(handle.id, kind="test")
+    assert Turn.objects.get(pk=handle.id).status == "completed"
+
+
+def test_a_turn_created_submitted_in_a_transaction_rolled_back_rings_nothing(agent):
+    conversation = agent.conversation()
+    clear()
+    created: list[str] = []
+    with pytest.raises(RuntimeError), transaction.atomic():
+        created.append(agent.submit("task").id)
+        created.append(conversation.ask("task", submit=True).id)
+        raise RuntimeError("the caller's transaction fails")
+    assert not Turn.objects.filter(pk__in=created).exists()
     assert recorded() == []

@@ -329,6 +329,21 @@ def test_post_and_ask_with_a_key_retried_five_times_append_one_message(
                                   content__0__text="Also check order 43.").count() == 1
 
 
+@pytest.mark.parametrize("submit", [False, True])
+def test_ask_with_the_key_of_an_input_said_before_answers_it_without_appending(registered,
+                                                                              submit):
+    """``say(text, key=...)`` appended the input and ran nothing; ``ask`` with that key
+    creates the turn over it (appending nothing), and asking again returns that turn."""
+    agent = registered(Agent("said_first", client=FunctionClient(lambda r: reply("ok"))))
+    conv = agent.conversation()
+    said = conv.say("Where is it?", key="req-1")
+    turn = conv.ask("Where is it?", key="req-1", submit=submit)
+    assert Message.objects.filter(conversation_id=conv.id, role="user").count() == 1
+    assert Turn.objects.get(pk=turn.id).context_sequence == said.sequence
+    assert conv.ask("Where is it?", key="req-1", submit=submit).id == turn.id
+    assert conv.input_status("req-1").turn_id == turn.id
+
+
 # --------------------------------------------------------------------------- events
 
 

@@ -25,6 +25,7 @@ from ..store import (
     create_turn,
 )
 from ..store.claims import Prepare
+from .submission import dispatch
 
 
 def new_conversation(
@@ -90,13 +91,21 @@ def turn_options(agent: AgentDefinition, *, output_schema: Schema = None,
 
 
 def new_turn(agent: AgentDefinition, parts: Sequence[Part] = (), *,
-             message_metadata: JsonMapping | None = None, **options: Any) -> Turn:
+             message_metadata: JsonMapping | None = None, message_key: str | None = None,
+             submit: bool = False, **options: Any) -> Turn:
     """Create a pending turn (and its conversation and input message when needed).
 
-    ``options`` are those of :func:`turn_spec`.
+    With ``submit``, a root turn is created already handed to background execution, in the
+    same write, and its doorbell rings once the current transaction commits: what
+    ``submit()`` does for a turn without waits or callback. ``options`` are those of
+    :func:`turn_spec`.
     """
     conversation, spec = turn_spec(agent, **options)
-    return create_turn(spec, conversation, parts, message_metadata=message_metadata)
+    turn = create_turn(spec, conversation, parts, message_metadata=message_metadata,
+                       message_key=message_key, submit=submit)
+    if submit:
+        dispatch(turn.pk)
+    return turn
 
 
 def new_claimed_turn(agent: AgentDefinition, parts: Sequence[Part], worker: str, *,

@@ -222,12 +222,15 @@ def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Le
 
 def insert_claimed(conversation: Conversation, message: Message | None, turn: Turn,
                    lease: Lease | None, lifetime: timedelta | None,
-                   events: list[Event] | None = None) -> tuple[datetime, int]:
+                   events: list[Event] | None = None, *,
+                   submitted: bool = False) -> tuple[datetime, int]:
     """Insert a turn (with its conversation when new, its input, and when it is claimed its
     lease) as one statement; return the database's clock and the turn's input sequence.
 
     A claimed turn's times are the database's: ``started_at``, the lease's heartbeat, and the
-    deadline ``lifetime`` after them. Without a lease the turn is inserted as built (pending).
+    deadline ``lifetime`` after them. A ``submitted`` turn (a new root without waits, handed to
+    background execution as it is created) takes ``submitted_at`` and its deadline from the
+    same clock. Otherwise the turn is inserted as built (pending).
     """
     db = sql.db()
     params: list[object] = []
@@ -249,8 +252,9 @@ def insert_claimed(conversation: Conversation, message: Message | None, turn: Tu
                             computed={"sequence": ("s.last_sequence", [])}))
     now: tuple[str, list[object]] = ("statement_timestamp()", [])
     computed: dict[str, tuple[str, list[object]]] = {"context_sequence": ("s.last_sequence", [])}
-    if lease is not None:
-        computed.update({"started_at": now, "updated_at": now,
+    if lease is not None or submitted:
+        computed.update({"started_at" if lease is not None else "submitted_at": now,
+                         "updated_at": now,
                          "deadline_at": ("NULL::timestamptz", []) if lifetime is None else (
                              "statement_timestamp() + %s::interval", [lifetime])})
     ctes.append(sql.insert("t", turn, params, source="s", computed=computed))

@@ -32,7 +32,7 @@ from .events import message_events
 from .fields import TurnFields
 from .locks import database_now, lock_tree
 from .sql import Unsupported
-from .transcript import ClosedCall, NewMessage, build_messages, insert_messages, repair
+from .transcript import ClosedCall, NewMessage, build_messages, insert_rows, repair
 from .waits import submit_status
 
 M = TypeVar("M", bound=Model)
@@ -121,36 +121,58 @@ class NewTurn:
 
 
 def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part] = (), *,
-                message_metadata: JsonMapping | None = None) -> Turn:
+                message_metadata: JsonMapping | None = None, message_key: str | None = None,
+                submit: bool = False) -> Turn:
     """Create a pending turn over ``conversation`` (saved first when it is new), with
-    ``parts`` as its new user input."""
+    ``parts`` as its new user input (idempotent by ``message_key``).
+
+    With ``submit``, a root turn is handed to background execution as it is created (what
+    :func:`submit` would write for a turn without waits or callback); the caller rings its
+    doorbell."""
+    if submit and (spec.parent is not None or spec.tree is not None):
+        raise ValueError("only a root turn can be created submitted")
+    message = None
+    if parts:
+        message = build_messages(conversation.pk, [NewMessage(
+            "user", parts, metadata=message_metadata, key=message_key)])[0]
+    now: datetime | None
     if connection.vendor == "postgresql":  # one statement
-        message = None
-        if parts:
-            message = build_messages(conversation.pk, [NewMessage("user", parts,
-                                                                  metadata=message_metadata)])[0]
         turn = build_turn(spec, conversation, 0)  # its input's sequence comes back
+        lifetime = _lifetime(turn) if submit else None
         events = [] if message is None else message_events(turn.root_turn_id, turn.pk, [message])
-        _, sequence = steps.insert_claimed(conversation, message, turn, None, None, events)
-        if message is not None:
-            message.sequence = sequence
-        turn.context_sequence = sequence
-        return turn
-    with transaction.atomic(savepoint=False):
-        if conversation._state.adding:
-            conversation.save(force_insert=True)
-        if parts:  # its sequence is the last one: the conversation row stays locked until commit
-            last = insert_messages(conversation.pk, [NewMessage("user", parts,
-                                                                metadata=message_metadata)])[0]
-            sequence = last.sequence
-        else:
-            sequence = Conversation.objects.filter(pk=conversation.pk).values_list(
-                "last_sequence", flat=True).get()
-        turn = build_turn(spec, conversation, sequence)
-        turn.save(force_insert=True)
-        if parts:  # the stream of the turn's tree shows its input
-            Event.objects.bulk_create(message_events(turn.root_turn_id, turn.pk, [last]))
-        return turn
+        now, sequence = steps.insert_claimed(conversation, message, turn, None, lifetime, events,
+                                             submitted=submit)
+    else:
+        with transaction.atomic(savepoint=False):
+            if conversation._state.adding:
+                conversation.save(force_insert=True)
+            now = database_now() if submit else None
+            if message is not None:  # its sequence is the last one: the row stays locked
+                sequence = insert_rows(conversation.pk, [message])[0].sequence
+            else:
+                sequence = Conversation.objects.filter(pk=conversation.pk).values_list(
+                    "last_sequence", flat=True).get()
+            turn = build_turn(spec, conversation, sequence)
+            if now is not None:
+                _submitted_at(turn, now)
+            turn.save(force_insert=True)
+            if now is not None:  # saving stamped updated_at with this process's clock
+                Turn.objects.filter(pk=turn.pk).update(updated_at=now)
+            if message is not None:  # the stream of the turn's tree shows its input
+                Event.objects.bulk_create(message_events(turn.root_turn_id, turn.pk, [message]))
+    if message is not None:
+        message.sequence = sequence
+    turn.context_sequence = sequence
+    if submit and now is not None:
+        _submitted_at(turn, now)
+    return turn
+
+
+def _submitted_at(turn: Turn, now: datetime) -> None:
+    """The fields a root turn's submit writes, from the database clock's ``now``."""
+    lifetime = _lifetime(turn)
+    turn.submitted_at, turn.updated_at = now, now
+    turn.deadline_at = None if lifetime is None else now + lifetime
 
 
 def build_turn(spec: NewTurn, conversation: Conversation, sequence: int) -> Turn:
