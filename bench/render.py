@@ -85,7 +85,10 @@ def throughput(data: dict[str, Any]) -> str:
     rows = []
     for children, blocks in data["results"].items():
         bare, turns = _mean(blocks["bare"], "per_s"), _mean(blocks["turns"], "per_s")
+        three = _mean(blocks["bare3"], "per_s") if blocks.get("bare3") else None
         rows.append([children, num(bare, 1), num(turns, 1), f"{turns / bare:.2f}",
+                     "-" if three is None else num(three, 1),
+                     "-" if three is None else f"{turns / three:.2f}",
                      num(_mean(blocks["bare"], "statements"), 1),
                      f"{num(_mean(blocks['turns'], 'statements_submit'), 1)} + "
                      f"{num(_mean(blocks['turns'], 'statements_run'), 1)}",
@@ -97,9 +100,12 @@ def throughput(data: dict[str, Any]) -> str:
         f"tool, model queued at once per block, {data['rounds']} blocks each, alternating; one "
         "worker process, prefork; PostgreSQL + Redis)", "",
         table(["children", "bare tasks/s", "turns/s", "turns/s ÷ tasks/s",
-               "statements/bare task", "statements/turn (submit + worker)", "turns completed",
-               "doorbells left/block"], rows, right=[0, 1, 2, 3, 4, 5, 7]),
-        "", "Statements: what the clients sent (BEGIN, COMMIT and Django's health check "
+               "3-transaction tasks/s", "turns/s ÷ those", "statements/bare task",
+               "statements/turn (submit + worker)", "turns completed", "doorbells left/block"],
+              rows, right=[0, 1, 2, 3, 4, 5, 6, 7, 9]),
+        "", "A 3-transaction task commits as many times as a turn of model, tool, model, "
+        "each commit a transaction like the bare task's. "
+        "Statements: what the clients sent (BEGIN, COMMIT and Django's health check "
         "included; foreign-key checks not). Doorbells left: `run_turn` messages still queued "
         "when every turn of the block had finished (rung again for turns that waited in the "
         "backlog; each costs a task that finds nothing to claim)."])

@@ -1,4 +1,4 @@
-"""The bare task of the throughput benchmark: one transaction (INSERT + UPDATE) per task.
+"""The bare task of the throughput benchmark: one transaction (INSERT + UPDATE) per step.
 
 What a Celery task doing one durable step costs in the same project (same Django, same database
 connection settings, same broker), to compare a background turn with. Importing this module also
@@ -28,9 +28,12 @@ def create_tables(jobs: int) -> None:
 
 
 @shared_task(name="bench.bare_step", ignore_result=True)
-def bare_step(job: int) -> None:
-    """One durable step: append a record and move the job's cursor, in one transaction."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("INSERT INTO bench_bare_log (cursor_id, payload) VALUES (%s, %s)",
-                       [job, PAYLOAD])
-        cursor.execute("UPDATE bench_bare_cursor SET step = step + 1 WHERE id = %s", [job])
+def bare_step(job: int, steps: int = 1) -> None:
+    """``steps`` durable steps: each appends a record and moves the job's cursor, in a
+    transaction of its own (one, the issue's baseline; three, as many as a turn of model, tool,
+    model commits)."""
+    for _ in range(steps):
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("INSERT INTO bench_bare_log (cursor_id, payload) VALUES (%s, %s)",
+                           [job, PAYLOAD])
+            cursor.execute("UPDATE bench_bare_cursor SET step = step + 1 WHERE id = %s", [job])

@@ -4,7 +4,8 @@ Run with ``make bench`` (throwaway PostgreSQL and Redis). In one run, for one wo
 with one and then with two prefork children, blocks alternate:
 
 * bare: N ``bench.bare_step`` tasks (``bench/tasks.py``: one INSERT + UPDATE transaction each,
-  on a row of its own) queued at once;
+  on a row of its own) queued at once; and N tasks of three such transactions each, as many
+  commits as a turn makes;
 * turns: N background turns of model, tool, model (``bench.workload.T3``: ``agent.submit()``,
   then the ``turnkit.run_turn`` task: the turn, the lane hand-off, the wake and a maintenance
   pass) submitted at once.
@@ -145,22 +146,26 @@ class Bench:
         self.broker.delete(QUEUE, "unacked", "unacked_index")
         return left
 
-    def bare(self, children: int) -> dict[str, Any]:
+    def bare(self, children: int, steps: int = 1) -> dict[str, Any]:
         self.leftover()
         create_tables(self.n)
         for job in range(1, self.n + 1):
-            bare_step.apply_async(args=(job,), queue=QUEUE)
+            bare_step.apply_async(args=(job, steps), queue=QUEUE)
         self.observer.reset_statements()
         worker = Worker(children, self.url, OUT / f"worker-{children}.log")
         try:
-            wait_for(lambda: scalar("SELECT count(*) FROM bench_bare_log") >= self.n, worker,
-                     timeout=300, what=f"{self.n} bare tasks")
+            wait_for(lambda: scalar("SELECT count(*) FROM bench_bare_log") >= self.n * steps,
+                     worker, timeout=300, what=f"{self.n} bare tasks")
         finally:
             worker.stop()
         seconds = scalar("SELECT extract(epoch FROM max(created_at) - min(created_at)) "
                          "FROM bench_bare_log")
         return {"per_s": (self.n - 1) / float(seconds), "seconds": float(seconds),
                 "statements": self.sent(worker=True) / self.n, "left": self.leftover()}
+
+    def bare3(self, children: int) -> dict[str, Any]:
+        """Bare tasks of three transactions: as many commits as a turn of model, tool, model."""
+        return self.bare(children, steps=3)
 
     def turns(self, children: int) -> dict[str, Any]:
         self.leftover()
@@ -192,9 +197,10 @@ def main() -> None:
     bench = Bench(n)
     results: dict[str, Any] = {}
     for children in (1, 2):
-        blocks: dict[str, list[dict[str, Any]]] = {"bare": [], "turns": []}
+        blocks: dict[str, list[dict[str, Any]]] = {"bare": [], "bare3": [], "turns": []}
         for index in range(rounds):
-            order = ["bare", "turns"] if index % 2 == 0 else ["turns", "bare"]
+            order = ["bare", "bare3", "turns"]
+            order = order if index % 2 == 0 else order[::-1]
             for kind in order:
                 blocks[kind].append(getattr(bench, kind)(children))
                 last = blocks[kind][-1]
