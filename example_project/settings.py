@@ -82,6 +82,9 @@ def _postgres(url: str) -> dict[str, Any]:
         "keepalives_idle": 30,
         "keepalives_interval": 10,
         "keepalives_count": 3,
+        # Keepalives probe an idle connection; this bounds one whose sent data is never
+        # acknowledged (milliseconds), such as a heartbeat's on a dropped network path.
+        "tcp_user_timeout": 30_000,
     }
     return database
 
