@@ -7,7 +7,9 @@ process they must leave the caller's connection alone, even inside the caller's 
 
 from __future__ import annotations
 
+import os
 import signal
+import threading
 
 import pytest
 from django.contrib.auth.models import Group
@@ -57,14 +59,16 @@ def test_a_session_left_mid_query_by_a_soft_time_limit_is_replaced_before_the_ne
         def soft_limit(signum: int, frame: object) -> None:
             raise _SoftLimit()
 
-        previous = signal.signal(signal.SIGALRM, soft_limit)
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        # Celery's prefork pool signals a soft time limit with SIGUSR1, as this timer does.
+        previous = signal.signal(signal.SIGUSR1, soft_limit)
+        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1))
+        timer.start()
         try:
             with pytest.raises(_SoftLimit), connection.cursor() as cursor:
                 cursor.execute("SELECT pg_sleep(30)")
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+            timer.cancel()
+            signal.signal(signal.SIGUSR1, previous)
         close_old_connections()  # what turnkit's tasks run after themselves in a worker
         assert read_ledger("turn_missing") is None  # a hot statement (server-bound) first
         assert _backend_pid() != interrupted  # a new session, not the busy one
