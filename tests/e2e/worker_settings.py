@@ -1,7 +1,8 @@
 """Django settings of the e2e tier's worker processes (and the TURNKIT timings the tests share).
 
 ``tests.settings`` plus: the PostgreSQL database pytest-django created for the session
-(``TURNKIT_E2E_DATABASE_NAME``, set by the harness), connections closed after each task (kept
+(``TURNKIT_E2E_DATABASE_NAME``, set by the harness), its ``OPTIONS`` (statements prepared, as
+docs/howto/deployment.md recommends), connections closed after each task (kept
 across tasks instead with ``TURNKIT_E2E_KEEP_CONNECTIONS=1``, docs/howto/celery.md),
 ``application_name`` naming the worker (so hygiene checks and operators can see who holds what),
 and short timings so leases expire in seconds.
@@ -40,7 +41,8 @@ if os.environ.get("TURNKIT_E2E_DATABASE_NAME"):
     _default["NAME"] = os.environ["TURNKIT_E2E_DATABASE_NAME"]
 _default["CONN_MAX_AGE"] = 0
 if _default["ENGINE"] == "django.db.backends.postgresql":
-    _default["OPTIONS"] = {
+    _default["OPTIONS"] = {  # the tests' own (prepared statements, as the docs recommend)
+        **_default.get("OPTIONS", {}),
         "application_name": "turnkit-e2e-" + os.environ.get("TURNKIT_E2E_WORKER", "process"),
         "connect_timeout": 5,
     }
