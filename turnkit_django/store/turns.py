@@ -135,36 +135,36 @@ def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part]
     if parts:
         message = build_messages(conversation.pk, [NewMessage(
             "user", parts, metadata=message_metadata, key=message_key)])[0]
-    now: datetime | None
     if connection.vendor == "postgresql":  # one statement
         turn = build_turn(spec, conversation, 0)  # its input's sequence comes back
         lifetime = _lifetime(turn) if submit else None
         events = [] if message is None else message_events(turn.root_turn_id, turn.pk, [message])
         now, sequence = steps.insert_claimed(conversation, message, turn, None, lifetime, events,
                                              submitted=submit)
+        if submit:
+            _submitted_at(turn, now)
     else:
         with transaction.atomic(savepoint=False):
             if conversation._state.adding:
                 conversation.save(force_insert=True)
-            now = database_now() if submit else None
             if message is not None:  # its sequence is the last one: the row stays locked
                 sequence = insert_rows(conversation.pk, [message])[0].sequence
             else:
                 sequence = Conversation.objects.filter(pk=conversation.pk).values_list(
                     "last_sequence", flat=True).get()
             turn = build_turn(spec, conversation, sequence)
-            if now is not None:
+            if submit:
+                now = database_now()
                 _submitted_at(turn, now)
             turn.save(force_insert=True)
-            if now is not None:  # saving stamped updated_at with this process's clock
+            if submit:  # saving stamped updated_at with this process's clock
                 Turn.objects.filter(pk=turn.pk).update(updated_at=now)
+                turn.updated_at = now
             if message is not None:  # the stream of the turn's tree shows its input
                 Event.objects.bulk_create(message_events(turn.root_turn_id, turn.pk, [message]))
     if message is not None:
         message.sequence = sequence
     turn.context_sequence = sequence
-    if submit and now is not None:
-        _submitted_at(turn, now)
     return turn
 
 
