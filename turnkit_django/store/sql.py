@@ -144,52 +144,59 @@ def assign(model: type[Model], fields: Mapping[str, object], params: list[object
 
 
 def insert(name: str, obj: Model, params: list[object], *, source: str,
-            computed: dict[str, tuple[str, list[object]]] | None = None) -> str:
+           computed: dict[str, tuple[str, list[object]]] | None = None) -> str:
     """A CTE inserting ``obj`` for each row of ``source`` (one row, or none).
 
     The row travels as one JSON record (one parameter, however many columns) that
     ``jsonb_populate_record`` turns into the table's row type; ``computed`` columns take an
-    SQL expression (with its parameters) evaluated in the statement instead.
+    SQL expression (with its parameters) evaluated in the statement instead, so they are left
+    out of the record.
     """
     model = type(obj)
     record: dict[str, object] = {}
     now: datetime | None = None
+    selected = []
     for column in columns(model):
         if computed and column.name in computed:
+            expression, extra = computed[column.name]
+            selected.append(expression)
+            params.extend(extra)
             continue
         if column.stamped:  # what pre_save does for auto_now(_add) fields
             now = now or timezone.now()
             setattr(obj, column.attname, now)
         record[column.column] = column.to_json(getattr(obj, column.attname))
+        selected.append(f"r.{quote(column.column)}")
     params.append(json.dumps(record, separators=(",", ":")))
     quoted = table(model)
-    value = "%s::jsonb"
-    if computed:
-        pairs = []
-        for field_name, (expression, extra) in computed.items():
-            pairs.append(f"'{field_of(model, field_name).column}', {expression}")
-            params.extend(extra)
-        value += f" || jsonb_build_object({', '.join(pairs)})"
-    return (f"{name} AS (INSERT INTO {quoted} SELECT r.* FROM {source}, "
-            f"jsonb_populate_record(NULL::{quoted}, {value}) AS r)")
+    return (f"{name} AS (INSERT INTO {quoted} ({column_list(model)}) "
+            f"SELECT {', '.join(selected)} FROM {source}, "
+            f"jsonb_populate_record(NULL::{quoted}, %s::jsonb) AS r)")
+
+
+@functools.cache
+def column_list(model: type[Model], *, without: str = "") -> str:
+    """The quoted concrete columns of ``model`` in their order (less the field ``without``)."""
+    return ", ".join(quote(c.column) for c in columns(model) if c.name != without)
 
 
 def insert_events(events: list[Event], params: list[object], source: str = "t") -> str:
     """One CTE inserting the step's events in order, their ids drawn from the sequence row by
-    row, under the tree lock the statement holds (the tree's cursor order)."""
+    row (the column's default, evaluated as the sorted rows are inserted), under the tree lock
+    the statement holds (the tree's cursor order)."""
     records = []
     for event in events:
         event.created_at = event.created_at or timezone.now()
         records.append({c.column: c.to_json(getattr(event, c.attname))
                         for c in columns(Event) if c.name != "id"})
-    params += [json.dumps(records, separators=(",", ":")), Event._meta.db_table]
+    params.append(json.dumps(records, separators=(",", ":")))
     quoted = table(Event)
-    return (f"e AS (INSERT INTO {quoted} SELECT r.* FROM {source}, "
-            "jsonb_array_elements(%s::jsonb) "
-            f"WITH ORDINALITY AS x(value, n), jsonb_populate_record(NULL::{quoted}, x.value || "
-            "jsonb_build_object('id', nextval(pg_get_serial_sequence(%s, 'id')))) AS r "
-            "ORDER BY x.n)")
+    names = column_list(Event, without="id")
+    selected = ", ".join(f"r.{quote(c.column)}" for c in columns(Event) if c.name != "id")
+    return (f"e AS (INSERT INTO {quoted} ({names}) SELECT {selected} FROM {source}, "
+            f"jsonb_populate_recordset(NULL::{quoted}, %s::jsonb) WITH ORDINALITY AS r "
+            "ORDER BY r.ordinality)")
 
 
-__all__ = ["Raw", "Unsupported", "assign", "columns", "db", "field_of", "insert", "insert_events",
-           "quote", "table"]
+__all__ = ["Raw", "Unsupported", "assign", "column_list", "columns", "db", "field_of", "insert",
+           "insert_events", "quote", "table"]
