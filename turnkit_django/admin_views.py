@@ -24,6 +24,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
+from .authorization import TRANSCRIPT_PERMISSION
 from .exceptions import AuthorizationError, TurnkitError
 from .models import Turn
 from .serialization import JsonObject
@@ -41,7 +42,6 @@ from .timeline import (
 )
 
 CANCEL_PERMISSION = "turnkit.cancel_turn"
-TRANSCRIPT_PERMISSION = "turnkit.view_transcript"
 
 
 def can_read_transcripts(request: HttpRequest) -> bool:

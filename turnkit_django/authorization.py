@@ -16,6 +16,11 @@ ACTIONS = frozenset(
 )
 
 
+#: The permission that lets a staff user read every transcript (the admin's turn pages, and
+#: without an ``AUTHORIZATION_POLICY`` turnkit's run views).
+TRANSCRIPT_PERMISSION = "turnkit.view_transcript"
+
+
 def is_allowed(action: str, *, principal: Any, **resources: Any) -> bool:
     """Ask ``TURNKIT["AUTHORIZATION_POLICY"]``; no policy means a trusted application."""
     policy = turnkit_settings.AUTHORIZATION_POLICY

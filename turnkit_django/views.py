@@ -11,7 +11,10 @@
 * ``runs/<id>/``: a page showing the live transcript and the pending approvals.
 
 Both require a logged-in user and authorize ``read_messages`` for the principal
-:meth:`EventStream.principal` gives (``{"user": pk}``; override it for your own shape).
+:meth:`EventStream.principal` gives (``{"user": pk}``; override it for your own shape). Without an
+``AUTHORIZATION_POLICY`` (which otherwise allows every action), a run is shown only to the user
+it was started for (its principal is the one the view gives) and to users with the permission
+``turnkit.view_transcript``, as in the admin: a logged-in user cannot read other users' runs.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views import View
 
-from .authorization import is_allowed
+from .authorization import TRANSCRIPT_PERMISSION, is_allowed
+from .conf import turnkit_settings
 from .models import Event, Turn
 
 
@@ -50,9 +54,15 @@ def _allowed(request: HttpRequest, run_id: str, principal: Any) -> Turn:
     if not request.user.is_authenticated:
         raise Http404("no such run")
     root = Turn.objects.filter(pk=run_id, root_turn_id=run_id).first()
-    if root is None or not is_allowed("read_messages", principal=principal, turn_id=root.pk,
-                                      conversation_id=root.conversation_id,
-                                      turn_principal=root.principal):
+    if root is None:
+        raise Http404("no such run")
+    if turnkit_settings.AUTHORIZATION_POLICY is None:  # no policy: the run's own user, or staff
+        allowed = (root.principal is not None and root.principal == principal) \
+            or request.user.has_perm(TRANSCRIPT_PERMISSION)
+    else:
+        allowed = is_allowed("read_messages", principal=principal, turn_id=root.pk,
+                             conversation_id=root.conversation_id, turn_principal=root.principal)
+    if not allowed:
         raise Http404("no such run")
     return root
 

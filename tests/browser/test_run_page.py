@@ -49,7 +49,7 @@ def test_the_run_page_shows_a_pending_approval_and_the_live_transcript(
     client = Client()
     client.force_login(user)
     session = client.cookies["sessionid"].value
-    run = agent.submit("refund order 42")
+    run = agent.submit("refund order 42", principal={"user": user.pk})  # the page shows it to them
     assert services.run_turn(run.id)
     call_id = ToolExecution.objects.awaiting_approval().get(turn_id=run.id).tool_call_id
     errors: list[BaseException] = []

@@ -15,9 +15,11 @@ from typing import Any
 import httpx
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.test import Client
 
 from tests.asgi_server import serving
+from tests.dispatch import override_turnkit
 from tests.integration.test_controls import issue_refund, refund_then_report
 from turnkit_django import Agent, services
 from turnkit_django.models import Event
@@ -26,11 +28,17 @@ from turnkit_django.testing import FunctionClient
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
 
 
-def session_cookie() -> dict[str, str]:
-    user = get_user_model().objects.create_user("reader", password="x")
+def session_cookie(name: str = "reader", *, permissions: tuple[str, ...] = ()) -> dict[str, str]:
+    """A logged-in session of a new user ``name`` (its principal: ``{"user": its pk}``)."""
+    user = get_user_model().objects.create_user(name, password="x")
+    user.user_permissions.add(*(Permission.objects.get(codename=p) for p in permissions))
     client = Client()
     client.force_login(user)
     return {"sessionid": client.cookies["sessionid"].value}
+
+
+def principal(name: str = "reader") -> dict[str, int]:
+    return {"user": get_user_model().objects.get(username=name).pk}
 
 
 def frames(response: httpx.Response) -> Any:
@@ -70,7 +78,7 @@ def test_the_stream_follows_a_background_run_and_resumes_from_last_event_id(regi
     agent = registered(Agent("streamed", tools=[issue_refund],
                              client=FunctionClient(refund_then_report("issue_refund"))))
     cookies = session_cookie()
-    run = agent.submit("refund order 42")
+    run = agent.submit("refund order 42", principal=principal())
     with serving() as base:
         first: queue.Queue[Any] = queue.Queue()
         reader = threading.Thread(target=read_until,
@@ -101,12 +109,51 @@ def test_the_stream_follows_a_background_run_and_resumes_from_last_event_id(regi
 
 def test_the_stream_and_page_refuse_anonymous_users_and_unknown_runs(registered):
     agent = registered(Agent("private", client=FunctionClient(lambda r: None)))
-    run = agent.prepare("x")
+    cookies = session_cookie()
+    run = agent.prepare("x", principal=principal())
     with serving() as base, httpx.Client(base_url=base, timeout=10) as client:
         assert client.get(f"/turnkit/runs/{run.id}/events").status_code == 404
         assert client.get(f"/turnkit/runs/{run.id}/").status_code == 404
-        cookies = session_cookie()
         client.cookies.update(cookies)
         assert client.get("/turnkit/runs/turn_missing/events").status_code == 404
         page = client.get(f"/turnkit/runs/{run.id}/")
         assert page.status_code == 200 and f"/turnkit/runs/{run.id}/events" in page.text
+
+
+def test_without_a_policy_a_run_is_shown_to_its_own_user_and_to_transcript_readers(registered):
+    """No AUTHORIZATION_POLICY allows every action, but the views do not show one user's run
+    to every other logged-in user: only to its principal and to holders of view_transcript."""
+    agent = registered(Agent("mine", client=FunctionClient(lambda r: None)))
+    owner = session_cookie("owner")
+    other = session_cookie("other")
+    staff = session_cookie("auditor", permissions=("view_transcript",))
+    mine = agent.prepare("x", principal=principal("owner"))
+    unowned = agent.prepare("y")  # started by the application itself, for nobody
+    with serving() as base:
+        def status(cookies: dict[str, str], run_id: str, path: str = "") -> int:
+            with httpx.Client(base_url=base, cookies=cookies, timeout=10) as client:
+                return client.get(f"/turnkit/runs/{run_id}/{path}").status_code
+
+        assert status(owner, mine.id) == 200
+        assert status(other, mine.id) == 404 and status(other, mine.id, "events") == 404
+        assert status(staff, mine.id) == 200
+        assert status(owner, unowned.id) == 404 and status(other, unowned.id) == 404
+        assert status(staff, unowned.id) == 200
+
+
+def test_with_a_policy_the_policy_decides_what_the_views_show(registered):
+    agent = registered(Agent("policed", client=FunctionClient(lambda r: None)))
+    owner = session_cookie("owner")
+    other = session_cookie("other")
+    mine = agent.prepare("x", principal=principal("owner"))
+    asked: list[Any] = []
+
+    def everyone_but_the_owner(action: str, *, principal: Any, **resources: Any) -> bool:
+        asked.append((action, principal, resources["turn_principal"]))
+        return principal != resources["turn_principal"]
+
+    with override_turnkit(AUTHORIZATION_POLICY=everyone_but_the_owner), serving() as base:
+        for cookies, expected in ((owner, 404), (other, 200)):
+            with httpx.Client(base_url=base, cookies=cookies, timeout=10) as client:
+                assert client.get(f"/turnkit/runs/{mine.id}/").status_code == expected
+    assert [a for a, _, _ in asked] == ["read_messages", "read_messages"]
