@@ -17,6 +17,10 @@ CHECKS = 20  # compaction checks timed after the last ask (bench/growth.py)
 INLINE, BACKGROUND = "inline", "background"
 
 
+#: The label of the write path's row starts so (bench/step_overhead.py).
+WRITE_PATH = "turnkit-django write path alone"
+
+
 def steps(data: dict[str, Any]) -> str:
     """Per step against the floor (bench/step_overhead.py), PostgreSQL or SQLite."""
     systems = data["systems"]
@@ -47,6 +51,13 @@ def steps(data: dict[str, Any]) -> str:
                 f"statements per model step, {split_['tool']} per tool call, "
                 f"{split_['setup']} to create and claim it; {split_['setup_commits']} + "
                 f"{split_['step_commits']} transactions (explicit or autocommit)."]
+    if any(s["label"].startswith(WRITE_PATH) for s in systems.values()):
+        out += ["", "The write path alone sends the statements an inline turn's steps sent, "
+                "built by the store from the writes recorded in one real turn, each replayed "
+                "turn on a scratch copy of that turn (bench/write_path.py): what the agent loop "
+                "adds is the difference to the inline row. Its WAL and full-page images include "
+                "the first change of the scratch turns' pages, written before the block: compare "
+                "its time and statements, not its WAL."]
     return "\n".join(out)
 
 

@@ -45,17 +45,20 @@ from bench.common import interleave, process_cpu, save, summary  # noqa: E402
 from bench.floor import PostgresFloor, SqliteFloor  # noqa: E402
 from bench.render import BACKGROUND, INLINE  # noqa: E402
 from bench.workload import STEPS_PER_TURN, T5  # noqa: E402
+from bench.write_path import WritePath  # noqa: E402
 from tests.stepcost import TurnCost, measure  # noqa: E402
 from turnkit_django.models import Turn  # noqa: E402
 from turnkit_django.services import run_turn  # noqa: E402
 
 FLOOR = "floor"
 UNPREPARED = "inline, not prepared"
+WRITES = "write path"
 LABELS = {
     FLOOR: "floor: {driver}, one transaction per step (INSERT + UPDATE)",
     INLINE: "turnkit-django inline (`agent.run`)",
     UNPREPARED: "turnkit-django inline, statements not prepared (Django's default)",
     BACKGROUND: "turnkit-django background (`submit` + `run_turn`)",
+    WRITES: f"{render.WRITE_PATH} (an inline turn's step statements, replayed)",
 }
 
 
@@ -153,16 +156,20 @@ def main() -> None:
         raise SystemExit(f"no floor for {vendor}")
 
     systems = {FLOOR: floor.turn, INLINE: inline_turn, BACKGROUND: background_turn}
+    per = dict.fromkeys(systems, STEPS_PER_TURN)
     if vendor == "postgresql":
         systems[UNPREPARED] = unprepared_turn
+        # every timed, warm-up, client-side and server-side (two blocks) turn writes its own copy
+        writes = WritePath(inline_turn, turns=rounds + 4 + 2 * stats_turns)
+        systems[WRITES], per[UNPREPARED], per[WRITES] = writes.turn, STEPS_PER_TURN, writes.steps
     for fn in systems.values():  # warm up
         for _ in range(3):
             fn()
     check_background()
     backends = {FLOOR: [floor.backend_pid] if isinstance(floor, PostgresFloor) else [],
                 INLINE: django_backend(), BACKGROUND: django_backend(),
-                UNPREPARED: django_backend()}
-    samples = interleave(systems, rounds, per=dict.fromkeys(systems, STEPS_PER_TURN),
+                UNPREPARED: django_backend(), WRITES: django_backend()}
+    samples = interleave(systems, rounds, per=per,
                          server_cpu={name: (lambda pids=pids: process_cpu(pids))
                                      for name, pids in backends.items() if pids})
     times = {name: {**summary(s["wall"]), "cpu_ms": s["cpu_ms"],
@@ -177,6 +184,7 @@ def main() -> None:
     results[BACKGROUND]["client"] = client_side(background_turn)
     if UNPREPARED in systems:
         results[UNPREPARED]["client"] = client_side(unprepared_turn)
+        results[WRITES]["client"] = client_side(systems[WRITES])
     results[INLINE]["split"] = split()
     results[FLOOR]["client"] = {"statements": 2 * STEPS_PER_TURN,
                                 "round_trips": 4 * STEPS_PER_TURN,
@@ -190,7 +198,7 @@ def main() -> None:
             observer, "bench_floor", floor_url, "bench_floor_", floor.turn, floor.connection,
             stats_turns)
         for name, fn in ((INLINE, inline_turn), (UNPREPARED, unprepared_turn),
-                         (BACKGROUND, background_turn)):
+                         (BACKGROUND, background_turn), (WRITES, systems[WRITES])):
             results[name]["server"] = server_side(
                 observer, turnkit_db, os.environ["TURNKIT_BENCH_DATABASE_URL"], "turnkit_", fn,
                 connection, stats_turns)
