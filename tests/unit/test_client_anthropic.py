@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from base64 import b64encode
 from collections.abc import Iterator
 from typing import Any
 
@@ -422,3 +423,20 @@ def test_canary_key_never_reaches_errors_or_logs(
     assert any(r.name.startswith("anthropic") for r in caplog.records)  # the SDK did log
     assert_secret_absent(canary, info.value, caplog.records)
     assert canary not in repr(client)
+
+
+def test_base_url_credentials_go_in_a_header_not_in_the_urls_the_sdk_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    base = "https://proxy-user:proxy-pass-SECRET@llm.internal"
+    client, wire = make((200, P["text"]), base_url=base)
+    assert client.complete(request(user("hi"))).text
+    sent = wire.requests[0]
+    # The header httpx makes of a URL's userinfo (it takes the place of the key's, as before).
+    assert str(sent.url) == "https://llm.internal/v1/messages"
+    assert sent.headers["authorization"] == "Basic " + b64encode(
+        b"proxy-user:proxy-pass-SECRET").decode()
+    assert repr(client) == "AnthropicClient(model=None, base_url='https://llm.internal')"
+    assert any(r.name.startswith("anthropic") for r in caplog.records)  # the SDK did log
+    assert not [r for r in caplog.records if "proxy-pass-SECRET" in r.getMessage()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from base64 import b64encode
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -405,3 +406,37 @@ def test_canary_key_never_reaches_errors_or_logs(
     assert canary not in repr(client)
     if status == 500:
         assert any(r.name == "turnkit_django.clients.openai" for r in caplog.records)
+
+
+def test_base_url_credentials_go_in_a_header_and_its_query_follows_the_path(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    base = "http://gw-user:gw-pass-SECRET@llm.internal/v1/?api-version=2024-06-01"
+    client, wire, _ = make((200, P["text"]), api_key=None, base_url=base)
+    assert client.complete(request(user("hi"))).text
+    sent = wire.requests[0]
+    # The URL httpx logs holds no password; the server gets the Basic header httpx would send.
+    assert str(sent.url) == "http://llm.internal/v1/chat/completions?api-version=2024-06-01"
+    assert sent.headers["authorization"] == "Basic " + b64encode(b"gw-user:gw-pass-SECRET").decode()
+    assert repr(client) == "OpenAIClient(model=None, base_url='http://llm.internal/v1/')"
+    assert not [r for r in caplog.records if "gw-pass-SECRET" in r.getMessage()]
+
+
+def test_a_key_in_the_base_url_query_is_sent_but_redacted_from_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    canary = "gw-CANARY-5c2e8a1f"
+    body = P["error_400"]
+    body["error"]["message"] = f"no access for key={canary}"
+    client, wire, _ = make((400, body), api_key=None,
+                           base_url=f"http://llm.internal/v1?key={canary}")
+    with pytest.raises(ModelError) as info:
+        client.complete(request(user("hi")))
+    assert wire.requests[0].url.params["key"] == canary  # it was sent
+    assert str(info.value).startswith("OpenAI-compatible API at http://llm.internal/v1 request")
+    assert "key=[redacted]" in str(info.value)
+    # httpx itself logs every request URL, query included, at INFO (documented in providers.md).
+    ours = [r for r in caplog.records if r.name != "httpx"]
+    assert_secret_absent(canary, info.value, ours)

@@ -266,3 +266,59 @@ def test_failed_request_leaves_no_canary_anywhere(
     assert len(wire.requests) == (1 if status == 401 else 2)
     assert canary in " ".join(wire.requests[0].headers.values())  # it was sent
     assert_absent(canary, recorded_events, caplog.records)
+
+
+SECRET = "sk-live-SUPERSECRET123456"
+ECHO = {"error": {"type": "invalid_request_error", "message": f"bad header value {SECRET!r}"}}
+
+
+def _openai(wire: Wire, **options: Any) -> OpenAIClient:
+    return OpenAIClient(transport=httpx.MockTransport(wire.handler), max_retries=0, **options)
+
+
+def _anthropic(wire: Wire, **options: Any) -> AnthropicClient:
+    return AnthropicClient(api_key="sk-ant-other", http_client=wire.client(), max_retries=0,
+                           **options)
+
+
+# Each case: the client's options and the wire's answer (refused connection or an echoed secret).
+SECRET_CASES: dict[str, tuple[Callable[..., Any], str, dict[str, Any], Any]] = {
+    "openai url userinfo": (_openai, "httpx", {
+        "base_url": f"http://user:{SECRET}@127.0.0.1:1/v1"}, "connect"),
+    "openai url query": (_openai, "httpx", {
+        "base_url": f"http://127.0.0.1:1/v1?key={SECRET}"}, "connect"),
+    "openai echoed userinfo": (_openai, "httpx", {
+        "base_url": f"http://user:{SECRET}@llm.internal/v1"}, (400, ECHO)),
+    "openai echoed api-key header": (_openai, "httpx", {
+        "base_url": "http://llm.internal/v1", "extra_headers": {"api-key": SECRET}}, (400, ECHO)),
+    "openai echoed bearer in a token header": (_openai, "httpx", {
+        "base_url": "http://llm.internal/v1",
+        "extra_headers": {"X-Gateway-Token": f"Bearer {SECRET}"}}, (500, ECHO)),
+    "anthropic url userinfo": (_anthropic, "anthropic", {
+        "base_url": f"http://u:{SECRET}@127.0.0.1:1"}, "connect"),
+    "anthropic echoed proxy header": (_anthropic, "anthropic", {
+        "base_url": "http://llm.internal", "default_headers": {"x-proxy-key": SECRET}},
+        (400, ECHO)),
+}
+
+
+@pytest.mark.parametrize("case", SECRET_CASES)
+def test_credentials_in_base_url_and_headers_reach_no_error_row_event_or_log(
+    case: str,
+    registered: Any,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+    recorded_events: list[Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    make, package, options, answer = SECRET_CASES[case]
+    wire = Wire(anthropic_httpx() if package == "anthropic" else httpx, answer)
+    client = make(wire, **options)
+    assert SECRET not in repr(client)
+    agent = registered(Agent("secretive", model="m-1", client=client))
+    run, _ = run_turn(agent, django_capture_on_commit_callbacks, task="hi")
+    assert run.status == "failed"
+    assert run.error["type"] == "ModelError"
+    assert SECRET not in run.error["message"]
+    assert wire.requests, "the request was not made"
+    assert_absent(SECRET, recorded_events, caplog.records)

@@ -5,8 +5,10 @@ Nothing here talks to the network; the clients own their transports.
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import json
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 import httpx
@@ -94,10 +96,76 @@ def schema_name(schema: JsonMapping) -> str:
     return name or "output"
 
 
-def redact(text: str, secret: str | None) -> str:
-    """Remove ``secret`` from ``text`` (very short values are left: they would mangle it)."""
-    if secret and len(secret) >= 6:
-        return text.replace(secret, "[redacted]")
+#: Parts of a header name that mark its value as a credential (``Authorization``, ``api-key``,
+#: ``X-Gateway-Token``, ``X-Proxy-Secret`` ...).
+SECRET_HEADER_WORDS = ("auth", "key", "token", "secret")
+
+
+def safe_url(url: str | httpx.URL) -> str:
+    """Return ``url`` for messages, reprs and logs: ``scheme://host[:port]/path`` only.
+
+    Userinfo, query string and fragment are left out: proxies and gateways carry credentials
+    there (``https://user:password@host/v1``, ``?key=...``).
+    """
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return "[invalid URL]"
+    return str(parsed.copy_with(username=None, password=None, query=None, fragment=None))
+
+
+def split_userinfo(url: str) -> tuple[str, dict[str, str]]:
+    """Split the credentials out of ``url``: the URL to request, and the header carrying them.
+
+    HTTP libraries log the URLs they request (httpx at INFO, the anthropic SDK at DEBUG), so a
+    ``user:password@`` in a base URL is sent as the ``Authorization: Basic`` header httpx would
+    make of it anyway, and never reaches a request URL.
+    """
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return url, {}  # the request reports the invalid URL
+    if not parsed.userinfo:
+        return url, {}
+    pair = f"{parsed.username}:{parsed.password}".encode()
+    header = {"Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
+    return str(parsed.copy_with(username=None, password=None)), header
+
+
+def client_secrets(
+    api_key: str | None, headers: Mapping[str, str], base_url: str | None
+) -> tuple[str, ...]:
+    """Return every credential a client holds, for :func:`redact`.
+
+    The key; the values of headers whose names look secret (and the credentials after an
+    ``Authorization`` scheme such as ``Bearer``); the password, user name and query values of
+    ``base_url``.
+    """
+    found = [api_key]
+    for name, value in headers.items():
+        if any(word in name.lower() for word in SECRET_HEADER_WORDS):
+            found += [value, value.partition(" ")[2]]
+    if base_url:
+        try:
+            url = httpx.URL(base_url)
+        except (httpx.InvalidURL, TypeError):
+            found.append(base_url)  # it is unusable anyway: keep all of it out of error text
+        else:
+            user, _, password = url.userinfo.decode("ascii", "replace").partition(":")
+            raw_values = [pair.partition("=")[2] for pair in url.query.decode().split("&")]
+            # Both forms: a server may echo the decoded value or the percent-encoded one.
+            found += [url.password, url.username, password, user,
+                      *url.params.values(), *raw_values]
+    return tuple(dict.fromkeys(s for s in found if s))
+
+
+def redact(text: str, secrets: str | Iterable[str] | None) -> str:
+    """Remove each of ``secrets`` from ``text`` (values under 6 characters would mangle it)."""
+    if isinstance(secrets, str):
+        secrets = (secrets,)
+    for secret in sorted(secrets or (), key=len, reverse=True):  # longest first: no fragments
+        if len(secret) >= 6:
+            text = text.replace(secret, "[redacted]")
     return text
 
 
@@ -117,12 +185,15 @@ def error_message(
     status: int | None,
     kind: str | None,
     message: str | None,
-    secret: str | None,
+    secrets: str | Iterable[str] | None,
     *,
     hint: str = "",
     request_id: str | None = None,
 ) -> str:
-    """Compose a ``ModelError`` message from the provider's error type and message only."""
+    """Compose a ``ModelError`` message from the provider's error type and message only.
+
+    Each of ``secrets`` (see :func:`client_secrets`) is removed, also from an echoed body.
+    """
     text = f"{provider} request failed"
     if status is not None:
         text += f" with HTTP {status}"
@@ -134,7 +205,7 @@ def error_message(
         text += f" [request id {request_id}]"
     if hint:
         text += f". {hint}"
-    return redact(text, secret)
+    return redact(text, secrets)
 
 
 def provider_error(body: object) -> tuple[str | None, str | None]:

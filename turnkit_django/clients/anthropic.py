@@ -19,7 +19,7 @@ How a transcript becomes a request:
 
 The SDK retries 429, 5xx, timeouts and connection errors itself (``max_retries``); failures that
 remain become :class:`~turnkit_django.exceptions.ModelError`. Error messages carry the provider's
-error type and message only, never the key or a header.
+error type and message only, never a credential (the key, headers, base_url: ``client_secrets``).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from ..messages import (
 from ..serialization import JsonObject, JsonValue
 from . import _wire
 from ._http import (
+    client_secrets,
     error_message,
     json_object,
     json_text,
@@ -50,6 +51,8 @@ from ._http import (
     parse_output,
     provider_error,
     resolve_model,
+    safe_url,
+    split_userinfo,
     text_or_none,
 )
 from .anthropic_media import media_block
@@ -105,7 +108,8 @@ class AnthropicClient(BaseClient):
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"AnthropicClient(model={self.model!r}, base_url={self.base_url!r})"
+        where = safe_url(self.base_url) if self.base_url else None
+        return f"AnthropicClient(model={self.model!r}, base_url={where!r})"
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -124,6 +128,10 @@ class AnthropicClient(BaseClient):
             raise ModelAccessError(missing)
         return str(self._api_key or os.environ.get(API_KEY_ENV))
 
+    def _where(self) -> str:
+        """The API this client calls, for messages: its base URL without credentials."""
+        return safe_url(self.base_url) if self.base_url else "the Anthropic API"
+
     def _sdk(self) -> Any:
         with self._lock:
             if self._sdk_client is None:
@@ -137,11 +145,12 @@ class AnthropicClient(BaseClient):
             raise ConfigurationError(
                 "AnthropicClient needs the anthropic SDK: pip install 'turnkit-django[anthropic]'"
             ) from None
+        base_url, credentials = split_userinfo(self.base_url) if self.base_url else (None, {})
         try:
             return anthropic.Anthropic(
                 api_key=self._key(), max_retries=self.max_retries, timeout=self.timeout,
-                base_url=self.base_url or None, http_client=self._http_client,
-                default_headers=self._default_headers or None)
+                base_url=base_url, http_client=self._http_client,
+                default_headers={**credentials, **self._default_headers} or None)
         except TypeError as exc:  # an http_client of the wrong httpx package, for instance
             raise ConfigurationError(f"could not configure the anthropic SDK: {exc}") from None
 
@@ -163,8 +172,7 @@ class AnthropicClient(BaseClient):
         else:
             data = json_object(raw.http_response)
             if data is None:
-                where = self.base_url or "the Anthropic API"
-                raise ModelError(f"{where} did not answer with a JSON object")
+                raise ModelError(f"{self._where()} did not answer with a JSON object")
             return self.parse_response(data, request)
         # Raised outside the except block: the SDK exception (which holds the request and its
         # headers) must not travel along as __context__ into logs and stored errors.
@@ -379,6 +387,7 @@ class AnthropicClient(BaseClient):
         import anthropic  # noqa: PLC0415 - an optional extra, imported on use
 
         key = self._api_key or os.environ.get(API_KEY_ENV)
+        secrets = client_secrets(key, self._default_headers, self.base_url)
         if isinstance(exc, anthropic.APIStatusError):
             status = exc.status_code
             kind, message = provider_error(exc.body)
@@ -386,18 +395,13 @@ class AnthropicClient(BaseClient):
             if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
                 # The provider's text for a rejected key is left out: some echo part of the key.
                 text = error_message(
-                    "Anthropic",
-                    status,
-                    kind,
-                    message if status == 403 else None,
-                    key,
+                    "Anthropic", status, kind, message if status == 403 else None, secrets,
                     hint=f"Check the key in {API_KEY_ENV} (or api_key=) and its permissions",
-                    request_id=request_id,
-                )
+                    request_id=request_id)
                 return ModelAccessError(text, status=status)
             hint = "Check the model name" if status == 404 else ""
             text = error_message(
-                "Anthropic", status, kind, message, key, hint=hint, request_id=request_id
+                "Anthropic", status, kind, message, secrets, hint=hint, request_id=request_id
             )
             return ModelError(
                 text, status=status, retryable=status in (408, 409, 429) or status >= 500
@@ -408,9 +412,8 @@ class AnthropicClient(BaseClient):
                 f"Anthropic request timed out (timeout {self.timeout}s) {retries}", retryable=True
             )
         if isinstance(exc, anthropic.APIConnectionError):
-            where = self.base_url or "the Anthropic API"
-            return ModelError(f"could not connect to {where} {retries}", retryable=True)
-        return ModelError(error_message("Anthropic", None, type(exc).__name__, None, key))
+            return ModelError(f"could not connect to {self._where()} {retries}", retryable=True)
+        return ModelError(error_message("Anthropic", None, type(exc).__name__, None, secrets))
 
 
 __all__ = ["AnthropicClient"]

@@ -48,6 +48,7 @@ from ..messages import (
 from ..serialization import JsonMapping, JsonObject
 from . import _wire, openai_media
 from ._http import (
+    client_secrets,
     content_text,
     error_message,
     json_text,
@@ -58,7 +59,9 @@ from ._http import (
     provider_error,
     resolve_model,
     retry_after,
+    safe_url,
     schema_name,
+    split_userinfo,
     text_or_none,
 )
 from .base import BaseClient, ModelRequest, ModelResponse, Usage, json_int
@@ -135,7 +138,7 @@ class OpenAIClient(OpenAIHTTP, BaseClient):
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"OpenAIClient(model={self.model!r}, base_url={self.base_url!r})"
+        return f"OpenAIClient(model={self.model!r}, base_url={safe_url(self.base_url)!r})"
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -146,10 +149,27 @@ class OpenAIClient(OpenAIHTTP, BaseClient):
     def _label(self) -> str:
         if self.base_url == DEFAULT_BASE_URL:
             return "OpenAI"
-        return f"OpenAI-compatible API at {self.base_url}"
+        return f"OpenAI-compatible API at {safe_url(self.base_url)}"
 
     def _key(self) -> str | None:
         return self._api_key or os.environ.get(API_KEY_ENV) or None
+
+    def _url(self, path: str) -> str:
+        """Return the URL of the endpoint ``path`` (``"/chat/completions"``) under base_url.
+
+        A query string in base_url (``?api-version=...``) is kept after the path; its userinfo
+        is sent as a header instead (see ``split_userinfo``).
+        """
+        base = split_userinfo(self.base_url)[0]
+        try:
+            url = httpx.URL(base)
+        except httpx.InvalidURL:
+            return base + path  # the request reports the invalid base_url
+        return str(url.copy_with(path=url.path.rstrip("/") + path))
+
+    def _secrets(self) -> tuple[str, ...]:
+        """Every credential this client holds: removed from any error text (see ``redact``)."""
+        return client_secrets(self._key(), self._extra_headers, self.base_url)
 
     def missing_credentials(self) -> str | None:
         """Return what is missing to make requests (for system checks), or None."""
@@ -172,6 +192,7 @@ class OpenAIClient(OpenAIHTTP, BaseClient):
             headers["Content-Type"] = "application/json"
         if key:
             headers["Authorization"] = f"Bearer {key}"
+        headers.update(split_userinfo(self.base_url)[1])  # as httpx did: it replaces the key
         if self.organization:
             headers["OpenAI-Organization"] = self.organization
         headers.update(self._extra_headers)
@@ -183,7 +204,7 @@ class OpenAIClient(OpenAIHTTP, BaseClient):
         """Send ``request`` to ``{base_url}/chat/completions`` and translate the answer."""
         key = self._ready()
         body = self.build_request(request)
-        data = self._post(f"{self.base_url}/chat/completions", key, json=body)
+        data = self._post(self._url("/chat/completions"), key, json=body)
         return self.parse_response(data, request)
 
     def paint(self, request: ImageRequest) -> ImageResult:
@@ -302,7 +323,7 @@ class OpenAIClient(OpenAIHTTP, BaseClient):
         if not choices:
             kind, text = provider_error(data)
             raise ModelError(
-                error_message(self._label(), None, kind, text or "no choices", self._key())
+                error_message(self._label(), None, kind, text or "no choices", self._secrets())
             )
         choice = choices[0]
         message = member(choice, "message")

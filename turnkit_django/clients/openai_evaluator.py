@@ -30,7 +30,16 @@ import httpx
 from ..exceptions import EvaluationError, ModelAccessError, ModelError
 from ..serialization import JsonObject, JsonValue
 from . import _wire
-from ._http import content_text, json_object, member, members, provider_error, redact, retry_after
+from ._http import (
+    content_text,
+    json_object,
+    member,
+    members,
+    provider_error,
+    redact,
+    retry_after,
+    safe_url,
+)
 from .evaluation import EvaluationRequest, EvaluatorReply, answer_schema
 from .openai import OpenAIClient, _reported_cost, _usage
 
@@ -85,12 +94,11 @@ class OpenAIEvaluator:
     @property
     def identity(self) -> str:
         # No credentials or query in it: it is stored in receipts and given to the policy.
-        url = httpx.URL(self.client.base_url).copy_with(username=None, password=None,
-                                                        query=None)
-        return f"openai-compatible|{url}|{self.label}|{SCHEMA_VERSION}"
+        return f"openai-compatible|{safe_url(self.client.base_url)}|{self.label}|{SCHEMA_VERSION}"
 
     def __repr__(self) -> str:
-        return f"OpenAIEvaluator(base_url={self.client.base_url!r}, label={self.label!r})"
+        return (f"OpenAIEvaluator(base_url={safe_url(self.client.base_url)!r}, "
+                f"label={self.label!r})")
 
     def build_request(self, request: EvaluationRequest) -> _wire.OpenAIChatBody:
         """The JSON body of the chat completions request for one dispatch."""
@@ -123,7 +131,7 @@ class OpenAIEvaluator:
         key = client._key()
         try:
             response = client._client().post(
-                f"{client.base_url}/chat/completions", json=self.build_request(request),
+                client._url("/chat/completions"), json=self.build_request(request),
                 headers=client._headers(key), timeout=request.timeout)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout):
             error = EvaluationError(f"could not reach {label}", status="unavailable",
@@ -138,18 +146,18 @@ class OpenAIEvaluator:
                                     "may have been carried out", status="uncertain",
                                     retryable=True)
         else:
-            return self._reply(response, request, label, key)
+            return self._reply(response, request, label, client._secrets())
         # Raised outside the except block: no transport exception rides along as __context__.
         raise error
 
     def _reply(self, response: httpx.Response, request: EvaluationRequest, label: str,
-               key: str | None) -> EvaluatorReply:
+               secrets: tuple[str, ...]) -> EvaluatorReply:
         status = response.status_code
         data = json_object(response)
         if not response.is_success:
             kind, _ = provider_error(data)
             text = redact(f"{label} failed with HTTP {status}" + (f" ({kind})" if kind else ""),
-                          key)
+                          secrets)
             transient = status in (408, 409, 429) or status >= 500
             raise EvaluationError(text, status="uncertain" if status >= 500 else "unavailable",
                                   retryable=transient, retry_after=retry_after(response.headers),

@@ -4,7 +4,8 @@ A JSON body (chat completions, image generations) or a multipart form (image edi
 timeouts and connection errors are retried with exponential backoff, honouring ``Retry-After``
 / ``retry-after-ms``; a paid request whose answer may be lost (``retry_read_timeouts=False``)
 is retried only when the provider cannot have taken it. Errors carry the provider's error type
-and message only, never the key.
+and message only, never a credential: the key, secret-looking headers and the userinfo and
+query of ``base_url`` are removed, also from a body that echoes them.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import httpx
 
 from ..exceptions import ModelAccessError, ModelError
 from ..serialization import JsonMapping, JsonObject
-from ._http import error_message, json_object, provider_error, retry_after
+from ._http import error_message, json_object, provider_error, redact, retry_after, safe_url
 
 logger = logging.getLogger("turnkit_django.clients.openai")
 
@@ -51,6 +52,8 @@ class OpenAIHTTP:
 
         def _label(self) -> str: ...
 
+        def _secrets(self) -> tuple[str, ...]: ...
+
         def _client(self) -> httpx.Client: ...
 
         def _headers(self, key: str | None, *, json_body: bool = True) -> dict[str, str]: ...
@@ -83,8 +86,7 @@ class OpenAIHTTP:
         attempts = max(self.max_retries, 0) + 1
         attempt = 0
         while True:
-            outcome, delay = self._attempt(client, url, options, key, attempt,
-                                           retry_read_timeouts)
+            outcome, delay = self._attempt(client, url, options, attempt, retry_read_timeouts)
             if not isinstance(outcome, ModelError):
                 return outcome
             attempt += 1
@@ -107,7 +109,6 @@ class OpenAIHTTP:
         client: httpx.Client,
         url: str,
         options: _PostOptions,
-        key: str | None,
         attempt: int,
         retry_read_timeouts: bool,
     ) -> tuple[JsonObject | ModelError, float]:
@@ -122,7 +123,8 @@ class OpenAIHTTP:
             text = f"{self._label()} request timed out (timeout {options['timeout']}s)"
             return ModelError(text, retryable=retry_read_timeouts), backoff
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-            return ModelError(f"invalid base_url {self.base_url!r}: {exc}"), 0.0
+            text = f"invalid base_url {safe_url(self.base_url)}: {exc}"
+            return ModelError(redact(text, self._secrets())), 0.0
         except httpx.TransportError as exc:
             text = f"could not connect to {self._label()} ({type(exc).__name__})"
             retryable = retry_read_timeouts or isinstance(exc, httpx.ConnectError)
@@ -134,10 +136,10 @@ class OpenAIHTTP:
             text = f"{self._label()} did not answer with a JSON object; is base_url a /v1 endpoint?"
             return ModelError(text, status=response.status_code), 0.0
         delay = retry_after(response.headers)
-        error = self._status_error(response, key)
+        error = self._status_error(response)
         return error, backoff if delay is None else min(delay, self.max_backoff)
 
-    def _status_error(self, response: httpx.Response, key: str | None) -> ModelError:
+    def _status_error(self, response: httpx.Response) -> ModelError:
         status = response.status_code
         try:
             body = response.json()
@@ -151,12 +153,12 @@ class OpenAIHTTP:
                 status,
                 kind,
                 None,
-                key,
+                self._secrets(),
                 hint=f"Check the key in {API_KEY_ENV} (or api_key=) and the organization",
             )
             return ModelAccessError(text, status=status)
         hint = "Check the model name" if status == 404 else ""
-        text = error_message(self._label(), status, kind, message, key, hint=hint)
+        text = error_message(self._label(), status, kind, message, self._secrets(), hint=hint)
         transient = status in (408, 409, 429) or status >= 500
         # An exhausted quota is a 429 too, but waiting does not fix it.
         return ModelError(

@@ -67,11 +67,11 @@ def paint(client: OpenAIClient, request: ImageRequest) -> ImageResult:
                    retry_read_timeouts=False)
     if request.is_edit:
         data, files = edit_form(request, model)
-        body = post(f"{client.base_url}/images/edits", key, data=data, files=files)
+        body = post(client._url("/images/edits"), key, data=data, files=files)
     else:
-        body = post(f"{client.base_url}/images/generations", key,
+        body = post(client._url("/images/generations"), key,
                     json=generation_body(request, model))
-    return parse_images(body, model, client._label(), key)
+    return parse_images(body, model, client._label(), client._secrets())
 
 
 def generation_body(request: ImageRequest, model: str) -> JsonObject:
@@ -112,11 +112,13 @@ def _file(media: MediaInput, fallback: str) -> tuple[str, bytes, str]:
     return media.name or f"{fallback}.{extension}", media.data, media.mime_type
 
 
-def parse_images(body: JsonObject, model: str, label: str, key: str | None) -> ImageResult:
+def parse_images(body: JsonObject, model: str, label: str,
+                 secrets: tuple[str, ...]) -> ImageResult:
     """Translate an images API answer into an :class:`ImageResult`."""
     items = body.get("data")
     if not isinstance(items, list) or not items:
-        raise ModelError(error_message(label, None, None, "the answer holds no images", key))
+        raise ModelError(error_message(label, None, None, "the answer holds no images",
+                                       secrets))
     mime = _FORMATS.get(str(body.get("output_format") or "png"), "image/png")
     images = []
     for value in items:
