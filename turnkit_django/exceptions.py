@@ -10,7 +10,8 @@
     ├── ModelError              the provider failed for good; fails the turn, not retried
     │   └── ModelAccessError    missing or rejected credentials
     ├── LostClaim               this worker's claim on a turn was revoked; it must stop writing
-    ├── InputError              run input does not match the agent's input schema
+    ├── InputError              unusable input to a public entry point (also a ValueError):
+    │                           run input against the input schema, text
     ├── MediaError              media input is unusable: unknown type, too large, unreadable
     ├── WaitError               a wait edge was refused (cycle, self-wait, bad target)
     ├── CompactionError         a manual compaction could not summarise (e.g. empty summary)
@@ -79,8 +80,13 @@ class LostClaim(TurnkitError):
         super().__init__(f"lost the claim on turn {turn_id!r} (fence {fence})")
 
 
-class InputError(TurnkitError):
-    """Run input failed validation against the agent's input schema."""
+class InputError(TurnkitError, ValueError):
+    """Input to a public entry point is unusable; nothing was written.
+
+    Run input that fails the agent's input schema (``errors`` lists the problems), text that
+    is not a non-empty ``str``. Also a ``ValueError``: what ``post()`` and ``steer()`` raised
+    for empty text before this class covered them.
+    """
 
     def __init__(self, message: str, *,
                  errors: Sequence[Mapping[str, object]] | None = None) -> None:

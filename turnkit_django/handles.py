@@ -13,7 +13,7 @@ from typing import Any, Self, Unpack
 
 from django.db.models import QuerySet
 
-from . import services
+from . import arguments, services
 from .agents import AgentDefinition, Audit, get_agent
 from .authorization import authorize
 from .clients import ModelRequest, Usage
@@ -304,6 +304,7 @@ class ConversationHandle(ConversationInputs):
     def say(self, text: str, *, metadata: JsonObject | None = None,
             key: str | None = None) -> Message:
         """Append a user message; run nothing. With ``key``, once per key."""
+        arguments.require_text(text, "the text of conv.say()")
         if key is not None:
             found = services.keyed_input(self.row, key, text)
             if found is not None:
@@ -324,7 +325,7 @@ class ConversationHandle(ConversationInputs):
         (KeyConflict if the text differs), and appends nothing.
         """
         _only("ask", options, TurnOptions)
-        parts: list[Part] = [TextPart(text)]
+        parts: list[Part] = [TextPart(arguments.require_text(text, "the text of conv.ask()"))]
         if key is not None:
             found = services.keyed_input(self.row, key, text)
             taker = None if found is None else services.taker(found)

@@ -13,6 +13,7 @@ from typing import TypedDict
 from django.db.models import Model
 
 from .agents.definition import Schema
+from .arguments import require_text
 from .events import EventCallback
 from .messages import TextPart
 from .serialization import JsonObject
@@ -61,6 +62,8 @@ def only(method: str, options: Mapping[str, object], allowed: type) -> None:
 
 def task_parts(task: str, input: object) -> list[TextPart]:
     """A run's input message: the task, with its validated ``input`` rendered as JSON."""
+    require_text(task, "a run's task", hint="; give structured data as input=..., which the "
+                 "model sees with the task")
     if input is None:
         return [TextPart(task)]
     rendered = json.dumps(input, indent=2, sort_keys=True, default=str)

@@ -9,10 +9,10 @@ from django.utils import timezone
 
 from tests.dispatch import override_turnkit
 from tests.helpers import expire_lease
-from turnkit_django import Agent, events, reconcile, tool
+from turnkit_django import Agent, InputError, events, reconcile, tool
 from turnkit_django.events import Event
 from turnkit_django.messages import ToolCallPart
-from turnkit_django.models import Conversation, Message, Turn
+from turnkit_django.models import Conversation, Delivery, Message, Turn
 from turnkit_django.store import Fenced, claim
 from turnkit_django.testing import ScriptedClient, reply
 
@@ -122,3 +122,50 @@ def test_an_inline_turn_made_stale_emits_the_events_of_its_repair(
     assert ("tool_call.interrupted", "call_1") in kinds
     assert kinds.count(("message.created", "tool_result")) == 2
     assert kinds[-1] == ("turn.stale", None)
+
+
+# -- text and task: a non-empty str, refused before any row (review item 3) ----------------
+
+def _counts() -> tuple[int, ...]:
+    return tuple(model.objects.count() for model in (Conversation, Turn, Message, Delivery))
+
+
+BAD_TEXT = [None, 5, {"a": 1}, ["x"], "", "   "]
+
+
+@pytest.mark.parametrize("bad", BAD_TEXT)
+@pytest.mark.parametrize("entry", [
+    lambda agent, conv, run, bad: agent.run(bad),
+    lambda agent, conv, run, bad: agent.prepare(bad),
+    lambda agent, conv, run, bad: agent.submit(bad),
+    lambda agent, conv, run, bad: agent.submit(bad, callback=conv),
+    lambda agent, conv, run, bad: conv.ask(bad),
+    lambda agent, conv, run, bad: conv.ask(bad, submit=True),
+    lambda agent, conv, run, bad: conv.ask(bad, key="k"),
+    lambda agent, conv, run, bad: conv.say(bad),
+    lambda agent, conv, run, bad: conv.say(bad, key="k"),
+    lambda agent, conv, run, bad: conv.post(bad, key="k"),
+    lambda agent, conv, run, bad: conv.send_message(conv, bad, key="k"),
+    lambda agent, conv, run, bad: run.steer(bad, key="k"),
+], ids=["run", "prepare", "submit", "submit-callback", "ask", "ask-submit", "ask-key", "say",
+        "say-key", "post", "send_message", "steer"])
+def test_text_that_is_not_a_non_empty_string_is_refused_before_any_write(registered, entry, bad):
+    agent = registered(quiet())
+    conv, run = agent.conversation(), agent.prepare("set up")
+    before = _counts()
+    with pytest.raises(InputError) as raised:
+        entry(agent, conv, run, bad)
+    assert isinstance(raised.value, ValueError)  # what post() and steer() always raised
+    assert "non-empty str" in str(raised.value)
+    assert _counts() == before
+    assert conv.ask("hello").status == "completed"  # the conversation is still usable
+
+
+def test_a_refused_say_leaves_the_conversation_answerable():
+    conv = quiet().conversation()
+    for bad in (None, 5):
+        with pytest.raises(InputError):
+            conv.say(bad)
+    assert conv.ask("hello").output_text == "ok"
+    assert [m.content[0]["text"] for m in conv.messages()] == ["hello", "ok"]
+

@@ -34,6 +34,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from ..agents import get_agent
+from ..arguments import require_text
 from ..authorization import authorize, is_allowed
 from ..conf import turnkit_settings
 from ..events import emit
@@ -76,8 +77,7 @@ def authorize_send(source: Conversation, destination: Conversation, text: str, *
                    principal: object, source_turn: Turn | None = None) -> object:
     """Check a message and ask the policy for ``send_message`` (outside any transaction);
     return the principal as stored."""
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("a message needs non-empty text")
+    require_text(text, "a message's text")
     principal = json_value(principal, "principal")
     if source_turn is not None and source_turn.conversation_id != source.pk:
         raise ValueError(f"source turn {source_turn.pk!r} is not a turn of conversation "

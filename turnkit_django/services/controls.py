@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import transaction
 
+from ..arguments import require_text
 from ..authorization import authorize
 from ..conf import turnkit_settings
 from ..events import emit
@@ -118,8 +119,7 @@ def steer(target: Turn, text: str, *, key: str, principal: Any = None,
     or another principal raises KeyConflict. A finished turn cannot be steered
     (InvalidTransition), except by an exact retry.
     """
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("steering needs non-empty text")
+    require_text(text, "steering text")
     if not isinstance(key, str) or not key.strip():
         raise ValueError("steering needs a non-empty key= (its idempotency key)")
     principal = json_value(principal, "principal")
