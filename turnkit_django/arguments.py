@@ -1,13 +1,25 @@
-"""Checking what the public entry points are given.
+"""Checking what the public entry points are given: text, ids, conversations, cursors.
 
 Each check runs before anything is written and raises an error that says what is accepted:
 :class:`~turnkit_django.exceptions.InputError` (also a ``ValueError``) for a value of the wrong
-kind. Errors name types, never the text they refuse.
+kind, :class:`TurnNotFound` / :class:`ConversationNotFound` (also the model's ``DoesNotExist``)
+for an id that names no row. Errors name types and ids, never the text they refuse.
 """
 
 from __future__ import annotations
 
-from .exceptions import InputError
+from django.db.models import Model
+
+from .exceptions import InputError, NotFound
+from .models import Conversation, Turn
+
+
+class TurnNotFound(NotFound, Turn.DoesNotExist):
+    """No turn has the given id."""
+
+
+class ConversationNotFound(NotFound, Conversation.DoesNotExist):
+    """No conversation has the given id."""
 
 
 def _kind(value: object) -> str:
@@ -24,4 +36,67 @@ def require_text(value: object, what: str, *, hint: str = "") -> str:
     raise InputError(f"{what} must be a non-empty str, got {got}{hint}")
 
 
-__all__ = ["require_text"]
+def require_subject(subject: object) -> Model | None:
+    """A conversation's subject: None or a saved model instance (the row it points to)."""
+    if subject is None or (isinstance(subject, Model) and subject.pk is not None):
+        return subject
+    got = f"an unsaved {type(subject).__name__}" if isinstance(subject, Model) \
+        else _kind(subject)
+    raise InputError(f"subject must be a saved model instance (the conversation points to its "
+                     f"row and gives its to_prompt() or str() to the model), got {got}")
+
+
+def cursor(value: object, where: str) -> int:
+    """A cursor read's ``after``: a non-negative int (or its decimal digits, as an HTTP
+    ``Last-Event-ID`` arrives)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    got = repr(value)[:40] if isinstance(value, int | str) else _kind(value)
+    raise InputError(f"{where}: after= is a cursor, a non-negative int (the last sequence or "
+                     f"event id read, 0 for the start), got {got}")
+
+
+def turn_row(turn_id: object, where: str) -> Turn:
+    """The turn ``turn_id`` names; TurnNotFound otherwise."""
+    found = Turn.objects.filter(pk=turn_id).first() if isinstance(turn_id, str) else None
+    if found is not None:
+        return found
+    hint = ("; that is a conversation id: use load_conversation()"
+            if isinstance(turn_id, str) and turn_id.startswith("conv_")
+            else "; it takes a turn id (a str like 'turn_...')")
+    raise TurnNotFound(f"{where}: no turn {turn_id!r}{hint}")
+
+
+def conversation_by_id(conversation_id: object, where: str) -> Conversation:
+    """The conversation ``conversation_id`` names; ConversationNotFound otherwise."""
+    found = (Conversation.objects.filter(pk=conversation_id).first()
+             if isinstance(conversation_id, str) else None)
+    if found is not None:
+        return found
+    hint = ("; that is a turn id: use load_turn() or load_run()"
+            if isinstance(conversation_id, str) and conversation_id.startswith("turn_")
+            else "; it takes a conversation id (a str like 'conv_...')")
+    raise ConversationNotFound(f"{where}: no conversation {conversation_id!r}{hint}")
+
+
+def conversation_row(value: object, where: str) -> Conversation:
+    """A conversation given as a handle, a row or an id; InputError or ConversationNotFound."""
+    row = getattr(value, "row", value)
+    if isinstance(row, Conversation):
+        return row
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{where} takes a conversation: a Conversation handle, a "
+                         f"turnkit_django.models.Conversation or a conversation id (a str "
+                         f"like 'conv_...'), got {_kind(value)}")
+    return conversation_by_id(value, where)
+
+
+def callback_row(value: object) -> Conversation | None:
+    """The conversation ``submit(callback=...)`` names, if any."""
+    return None if value is None else conversation_row(value, "submit(callback=...)")
+
+
+__all__ = ["ConversationNotFound", "TurnNotFound", "callback_row", "conversation_by_id",
+           "conversation_row", "cursor", "require_subject", "require_text", "turn_row"]

@@ -11,7 +11,8 @@
     │   └── ModelAccessError    missing or rejected credentials
     ├── LostClaim               this worker's claim on a turn was revoked; it must stop writing
     ├── InputError              unusable input to a public entry point (also a ValueError):
-    │                           run input against the input schema, text
+    │                           run input against the input schema, text, an id, a cursor
+    ├── NotFound                no turn or conversation has the id (also the model's DoesNotExist)
     ├── MediaError              media input is unusable: unknown type, too large, unreadable
     ├── WaitError               a wait edge was refused (cycle, self-wait, bad target)
     ├── CompactionError         a manual compaction could not summarise (e.g. empty summary)
@@ -26,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ObjectDoesNotExist
 
 
 class TurnkitError(Exception):
@@ -84,14 +85,25 @@ class InputError(TurnkitError, ValueError):
     """Input to a public entry point is unusable; nothing was written.
 
     Run input that fails the agent's input schema (``errors`` lists the problems), text that
-    is not a non-empty ``str``. Also a ``ValueError``: what ``post()`` and ``steer()`` raised
-    for empty text before this class covered them.
+    is not a non-empty ``str``, a value of the wrong type where an id, a handle or a cursor
+    is expected. Also a ``ValueError``: what ``post()`` and ``steer()`` raised for empty text
+    before this class covered them.
     """
 
     def __init__(self, message: str, *,
                  errors: Sequence[Mapping[str, object]] | None = None) -> None:
         self.errors = errors or []
         super().__init__(message)
+
+
+class NotFound(TurnkitError, ObjectDoesNotExist):
+    """No turn or conversation has the given id.
+
+    ``load_turn``/``load_run`` raise :class:`~turnkit_django.arguments.TurnNotFound` (also a
+    ``Turn.DoesNotExist``); ``load_conversation``, and the methods taking a conversation id,
+    raise :class:`~turnkit_django.arguments.ConversationNotFound` (also a
+    ``Conversation.DoesNotExist``), so code catching the model's ``DoesNotExist`` keeps working.
+    """
 
 
 class MediaError(TurnkitError):
@@ -208,6 +220,7 @@ __all__ = [
     "MediaError",
     "ModelAccessError",
     "ModelError",
+    "NotFound",
     "ToolError",
     "TurnkitError",
     "WaitError",

@@ -72,7 +72,8 @@ class Agent(AgentDefinition):
         _only("submit", options, RunOptions)
         if callback is None:  # created submitted: one write
             return Run.create(self, task, _submitted=True, **options)
-        return Run.create(self, task, **options).submit(callback=callback)
+        target = arguments.callback_row(callback)  # refused before the run exists
+        return Run.create(self, task, **options).submit(callback=target)
 
     def conversation(self, **options: Unpack[ConversationOptions]) -> ConversationHandle:
         """Start a conversation with this agent."""
@@ -181,8 +182,7 @@ class TurnHandle(TurnControls, RunningTurn, MediaMethods):
 
     def submit(self, callback: Any = None) -> Self:
         """Hand the turn to background execution; returns at once."""
-        target = callback.row if isinstance(callback, ConversationHandle) else callback
-        self.row = services.submit(self.row, callback=target)
+        self.row = services.submit(self.row, callback=arguments.callback_row(callback))
         return self
 
     def wait_for(self, *targets: Any, principal: Any = _UNSET) -> Self:
@@ -351,7 +351,7 @@ class ConversationHandle(ConversationInputs):
         With ``principal=`` the ``read_messages`` action is authorized first.
         """
         _authorize_read(self.row, principal)
-        rows = Message.objects.after(self.row.pk, after)
+        rows = Message.objects.after(self.row.pk, arguments.cursor(after, "conv.messages()"))
         return rows if include_private else rows.provider_safe()
 
     def turns(self) -> QuerySet[Turn]:
@@ -361,10 +361,10 @@ class ConversationHandle(ConversationInputs):
         """Usage and cost of the conversation's turns (not their sub-agents'), per model."""
         return services.cost_breakdown(conversation_id=self.row.pk)
 
-    def send_message(self, other: ConversationHandle | Conversation, text: str, *, key: str,
+    def send_message(self, other: ConversationHandle | Conversation | str, text: str, *, key: str,
                      principal: Any = None, source_turn: Any = None) -> Delivery:
         """Send ``text`` to ``other`` durably, once per ``key`` (a retry returns the same one)."""
-        destination = other.row if isinstance(other, ConversationHandle) else other
+        destination = arguments.conversation_row(other, "conv.send_message()")
         turn = getattr(source_turn, "row", source_turn)
         return services.send_message(self.row, destination, text, key=key, principal=principal,
                                      source_turn=turn)
@@ -401,15 +401,15 @@ class ConversationHandle(ConversationInputs):
 
 
 def load_turn(turn_id: str) -> TurnHandle:
-    return TurnHandle(Turn.objects.get(pk=turn_id))
+    return TurnHandle(arguments.turn_row(turn_id, "load_turn()"))
 
 
 def load_run(run_id: str) -> Run:
-    return Run(Turn.objects.get(pk=run_id))
+    return Run(arguments.turn_row(run_id, "load_run()"))
 
 
 def load_conversation(conversation_id: str) -> ConversationHandle:
-    return ConversationHandle(Conversation.objects.get(pk=conversation_id))
+    return ConversationHandle(arguments.conversation_by_id(conversation_id, "load_conversation()"))
 
 
 # Tools, output policies and context contributors receive these handles for the running turn.

@@ -10,6 +10,7 @@ from typing import Any, Self
 
 from django.db.models import QuerySet
 
+from .arguments import cursor
 from .authorization import authorize
 from .events import EventCallback
 from .models import Conversation, Delivery, Event, ToolExecution, Turn
@@ -96,8 +97,8 @@ class TurnControls:
         if principal is not _UNSET:
             authorize("read_messages", principal=principal, turn_id=self.row.pk,
                       conversation_id=self.row.conversation_id)
-        rows = Event.objects.filter(root_turn_id=self.row.root_turn_id, id__gt=int(after))
-        rows = rows.order_by("id")
+        rows = Event.objects.filter(root_turn_id=self.row.root_turn_id,
+                                    id__gt=cursor(after, "run.events()")).order_by("id")
         return rows[:limit] if limit is not None else rows
 
 

@@ -9,7 +9,19 @@ from django.utils import timezone
 
 from tests.dispatch import override_turnkit
 from tests.helpers import expire_lease
-from turnkit_django import Agent, InputError, events, reconcile, tool
+from tests.testapp.models import Upload
+from turnkit_django import (
+    Agent,
+    InputError,
+    NotFound,
+    TurnkitError,
+    events,
+    load_conversation,
+    load_run,
+    load_turn,
+    reconcile,
+    tool,
+)
 from turnkit_django.events import Event
 from turnkit_django.messages import ToolCallPart
 from turnkit_django.models import Conversation, Delivery, Message, Turn
@@ -169,3 +181,100 @@ def test_a_refused_say_leaves_the_conversation_answerable():
     assert conv.ask("hello").output_text == "ok"
     assert [m.content[0]["text"] for m in conv.messages()] == ["hello", "ok"]
 
+
+# -- ids, handles and cursors (review item 8) -------------------------------------------------
+
+def test_send_message_takes_a_handle_a_row_or_a_conversation_id():
+    agent = quiet()
+    source, destination = agent.conversation(), agent.conversation()
+    by_id = source.send_message(destination.id, "by id", key="k1")
+    by_row = source.send_message(destination.row, "by row", key="k2")
+    assert by_id.destination_conversation_id == by_row.destination_conversation_id \
+        == destination.id
+
+
+@pytest.mark.parametrize("target", ["conv_nope", None, 5, object()])
+def test_send_message_to_no_conversation_is_refused_before_any_write(target):
+    source = quiet().conversation()
+    before = _counts()
+    with pytest.raises(TurnkitError) as raised:
+        source.send_message(target, "hi", key="k")
+    assert "send_message" in str(raised.value)
+    if isinstance(target, str):
+        assert isinstance(raised.value, NotFound)
+        assert isinstance(raised.value, Conversation.DoesNotExist)
+    else:
+        assert isinstance(raised.value, InputError)
+    assert _counts() == before
+
+
+@pytest.mark.usefixtures("background")
+def test_submit_takes_a_callback_conversation_by_id(registered):
+    agent = registered(quiet())
+    parent = agent.conversation()
+    run = agent.prepare("later").submit(callback=parent.id)
+    assert run.row.submitted_at is not None
+    assert run.row.options["callback_conversation"] == parent.id
+
+
+@pytest.mark.parametrize("callback", ["nope", 5, {"id": 1}])
+def test_a_callback_that_is_no_conversation_is_refused_and_the_run_stays_prepared(
+        registered, callback):
+    agent = registered(quiet())
+    run = agent.prepare("later")
+    with pytest.raises(TurnkitError) as raised:
+        run.submit(callback=callback)
+    assert "callback" in str(raised.value)
+    assert isinstance(raised.value, NotFound if isinstance(callback, str) else InputError)
+    row = run.refresh().row
+    assert row.status == "pending" and row.submitted_at is None
+    with pytest.raises(TurnkitError):
+        agent.submit("later", callback=callback)
+    assert Turn.objects.count() == 1
+
+
+@pytest.mark.parametrize("entry", [
+    lambda agent: agent.conversation(subject="order42"),
+    lambda agent: agent.run("go", subject="order42"),
+    lambda agent: agent.prepare("go", subject=Upload()),  # unsaved: it has no id to point to
+])
+def test_a_subject_that_is_not_a_saved_model_instance_is_refused(entry):
+    with pytest.raises(InputError) as raised:
+        entry(quiet())
+    assert "subject" in str(raised.value)
+    assert _counts() == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("after", ["x", None, -1, 1.5, True, [1]])
+def test_a_cursor_that_is_not_a_non_negative_integer_is_refused(after):
+    agent = quiet()
+    conv, run = agent.conversation(), agent.run("go")
+    for read in (conv.messages, run.events):
+        with pytest.raises(InputError) as raised:
+            read(after=after)
+        assert "after=" in str(raised.value)
+    assert list(conv.messages(after=0)) == []
+    assert run.events(after=0).exists() and list(run.events(after="3")) == list(run.events(3))
+
+
+@pytest.mark.parametrize(("load", "model"), [
+    (load_run, Turn), (load_turn, Turn), (load_conversation, Conversation)])
+@pytest.mark.parametrize("ident", ["nope", None, 5])
+def test_loading_an_unknown_id_raises_not_found_which_is_the_models_does_not_exist(
+        load, model, ident):
+    with pytest.raises(NotFound) as raised:
+        load(ident)
+    assert isinstance(raised.value, model.DoesNotExist)  # what callers caught before
+    assert isinstance(raised.value, TurnkitError)
+    assert repr(ident) in str(raised.value)
+
+
+def test_loading_a_conversation_by_a_turn_id_says_which_loader_takes_it():
+    run = quiet().prepare("x")
+    with pytest.raises(NotFound) as raised:
+        load_conversation(run.id)
+    assert "load_run" in str(raised.value)
+    with pytest.raises(NotFound) as raised:
+        load_run(run.row.conversation_id)
+    assert "load_conversation" in str(raised.value)
+    assert load_run(run.id).id == load_conversation(run.row.conversation_id).turns()[0].pk

@@ -11,6 +11,7 @@ from ..agents import AgentDefinition, schema_json
 from ..agents.compaction import check_options as check_compaction
 from ..agents.definition import Schema, check_thinking
 from ..agents.prompting import check_options
+from ..arguments import require_subject
 from ..messages import Part
 from ..models import Conversation, Message, ToolExecution, Turn
 from ..serialization import JsonMapping, JsonObject, JsonValue, json_value, snapshot
@@ -58,6 +59,7 @@ def conversation_spec(
 ) -> NewConversation:
     """What :func:`new_conversation` creates, checked."""
     checked = json_value(principal, "principal")
+    subject = require_subject(subject)
     subject_prompt = ""
     if subject is not None:
         to_prompt = getattr(subject, "to_prompt", None)
