@@ -17,6 +17,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from .fields import StorableCharField, StorableJSONField, StorableTextField
 from .ids import new_id
 from .messages import MessageKind, MessageRole
 from .querysets import (
@@ -50,9 +51,9 @@ class Conversation(models.Model):
     subject_id = models.CharField(max_length=255, blank=True, default="")
     subject = GenericForeignKey("subject_type", "subject_id")
     subject_prompt = models.TextField(blank=True, default="")
-    principal = models.JSONField(null=True, blank=True)
-    context = models.JSONField(default=dict, blank=True)
-    metadata = models.JSONField(default=dict, blank=True)
+    principal = StorableJSONField(null=True, blank=True)
+    context = StorableJSONField(default=dict, blank=True)
+    metadata = StorableJSONField(default=dict, blank=True)
     parent_conversation = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.CASCADE, related_name="child_conversations",
         db_index=False,
@@ -112,36 +113,36 @@ class Turn(models.Model):
                               default=TurnStatus.PENDING)
     model = models.CharField(max_length=200)
     # Write-once configuration: limits snapshot, output schema, thinking, prompt mode, context ...
-    options = models.JSONField(default=dict, blank=True)
+    options = StorableJSONField(default=dict, blank=True)
     # The persisted loop: phase, response message, candidate output, counters.
-    state = models.JSONField(default=dict, blank=True)
-    principal = models.JSONField(null=True, blank=True)
+    state = StorableJSONField(default=dict, blank=True)
+    principal = StorableJSONField(null=True, blank=True)
     # The last message sequence the turn's input includes; frozen at creation.
     context_sequence = models.PositiveBigIntegerField(default=0)
-    usage = models.JSONField(default=dict, blank=True)
+    usage = StorableJSONField(default=dict, blank=True)
     cost = models.DecimalField(default=Decimal(0), max_digits=18, decimal_places=8)
     cost_unknown = models.BooleanField(default=False)
-    error = models.JSONField(null=True, blank=True)
-    output_text = models.TextField(blank=True, default="")
-    output_data = models.JSONField(null=True, blank=True)
+    error = StorableJSONField(null=True, blank=True)
+    output_text = StorableTextField(blank=True, default="")
+    output_data = StorableJSONField(null=True, blank=True)
     # The output policies' verdict (with earlier revisions' audits), when the agent has policies.
-    audit = models.JSONField(null=True, blank=True)
+    audit = StorableJSONField(null=True, blank=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True)
     # Claim: the fence grows on every claim and revocation; writes carry the fence they hold.
     fence = models.PositiveBigIntegerField(default=0)
     claimed_by = models.CharField(max_length=200, blank=True, default="")
-    fence_log = models.JSONField(default=list, blank=True)
+    fence_log = StorableJSONField(default=list, blank=True)
     recovery_attempts = models.PositiveIntegerField(default=0)
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     # Root-wide budget ledger; meaningful on root turns only, updated under the tree lock.
     tree_iterations = models.PositiveIntegerField(default=0)
     tree_tool_executions = models.PositiveIntegerField(default=0)
-    tree_tool_counts = models.JSONField(default=dict, blank=True)
+    tree_tool_counts = StorableJSONField(default=dict, blank=True)
     tree_spend = models.DecimalField(default=Decimal(0), max_digits=18, decimal_places=8)
     # Interactive controls: a pause request, steering receipts, when the turn was paused.
-    controls = models.JSONField(default=dict, blank=True)
+    controls = StorableJSONField(default=dict, blank=True)
     # A control waits for the worker: its next fast-path step refuses, so it sees it.
     controls_pending = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -238,12 +239,12 @@ class Message(models.Model):
     sequence = models.PositiveBigIntegerField()
     role = models.CharField(max_length=16, choices=MessageRole.choices)
     kind = models.CharField(max_length=32, choices=MessageKind.choices, default=MessageKind.TEXT)
-    content = models.JSONField(default=list)
+    content = StorableJSONField(default=list)
     tool_execution = models.ForeignKey(
         "ToolExecution", null=True, blank=True, on_delete=models.SET_NULL, related_name="messages",
         db_index=False,
     )
-    metadata = models.JSONField(default=dict, blank=True)
+    metadata = StorableJSONField(default=dict, blank=True)
     # The fence of the turn's claim that wrote this message (null for application writes).
     fence = models.PositiveBigIntegerField(null=True, blank=True)
     # The application's idempotency key of an input (``ask(key=...)``), unique per conversation.
@@ -274,17 +275,17 @@ class ToolExecution(models.Model):
     # Indexed by turnkit_tool_call_unique (turn, tool_call_id).
     turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="tool_executions",
                              db_index=False)
-    tool_call_id = models.CharField(max_length=200)
-    tool_name = models.CharField(max_length=200)
+    tool_call_id = StorableCharField(max_length=200)
+    tool_name = StorableCharField(max_length=200)
     status = models.CharField(max_length=16, choices=ToolStatus.choices,
                               default=ToolStatus.PENDING)
-    arguments = models.JSONField(default=dict, blank=True)
-    result = models.JSONField(null=True, blank=True)
-    error = models.JSONField(null=True, blank=True)
+    arguments = StorableJSONField(default=dict, blank=True)
+    result = StorableJSONField(null=True, blank=True)
+    error = StorableJSONField(null=True, blank=True)
     budget_denied = models.BooleanField(default=False)
     # A call that waits for a person: requested, then approved (maybe with edited arguments),
     # denied or expired; see services.approvals.
-    approval = models.JSONField(null=True, blank=True)
+    approval = StorableJSONField(null=True, blank=True)
     fence = models.PositiveBigIntegerField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -351,7 +352,7 @@ class Delivery(models.Model):
     )
     source_turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.SET_NULL,
                                     related_name="+")
-    payload = models.JSONField(default=dict)
+    payload = StorableJSONField(default=dict)
     message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.SET_NULL,
                                 related_name="+")
     delivered_at = models.DateTimeField(null=True, blank=True)
@@ -386,7 +387,7 @@ class Event(models.Model):
     turn_id = models.CharField(max_length=40)
     conversation_id = models.CharField(max_length=40)
     type = models.CharField(max_length=64)
-    payload = models.JSONField(default=dict, blank=True)
+    payload = StorableJSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
@@ -16,6 +18,43 @@ from .exceptions import ConfigurationError
 JsonObject: TypeAlias = dict[str, JsonValue]
 #: A read-only view of a JSON object, for parameters that only read (accepts any mapping).
 JsonMapping: TypeAlias = Mapping[str, object]
+
+
+#: What stands in for a character no database can store (U+FFFD REPLACEMENT CHARACTER).
+REPLACEMENT = "\ufffd"
+#: Characters PostgreSQL cannot store: NUL (text and jsonb refuse it) and surrogates (not
+#: Unicode scalar values: UTF-8 cannot encode them; a valid pair is combined, not replaced).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    """``text`` with NUL and lone surrogates replaced by U+FFFD (``text`` itself when clean)."""
+    if _UNSTORABLE.search(text) is None:
+        return text
+    text = text.replace("\x00", REPLACEMENT)
+    # A UTF-16 round trip joins valid surrogate pairs and replaces the lone ones.
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def storable(value: Any) -> Any:
+    """``value`` as every supported database stores it alike: strings (keys too) through
+    :func:`storable_text`, a NaN or infinite float as its text (``"nan"``, ``"inf"``), as
+    :func:`to_json` renders other values JSON cannot hold. ``value`` itself when clean."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        items = [(storable(k) if isinstance(k, str) else k, storable(v))
+                 for k, v in value.items()]
+        if all(k is old_k and v is old_v
+               for (k, v), (old_k, old_v) in zip(items, value.items(), strict=True)):
+            return value
+        return dict(items)
+    if isinstance(value, list | tuple):
+        cleaned = [storable(v) for v in value]
+        return value if all(c is v for c, v in zip(cleaned, value, strict=True)) else cleaned
+    return value
 
 
 def canonical(value: Any) -> str:
@@ -65,6 +104,8 @@ def to_json(value: Any) -> Any:
     """Normalise a tool's return value to JSON-compatible data."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN or infinity
     if value is None or isinstance(value, str | int | float | bool):
         return value
     if isinstance(value, dict):
@@ -86,5 +127,5 @@ def render_result(value: Any) -> str:
         return str(value)
 
 
-__all__ = ["JsonMapping", "JsonObject", "JsonValue", "canonical", "json_safe", "json_value",
-           "render_result", "snapshot", "to_json"]
+__all__ = ["REPLACEMENT", "JsonMapping", "JsonObject", "JsonValue", "canonical", "json_safe",
+           "json_value", "render_result", "snapshot", "storable", "storable_text", "to_json"]

@@ -10,6 +10,7 @@ from django.utils import timezone
 from tests.dispatch import override_turnkit
 from tests.helpers import expire_lease
 from tests.testapp.models import Upload
+from tests.unstorable import CASES, run_case
 from turnkit_django import (
     Agent,
     InputError,
@@ -25,6 +26,7 @@ from turnkit_django import (
 from turnkit_django.events import Event
 from turnkit_django.messages import ToolCallPart
 from turnkit_django.models import Conversation, Delivery, Message, Turn
+from turnkit_django.serialization import storable, to_json
 from turnkit_django.store import Fenced, claim
 from turnkit_django.testing import ScriptedClient, reply
 
@@ -278,3 +280,19 @@ def test_loading_a_conversation_by_a_turn_id_says_which_loader_takes_it():
         load_run(run.row.conversation_id)
     assert "load_conversation" in str(raised.value)
     assert load_run(run.id).id == load_conversation(run.row.conversation_id).turns()[0].pk
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_model_and_tool_output_no_database_stores_is_stored_cleaned(name):
+    """NUL, lone surrogates and NaN: stored as U+FFFD and text, as on PostgreSQL
+    (tests/integration/test_unstorable_values.py), and the run completes."""
+    run_case(CASES[name])
+
+
+def test_storable_replaces_only_what_no_database_stores():
+    value = {"a\x00": ["x\ud800y", "\ud83d\ude00", float("nan"), 1.5, True, None]}
+    assert storable(value) == {"a\ufffd": ["x\ufffdy", "\U0001f600", "nan", 1.5, True, None]}
+    clean = {"a": ["b", 1.0, {"c": "\U0001f600"}]}
+    assert storable(clean) is clean
+    assert to_json({"r": float("-inf")}) == {"r": "-inf"}
+

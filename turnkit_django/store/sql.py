@@ -17,7 +17,9 @@ from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from ..fields import is_storable_field
 from ..models import Event
+from ..serialization import storable
 
 
 class Unsupported(Exception):
@@ -55,11 +57,13 @@ _AS_IS = frozenset({"AutoField", "BigIntegerField", "BooleanField", "CharField",
 def _preparer(field: Field[Any, Any], db: BaseDatabaseWrapper) -> Callable[[Any], Any]:
     """``field.get_db_prep_save`` for one field, without its generic dispatch per value."""
     kind = field.get_internal_type()
+    clean = storable if is_storable_field(field) else _same
     if kind in _AS_IS:
-        return _same
+        return clean
     if kind == "JSONField":
         encoder = getattr(field, "encoder", None)
-        return lambda value: None if value is None else db.ops.adapt_json_value(value, encoder)
+        return lambda value: (None if value is None
+                              else db.ops.adapt_json_value(clean(value), encoder))
     return lambda value: field.get_db_prep_save(value, db)
 
 
@@ -74,6 +78,7 @@ class _Column:
     name: str  # the model field's name
     to_json: Callable[[Any], Any]
     stamped: bool  # auto_now or auto_now_add: the insert's time
+    clean: bool  # a storable field (turnkit_django.fields): its value is cleaned on the way in
 
 
 def _json_of(field: Field[Any, Any]) -> Callable[[Any], Any]:
@@ -91,8 +96,19 @@ def columns(model: type[Model]) -> tuple[_Column, ...]:
     """The concrete columns of ``model``, with how each is written in a JSON record."""
     return tuple(
         _Column(str(f.column), f.attname, f.name, _json_of(f),
-                bool(getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)))
+                bool(getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)),
+                is_storable_field(f))
         for f in model._meta.concrete_fields)
+
+
+def _value(obj: Model, column: _Column) -> Any:
+    """``obj``'s value of ``column`` as its record holds it; a storable field's value is cleaned
+    on the instance too, as the field's ``pre_save`` does."""
+    value = getattr(obj, column.attname)
+    if column.clean:
+        value = storable(value)
+        setattr(obj, column.attname, value)
+    return column.to_json(value)
 
 
 @functools.cache
@@ -165,7 +181,7 @@ def insert(name: str, obj: Model, params: list[object], *, source: str,
         if column.stamped:  # what pre_save does for auto_now(_add) fields
             now = now or timezone.now()
             setattr(obj, column.attname, now)
-        record[column.column] = column.to_json(getattr(obj, column.attname))
+        record[column.column] = _value(obj, column)
         selected.append(f"r.{quote(column.column)}")
     params.append(json.dumps(record, separators=(",", ":")))
     quoted = table(model)
@@ -187,8 +203,7 @@ def insert_events(events: list[Event], params: list[object], source: str = "t") 
     records = []
     for event in events:
         event.created_at = event.created_at or timezone.now()
-        records.append({c.column: c.to_json(getattr(event, c.attname))
-                        for c in columns(Event) if c.name != "id"})
+        records.append({c.column: _value(event, c) for c in columns(Event) if c.name != "id"})
     params.append(json.dumps(records, separators=(",", ":")))
     quoted = table(Event)
     names = column_list(Event, without="id")
