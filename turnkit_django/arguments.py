@@ -12,6 +12,7 @@ from django.db.models import Model
 
 from .exceptions import InputError, NotFound
 from .models import Conversation, Turn
+from .serialization import checked_text
 
 
 class TurnNotFound(NotFound, Turn.DoesNotExist):
@@ -27,10 +28,10 @@ def _kind(value: object) -> str:
 
 
 def require_text(value: object, what: str, *, hint: str = "") -> str:
-    """``value`` if it is a non-empty ``str``; InputError otherwise (what every model and
-    transcript expects of user text)."""
+    """``value`` if it is a non-empty ``str`` every database stores as given; InputError
+    otherwise (what every model and transcript expects of user text)."""
     if isinstance(value, str) and value.strip():
-        return value
+        return checked_text(value, what)  # and storable: no NUL, no lone surrogate
     got = ("an empty str" if not value else "a blank str") if isinstance(value, str) \
         else _kind(value)
     raise InputError(f"{what} must be a non-empty str, got {got}{hint}")

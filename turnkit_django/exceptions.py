@@ -86,7 +86,8 @@ class InputError(TurnkitError, ValueError):
 
     Run input that fails the agent's input schema (``errors`` lists the problems), text that
     is not a non-empty ``str``, a value of the wrong type where an id, a handle or a cursor
-    is expected. Also a ``ValueError``: what ``post()`` and ``steer()`` raised for empty text
+    is expected, application text holding what no database stores (a NUL character, a lone
+    surrogate). Also a ``ValueError``: what ``post()`` and ``steer()`` raised for empty text
     before this class covered them.
     """
 

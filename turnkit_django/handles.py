@@ -29,7 +29,7 @@ from .runtime import execute, execute_new, preview, refuse_atomic_block
 from .runtime.context import ToolBinding
 from .runtime.handles import provide
 from .runtime.running import RunningTurn
-from .serialization import JsonObject
+from .serialization import JsonObject, snapshot
 from .services.costs import CostBreakdown
 from .states import TERMINAL_TURN_STATUSES, TurnStatus
 from .store import append_input, reload
@@ -305,6 +305,7 @@ class ConversationHandle(ConversationInputs):
             key: str | None = None) -> Message:
         """Append a user message; run nothing. With ``key``, once per key."""
         arguments.require_text(text, "the text of conv.say()")
+        metadata = None if metadata is None else snapshot(metadata, "metadata")
         if key is not None:
             found = services.keyed_input(self.row, key, text)
             if found is not None:

@@ -11,7 +11,7 @@ from typing import Any, TypeAlias
 
 from pydantic import BaseModel, JsonValue
 
-from .exceptions import ConfigurationError
+from .exceptions import ConfigurationError, InputError
 
 #: A JSON object as the database stores it (a JSONField's value, a tool's arguments, a
 #: provider's wire payload): values are :data:`pydantic.JsonValue`, so readers narrow them.
@@ -57,13 +57,46 @@ def storable(value: Any) -> Any:
     return value
 
 
+def unstorable(value: Any) -> str | None:
+    """What in ``value`` (text or JSON) no database can store, said for the application, or
+    None: the check application input passes before anything is written."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return "contains a NUL character (\\x00); remove or escape it"
+        if storable_text(value) != value:
+            return ("contains a surrogate code point (such as \\ud800), which is not valid "
+                    "Unicode text; decode the text correctly or remove it")
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"contains the number {value!r}, which JSON cannot hold; use None or a string"
+    if isinstance(value, dict):
+        return next(filter(None, (unstorable(v) for v in (*value, *value.values()))), None)
+    if isinstance(value, list | tuple):
+        return next(filter(None, map(unstorable, value)), None)
+    return None
+
+
+def checked_text(text: str, what: str) -> str:
+    """``text`` if every database stores it as given, else InputError saying what to do: for
+    application input, refused before anything is written."""
+    problem = unstorable(text) if isinstance(text, str) else None
+    if problem is not None:
+        raise InputError(f"{what} {problem}")
+    return text
+
+
 def canonical(value: Any) -> str:
     """A stable JSON text of ``value`` (sorted keys, no spaces), for comparisons and digests."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def snapshot(value: Any, what: str) -> Any:
-    """Return a deep JSON copy of ``value``; later changes to the original never leak in."""
+    """Return a deep JSON copy of ``value``; later changes to the original never leak in.
+
+    Raise ConfigurationError for a value no database stores alike (see :func:`unstorable`)."""
+    problem = unstorable(value)
+    if problem is not None:
+        raise ConfigurationError(f"{what} {problem}")
     try:
         return json.loads(json.dumps(value))
     except (TypeError, ValueError) as exc:
@@ -127,5 +160,6 @@ def render_result(value: Any) -> str:
         return str(value)
 
 
-__all__ = ["REPLACEMENT", "JsonMapping", "JsonObject", "JsonValue", "canonical", "json_safe",
-           "json_value", "render_result", "snapshot", "storable", "storable_text", "to_json"]
+__all__ = ["REPLACEMENT", "JsonMapping", "JsonObject", "JsonValue", "canonical", "checked_text",
+           "json_safe", "json_value", "render_result", "snapshot", "storable", "storable_text",
+           "to_json", "unstorable"]

@@ -1,5 +1,6 @@
 """PostgreSQL refuses NUL, lone surrogates and NaN; model and tool output holding them is
-stored cleaned (as on SQLite: tests/unit/test_bad_input.py)."""
+stored cleaned (as on SQLite: tests/unit/test_bad_input.py), and application input holding
+them is refused before any write."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import pytest
 from django.conf import settings
 
 from tests.unstorable import CASES, run_case
+from turnkit_django import Agent, ConfigurationError, InputError
+from turnkit_django.models import Conversation, Message, Turn
+from turnkit_django.testing import ScriptedClient, reply
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # real commits: the one-statement steps too
@@ -19,3 +23,24 @@ pytestmark = [
 def test_model_and_tool_output_is_stored_cleaned_and_the_run_completes(name):
     run_case(CASES[name])
 
+
+@pytest.mark.parametrize("text", ["a\x00b", "a\ud800b"])
+def test_application_text_that_cannot_be_stored_is_refused_before_any_write(text):
+    agent = Agent("strict", client=ScriptedClient([reply("ok")]))
+    conversation = agent.conversation()
+    for attempt in (lambda: agent.run(text), lambda: agent.prepare(text),
+                    lambda: conversation.say(text), lambda: conversation.ask(text),
+                    lambda: conversation.post(text, key="k")):
+        with pytest.raises(InputError):
+            attempt()
+    assert not Turn.objects.exists() and not Message.objects.exists()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "a\x00b", {"k\x00": 1}])
+def test_context_and_metadata_that_cannot_be_stored_are_refused(value):
+    agent = Agent("strict", client=ScriptedClient([reply("ok")]))
+    with pytest.raises(ConfigurationError):
+        agent.prepare("x", context={"s": value})
+    with pytest.raises(ConfigurationError):
+        agent.conversation(metadata={"s": value})
+    assert not Conversation.objects.exists()

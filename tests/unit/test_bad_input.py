@@ -13,6 +13,7 @@ from tests.testapp.models import Upload
 from tests.unstorable import CASES, run_case
 from turnkit_django import (
     Agent,
+    ConfigurationError,
     InputError,
     NotFound,
     TurnkitError,
@@ -296,3 +297,29 @@ def test_storable_replaces_only_what_no_database_stores():
     assert storable(clean) is clean
     assert to_json({"r": float("-inf")}) == {"r": "-inf"}
 
+
+@pytest.mark.parametrize("text", ["a\x00b", "a\ud800b"])
+def test_application_text_no_database_stores_is_refused_before_any_write(text):
+    agent = quiet()
+    conversation = agent.conversation()
+    for attempt in (lambda: agent.run(text), lambda: agent.prepare(text),
+                    lambda: agent.submit(text), lambda: conversation.say(text),
+                    lambda: conversation.ask(text), lambda: conversation.ask(text, submit=True),
+                    lambda: conversation.post(text, key="k")):
+        with pytest.raises(InputError) as raised:
+            attempt()
+        assert " contains a " in str(raised.value) and "remove" in str(raised.value)
+    assert not Turn.objects.exists() and not Message.objects.exists()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "a\x00b", {"k\x00": 1}])
+def test_context_and_metadata_no_database_stores_are_refused(value):
+    agent = quiet()
+    with pytest.raises(ConfigurationError, match="context contains"):
+        agent.prepare("x", context={"s": value})
+    with pytest.raises(ConfigurationError, match="metadata contains"):
+        agent.conversation(metadata={"s": value})
+    conversation = Conversation.objects.count()
+    with pytest.raises(ConfigurationError, match="metadata contains"):
+        agent.conversation().say("hi", metadata={"s": value})
+    assert not Message.objects.exists() and Conversation.objects.count() == conversation + 1

@@ -66,7 +66,7 @@ def conversation_spec(
         subject_prompt = str(to_prompt() if callable(to_prompt) else subject)
     return NewConversation(
         agent_name=agent.name, model=model or agent.resolved_model(), principal=checked,
-        context=snapshot(context or {}, "context"), metadata=dict(metadata or {}),
+        context=snapshot(context or {}, "context"), metadata=snapshot(metadata or {}, "metadata"),
         subject=subject, subject_prompt=subject_prompt, parent=parent,
         parent_execution=parent_execution)
 
