@@ -36,10 +36,31 @@ def storable_text(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
+#: What the JSON text of a value (``json.dumps``, ASCII) shows when :func:`storable` may change
+#: it: an escaped NUL or surrogate (a valid pair shows too), NaN or infinity.
+_SUSPECT = re.compile(r"\\u0000|\\ud[89a-f]|NaN|Infinity")
+
+
+def maybe_unstorable(text: str) -> bool:
+    """Whether the value ``json.dumps`` (ASCII, the default) wrote as ``text`` may hold what
+    :func:`storable` replaces; False means it certainly holds nothing of it."""
+    return _SUSPECT.search(text) is not None
+
+
 def storable(value: Any) -> Any:
     """``value`` as every supported database stores it alike: strings (keys too) through
     :func:`storable_text`, a NaN or infinite float as its text (``"nan"``, ``"inf"``), as
-    :func:`to_json` renders other values JSON cannot hold. ``value`` itself when clean."""
+    :func:`to_json` renders other values JSON cannot hold. ``value`` itself when clean.
+
+    A container is first written as JSON text, in C, and walked only when that text shows
+    something to replace (the value of every write: the walk would cost more)."""
+    if isinstance(value, dict | list | tuple):
+        try:
+            text = json.dumps(value)
+        except (TypeError, ValueError, RecursionError):
+            text = None  # not JSON (the walk leaves what it cannot clean)
+        if text is not None and not maybe_unstorable(text):
+            return value
     if isinstance(value, str):
         return storable_text(value)
     if isinstance(value, float):
@@ -161,5 +182,5 @@ def render_result(value: Any) -> str:
 
 
 __all__ = ["REPLACEMENT", "JsonMapping", "JsonObject", "JsonValue", "canonical", "checked_text",
-           "json_safe", "json_value", "render_result", "snapshot", "storable", "storable_text",
-           "to_json", "unstorable"]
+           "json_safe", "json_value", "maybe_unstorable", "render_result", "snapshot", "storable",
+           "storable_text", "to_json", "unstorable"]

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from ..fields import is_storable_field
 from ..models import Event
-from ..serialization import storable
+from ..serialization import maybe_unstorable, storable
 
 
 class Unsupported(Exception):
@@ -181,9 +181,13 @@ def insert(name: str, obj: Model, params: list[object], *, source: str,
         if column.stamped:  # what pre_save does for auto_now(_add) fields
             now = now or timezone.now()
             setattr(obj, column.attname, now)
-        record[column.column] = _value(obj, column)
+        record[column.column] = column.to_json(getattr(obj, column.attname))
         selected.append(f"r.{quote(column.column)}")
-    params.append(json.dumps(record, separators=(",", ":")))
+    text = json.dumps(record, separators=(",", ":"))
+    if maybe_unstorable(text):  # cleaned as the fields clean them (rarely: output that has it)
+        text = json.dumps({c: _value(obj, column) for column in columns(model)
+                           if (c := column.column) in record}, separators=(",", ":"))
+    params.append(text)
     quoted = table(model)
     return (f"{name} AS (INSERT INTO {quoted} ({column_list(model)}) "
             f"SELECT {', '.join(selected)} FROM {source}, "
@@ -203,8 +207,13 @@ def insert_events(events: list[Event], params: list[object], source: str = "t") 
     records = []
     for event in events:
         event.created_at = event.created_at or timezone.now()
-        records.append({c.column: _value(event, c) for c in columns(Event) if c.name != "id"})
-    params.append(json.dumps(records, separators=(",", ":")))
+        records.append({c.column: c.to_json(getattr(event, c.attname))
+                        for c in columns(Event) if c.name != "id"})
+    text = json.dumps(records, separators=(",", ":"))
+    if maybe_unstorable(text):  # cleaned as the fields clean them
+        text = json.dumps([{c.column: _value(event, c) for c in columns(Event) if c.name != "id"}
+                           for event in events], separators=(",", ":"))
+    params.append(text)
     quoted = table(Event)
     names = column_list(Event, without="id")
     selected = ", ".join(f"r.{quote(c.column)}" for c in columns(Event) if c.name != "id")
