@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from typing import Protocol
 
 from django.conf import settings
 from django.core.files.storage import storages
@@ -88,34 +89,40 @@ class InvalidSetting(ConfigurationError):
         super().__init__(f"{problem.message} {problem.hint}")
 
 
-def _invalid(id_: str, key: str, value: object, expected: str, hint: str) -> InvalidSetting:
+def _name(key: str, label: str | None) -> str:
+    """How a message names the value: the setting, or ``label`` (an option overriding it)."""
+    return label or f"TURNKIT[{key!r}]"
+
+
+def _invalid(id_: str, key: str, value: object, expected: str, hint: str,
+             label: str | None = None) -> InvalidSetting:
     return InvalidSetting(SettingProblem(
-        id_, key, f"TURNKIT[{key!r}] must be {expected}; got {value!r}.", hint))
+        id_, key, f"{_name(key, label)} must be {expected}; got {value!r}.", hint))
 
 
-def _seconds(key: str, value: object) -> float:
+def _seconds(key: str, value: object, label: str | None = None) -> float:
     if (isinstance(value, int | float) and not isinstance(value, bool)
             and math.isfinite(value) and 0 < value <= MAX_SECONDS):
         return float(value)
     raise _invalid("turnkit.E003", key, value, "a positive number of seconds",
                    f"Use a number such as {DEFAULTS[key] or 60!r}"
-                   f"{' (the default)' if DEFAULTS[key] else ', or None for no limit'}.")
+                   f"{' (the default)' if DEFAULTS[key] else ', or None for no limit'}.", label)
 
 
 def _optional_seconds(key: str, value: object) -> float | None:
     return None if value is None else _seconds(key, value)
 
 
-def _count(key: str, value: object) -> int:
+def _count(key: str, value: object, label: str | None = None) -> int:
     minimum = COUNTS[key]
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
         expected = "a positive integer" if minimum else "an integer >= 0"
         raise _invalid("turnkit.E003", key, value, expected,
-                       f"Use a whole number such as {DEFAULTS[key]!r} (the default).")
+                       f"Use a whole number such as {DEFAULTS[key]!r} (the default).", label)
     return value
 
 
-def _spend(key: str, value: object) -> Decimal | None:
+def _spend(key: str, value: object, label: str | None = None) -> Decimal | None:
     if value is None:
         return None
     amount: Decimal | None = None
@@ -126,24 +133,54 @@ def _spend(key: str, value: object) -> Decimal | None:
             amount = None
     if amount is None or not amount.is_finite() or amount < 0:
         raise _invalid("turnkit.E011", key, value, "None or an amount of USD >= 0",
-                       "Use a decimal string such as '5.00', or None for no cap.")
+                       "Use a decimal string such as '5.00', or None for no cap.", label)
     return amount
 
 
-def _by_name(key: str, value: object) -> Mapping[str, int]:
+def _by_name(key: str, value: object, label: str | None = None) -> Mapping[str, int]:
     if not isinstance(value, Mapping):
         raise _invalid("turnkit.E008", key, value, "a dict of tool name -> maximum executions",
-                       "For example {'search_docs': 3}.")
+                       "For example {'search_docs': 3}.", label)
     for name, cap in value.items():
         if not isinstance(name, str) or not name:
             raise _invalid("turnkit.E008", key, value, "keyed by tool names (strings)",
-                           f"The entry {name!r}: {cap!r} is not keyed by a tool name.")
+                           f"The entry {name!r}: {cap!r} is not keyed by a tool name.", label)
         if isinstance(cap, bool) or not isinstance(cap, int) or not 0 <= cap <= MAX_COUNT:
             raise InvalidSetting(SettingProblem(
                 "turnkit.E008", key,
-                f"TURNKIT[{key!r}][{name!r}] must be an integer >= 0; got {cap!r}.",
+                f"{_name(key, label)}[{name!r}] must be an integer >= 0; got {cap!r}.",
                 f"For example {{{name!r}: 3}}; 0 forbids the tool."))
     return dict(value)
+
+
+class _LimitCleaner(Protocol):
+    def __call__(self, key: str, value: object, label: str | None = None) -> object: ...
+
+
+#: The options that override a limit setting (``Agent(max_iterations=...)``): their setting,
+#: whose rules (E003, E008, E011) they follow, and its cleaner.
+LIMIT_OPTIONS: dict[str, tuple[str, _LimitCleaner]] = {
+    "max_iterations": ("MAX_ITERATIONS", _count),
+    "max_tool_executions": ("MAX_TOOL_EXECUTIONS", _count),
+    "max_tool_executions_by_name": ("MAX_TOOL_EXECUTIONS_BY_NAME", _by_name),
+    "max_spend": ("MAX_SPEND", _spend),
+    "max_depth": ("MAX_DEPTH", _count),
+    "timeout": ("TIMEOUT", _seconds),
+}
+
+
+def clean_limit(option: str, value: object, where: str) -> object:
+    """Return ``value`` of the limit ``option`` of ``where`` (for example ``agent 'support'``)
+    normalised like its setting; raise ConfigurationError naming both when the setting's rule
+    refuses it. None is not checked: it means "use the setting"."""
+    if value is None:
+        return None
+    key, clean = LIMIT_OPTIONS[option]
+    try:
+        return clean(key, value, f"{where}: {option}")
+    except InvalidSetting as exc:
+        raise ConfigurationError(f"{exc.problem.message} {exc.problem.hint} Or leave {option} "
+                                 f"out to use TURNKIT[{key!r}].") from None
 
 
 def _text(key: str, value: object) -> str:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from decimal import Decimal
 
-from .conf import turnkit_settings
+from .conf import clean_limit, turnkit_settings
 from .exceptions import ConfigurationError
 from .serialization import JsonMapping, JsonObject
 
@@ -84,11 +84,18 @@ def resolve_limits(
     max_spend: Decimal | str | float | None = None,
     max_depth: int | None = None,
     timeout: float | None = None,
+    where: str = "limits",
 ) -> Limits:
-    """Return limits from explicit values (None means: use the TURNKIT setting)."""
+    """Return limits from explicit values (None means: use the TURNKIT setting).
+
+    Explicit values follow the rules of their settings (:func:`check_limits`); ``where`` names
+    their owner in the error."""
+    check_limits(where, max_iterations=max_iterations, max_tool_executions=max_tool_executions,
+                 max_tool_executions_by_name=max_tool_executions_by_name, max_spend=max_spend,
+                 max_depth=max_depth, timeout=timeout)
     s = turnkit_settings
     spend = s.MAX_SPEND if max_spend is None else max_spend
-    limits = Limits(
+    return Limits(
         max_iterations=s.MAX_ITERATIONS if max_iterations is None else max_iterations,
         max_tool_executions=(s.MAX_TOOL_EXECUTIONS if max_tool_executions is None
                              else max_tool_executions),
@@ -99,12 +106,15 @@ def resolve_limits(
         max_depth=s.MAX_DEPTH if max_depth is None else max_depth,
         timeout=s.TIMEOUT if timeout is None else timeout,
     )
-    for name in ("max_iterations", "max_tool_executions", "max_depth"):
-        value = getattr(limits, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ConfigurationError(f"{name} must be a non-negative integer, got {value!r}")
-    return limits
 
 
-__all__ = ["DEPTH", "ITERATIONS", "SPEND", "TIMEOUT", "TOOL_EXECUTIONS", "Limits", "limit_of",
-           "resolve_limits"]
+def check_limits(where: str, **overrides: object) -> None:
+    """Raise ConfigurationError naming ``where`` for an override (None: the setting) that the
+    rule of its setting refuses: E003 for counts and seconds, E008 for per-tool caps, E011 for
+    spend, without reading the settings themselves."""
+    for option, value in overrides.items():
+        clean_limit(option, value, where)
+
+
+__all__ = ["DEPTH", "ITERATIONS", "SPEND", "TIMEOUT", "TOOL_EXECUTIONS", "Limits", "check_limits",
+           "limit_of", "resolve_limits"]

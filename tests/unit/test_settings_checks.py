@@ -26,7 +26,15 @@ from django.test import override_settings
 from turnkit_django import Agent, ConfigurationError, register
 from turnkit_django.agents.registry import get_agent, unregister
 from turnkit_django.checks import TAG, check_sqlite_mode
-from turnkit_django.conf import CLEANERS, DEFAULTS, TurnkitSettings, suggest, turnkit_settings
+from turnkit_django.conf import (
+    CLEANERS,
+    DEFAULTS,
+    LIMIT_OPTIONS,
+    TurnkitSettings,
+    suggest,
+    turnkit_settings,
+)
+from turnkit_django.models import Turn
 from turnkit_django.testing import ScriptedClient
 
 REPO = Path(__file__).resolve().parents[2]
@@ -327,6 +335,40 @@ def test_agent_definitions_are_validated():
         Agent("x", prompt_mode="loud")
     with pytest.raises(ConfigurationError, match="not a tool"):
         Agent("x", tools=[print])  # type: ignore[list-item]
+
+
+#: Every bad value of a limit setting, as the agent option that overrides it (None there means
+#: "use the setting", so it is not a bad option).
+SETTING_OF = {key: option for option, (key, _) in LIMIT_OPTIONS.items()}
+BAD_LIMITS = [(SETTING_OF[key], value) for key, value, _ in BAD_VALUES
+              if key in SETTING_OF and value is not None] + [
+    ("max_spend", "lots"), ("timeout", -1), ("max_iterations", 0),
+    ("max_tool_executions_by_name", {"ping": -1}), ("max_iterations", "3"), ("max_depth", -1),
+]
+
+
+@pytest.mark.parametrize(("option", "value"), BAD_LIMITS,
+                         ids=[f"{o}={v!r}" for o, v in BAD_LIMITS])
+def test_agent_limits_follow_the_rules_of_their_settings_at_construction(option, value):
+    """Not at the first run: there "lots" raised decimal.InvalidOperation and 0 or -1 failed
+    every run with BudgetExceeded before any model call."""
+    with pytest.raises(ConfigurationError) as raised:
+        Agent("spendy", instructions="x", **{option: value})
+    message = str(raised.value)
+    assert message.startswith(f"agent 'spendy': {option}")
+    assert repr(value) in message or repr(value["ping"]) in message
+    assert f"leave {option} out to use TURNKIT[{LIMIT_OPTIONS[option][0]!r}]" in message
+
+
+@pytest.mark.django_db
+def test_valid_agent_limits_are_kept_and_a_run_cannot_override_them():
+    agent = Agent("limited", max_iterations=1, max_tool_executions=1, max_depth=0, timeout=0.5,
+                  max_spend="0", max_tool_executions_by_name={"ping": 0},
+                  client=ScriptedClient([]))
+    assert agent.limits().max_spend == Decimal(0) and agent.limits().timeout == 0.5
+    with pytest.raises(TypeError, match="max_iterations"):
+        agent.run("go", max_iterations=5)  # type: ignore[call-arg]
+    assert not Turn.objects.exists()
 
 
 @pytest.mark.parametrize("name", ["bad name!", "9lives", "a" * 65, "name\n", "émile", "a.b"])

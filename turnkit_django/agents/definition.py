@@ -19,7 +19,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from ..clients import Client, default_client
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError, InputError
-from ..limits import Limits, resolve_limits
+from ..limits import Limits, check_limits, resolve_limits
 from ..serialization import JsonObject
 from ..tools.base import Tool
 from . import policies, prompting
@@ -151,6 +151,7 @@ class AgentDefinition:
             "max_depth": max_depth,
             "timeout": timeout,
         }
+        check_limits(f"agent {name!r}", **self.limit_overrides)  # here, not at the first run
         self.client = client
         check_thinking(thinking, f"agent {name!r}")
         self.thinking = thinking
@@ -265,7 +266,7 @@ class AgentDefinition:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def limits(self) -> Limits:
-        return resolve_limits(**self.limit_overrides)
+        return resolve_limits(**self.limit_overrides, where=f"agent {self.name!r}")
 
     def resolved_model(self) -> str:
         return self.model or str(turnkit_settings.DEFAULT_MODEL)
