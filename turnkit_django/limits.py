@@ -20,9 +20,17 @@ TOOL_EXECUTIONS = "maximum tool executions reached"
 SPEND = "cost limit reached"
 DEPTH = "maximum sub-agent depth reached"
 TIMEOUT = "turn timed out"
+#: The most a run may spend, in USD: a tenth of what a cost column (``Turn.cost``, the root's
+#: ``tree_spend``: 18 digits, 8 places) holds, so that SQLite, which adds decimals as floats,
+#: still reads every sum back.
+MAX_COST = Decimal(1_000_000_000)
+#: The denial once a run's spend reached :data:`MAX_COST`: a limit no setting can raise.
+SPEND_UNRECORDABLE = (f"cost too large to record: a run's spend is at most {MAX_COST} USD; "
+                      "the call that passed it has an unknown cost")
 
 _LIMIT_OF = {ITERATIONS: "max_iterations", TOOL_EXECUTIONS: "max_tool_executions",
-             SPEND: "max_spend", DEPTH: "max_depth", TIMEOUT: "timeout"}
+             SPEND: "max_spend", SPEND_UNRECORDABLE: "max_spend", DEPTH: "max_depth",
+             TIMEOUT: "timeout"}
 
 
 def limit_of(reason: str) -> str:
@@ -116,5 +124,5 @@ def check_limits(where: str, **overrides: object) -> None:
         clean_limit(option, value, where)
 
 
-__all__ = ["DEPTH", "ITERATIONS", "SPEND", "TIMEOUT", "TOOL_EXECUTIONS", "Limits", "check_limits",
-           "limit_of", "resolve_limits"]
+__all__ = ["DEPTH", "ITERATIONS", "MAX_COST", "SPEND", "SPEND_UNRECORDABLE", "TIMEOUT",
+           "TOOL_EXECUTIONS", "Limits", "check_limits", "limit_of", "resolve_limits"]

@@ -111,3 +111,35 @@ def test_validate_rates_reports_problems() -> None:
     assert validate_rates({"f": {"input": "Infinity"}}) == [
         "COST_RATES['f']['input'] = 'Infinity' is not a number"]
     assert validate_rates([]) == ["COST_RATES must be a dict of model name -> rates"]
+
+
+def test_validate_rates_wants_model_names_and_bounded_rates() -> None:
+    """A rate that passed E006 could price one call past what a cost column holds."""
+    assert validate_rates({5: {"input": "1"}, "": {"input": "1"}}) == [
+        "COST_RATES is keyed by model names (strings), not 5",
+        "COST_RATES is keyed by model names (strings), not ''"]
+    assert validate_rates({"m": {"input": "1e20", "output": 1_000_001}}) == [
+        "COST_RATES['m']['input'] = '1e20' is more than 1000000 USD per million tokens",
+        "COST_RATES['m']['output'] = 1000001 is more than 1000000 USD per million tokens"]
+    assert validate_rates({"m": {"input": "1e999999"}}) == [
+        "COST_RATES['m']['input'] = '1e999999' is more than 1000000 USD per million tokens"]
+    # The bound is inclusive, and a band's threshold is tokens, not a rate.
+    assert validate_rates({"m": {"input": "1000000", "long_prompt": {
+        "threshold": 5_000_000, "input": "1000000"}}}) == []
+
+
+@pytest.mark.parametrize("reported", ["lots", "NaN", "-1", "Infinity", ""])
+def test_a_reported_cost_that_is_no_amount_is_unknown_never_an_error(reported: str) -> None:
+    assert compute_cost("claude-sonnet-4-5", Usage(input_tokens=1), reported=reported) is None
+
+
+@pytest.mark.parametrize("rate", ["1e999999", "x", [1]])
+def test_unchecked_rates_that_cannot_price_a_call_give_an_unknown_cost(rate: object) -> None:
+    with override_settings(TURNKIT={"COST_RATES": {"m": {"input": rate}}}):
+        assert compute_cost("m", Usage(input_tokens=10**6)) is None
+
+
+def test_a_cost_too_large_for_a_column_is_returned_unrounded_for_the_charge_to_refuse() -> None:
+    with override_settings(TURNKIT={"COST_RATES": {"m": {"input": "1e20"}}}):
+        assert compute_cost("m", Usage(input_tokens=82)) == Decimal("8.2e15")
+    assert compute_cost("m", Usage(), reported="1e30") == Decimal("1e30")

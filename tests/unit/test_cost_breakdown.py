@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 
 from tests.dispatch import override_turnkit
-from turnkit_django import Agent, load_turn
+from turnkit_django import Agent, load_turn, tool
 from turnkit_django.clients import ModelResponse, Usage
 from turnkit_django.clients.cost import compute_cost
-from turnkit_django.messages import TextPart
+from turnkit_django.limits import MAX_COST, SPEND_UNRECORDABLE
+from turnkit_django.messages import TextPart, ToolCallPart
+from turnkit_django.models import Turn
 from turnkit_django.testing import ScriptedClient, call, reply
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("invariants")]
@@ -130,3 +132,47 @@ def test_a_conversation_and_an_agent_add_up_their_own_turns():
     assert [t.agent for t in conv.cost_breakdown().by_turn] == ["counter", "counter"]
     assert agent.cost_breakdown().by_model["lead-model"].calls == 2
     assert Agent("helper").cost_breakdown().cost == Decimal(2) == other.cost - 5
+
+
+@tool
+def ping() -> str:
+    """Answer pong."""
+    return "pong"
+
+
+def absurd(text: str = "", *calls: str, cost: str = "1e30") -> ModelResponse:
+    """A response whose provider reports a cost no cost column can hold."""
+    parts = (TextPart(text), *(ToolCallPart(f"call_{name}", name) for name in calls))
+    return ModelResponse(parts, Usage(1, 1), reported_cost=cost)
+
+
+def test_a_cost_too_large_to_record_ends_the_run_with_a_readable_ledger(caplog):
+    """It used to be stored (tree_spend 8.2e15 on SQLite, a DataError on PostgreSQL): the run
+    raised decimal.InvalidOperation and the admin's turn list answered 500 until fixed by hand."""
+    caplog.set_level(logging.ERROR, logger="turnkit_django.cost")
+    agent = Agent("spender", tools=[ping], client=ScriptedClient(
+        [absurd("", "ping"), reply("never asked")]))
+    run = agent.run("go")
+
+    assert run.status == "failed"
+    assert run.error["type"] == "BudgetExceeded" and run.error["message"] == SPEND_UNRECORDABLE
+    assert run.error["limit"] == "max_spend"
+    assert run.cost is None  # the call's cost is unknown, not a wrong number
+    root = Turn.objects.get(pk=run.id)
+    assert root.tree_spend == MAX_COST and root.cost == 0 and root.cost_unknown
+    assert not run.tool_executions().filter(status="completed").exists()  # ping never ran
+    assert "past 1000000000 USD, the most a run can record" in caplog.text
+
+
+def test_charges_that_add_up_past_a_cost_column_stop_at_its_ceiling():
+    with override_turnkit(COST_RATES={"m": {"input": "1e14", "output": "0"}}):  # not checked
+        agent = Agent("spender", model="m", tools=[ping], client=ScriptedClient(
+            [call("ping", usage=tokens(inputs=1)), reply("done", usage=tokens(inputs=82))]))
+        run = agent.run("go")
+
+    # The first call (1e8 USD) is recorded; the second (8.2e9) would pass the ceiling.
+    assert run.status == "completed" and run.output_text == "done"
+    assert run.cost is None
+    root = Turn.objects.get(pk=run.id)
+    assert root.tree_spend == MAX_COST and root.cost == Decimal("1e8")
+    assert root.usage["by_model"]["m"]["cost_unknown"] is True

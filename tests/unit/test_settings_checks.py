@@ -238,6 +238,9 @@ def test_every_key_has_a_bad_value_case():
         ({"RECONCILE_INTERVAL": 60, "LEASE": 60}, "turnkit.E005", "RECONCILE_INTERVAL"),
         ({"COST_CALCULATOR": "no.such.module.price"}, "turnkit.E007", "COST_CALCULATOR"),
         ({"COST_RATES": {"m": {"thinking": "many"}}}, "turnkit.E006", "thinking"),
+        ({"COST_RATES": {5: {"input": 1}}}, "turnkit.E006", "keyed by model names"),
+        ({"COST_RATES": {"m": {"input": "1e20", "output": "1"}}}, "turnkit.E006",
+         "COST_RATES['m']['input'] = '1e20' is more than 1000000 USD per million tokens"),
     ],
 )
 def test_entries_and_combinations_are_named(turnkit, expected, fragment):

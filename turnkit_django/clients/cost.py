@@ -23,11 +23,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Literal, Required, TypedDict
 
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
+from ..limits import MAX_COST
 from ..serialization import JsonMapping
 from .base import Usage
 
@@ -38,6 +39,10 @@ RATE_KEYS: tuple[RateKey, ...] = ("input", "output", "cache_read", "cache_write"
                                   "image_input")
 BAND_KEY = "long_prompt"
 _MILLION = Decimal(1_000_000)
+_PLACES = Decimal("0.00000001")
+#: The largest rate check E006 accepts, in USD per million tokens (one dollar a token): it keeps
+#: a call's cost within a cost column unless its usage is billions of tokens.
+MAX_RATE = Decimal(1_000_000)
 _SNAPSHOT = re.compile(r"^(?P<name>.+?)-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
 
 
@@ -176,6 +181,27 @@ def _prompt_tokens(usage: Usage) -> int:
             + usage.image_input_tokens)
 
 
+def _amount(value: object, source: str, model: str) -> Decimal | None:
+    """``value`` (a cost ``source`` gave for a call to ``model``) as USD, or None (unknown,
+    logged) when it is not a finite amount >= 0. An amount too large for a cost column is
+    returned as it is: the charge refuses it and stops the run
+    (:func:`turnkit_django.runtime.budget.spent`)."""
+    try:
+        cost = Decimal(str(value).strip()) if not isinstance(value, bool) else None
+    except ArithmeticError:
+        cost = None
+    if cost is None or not cost.is_finite() or cost < 0:
+        logger.error("%s was %r for model %r; a cost is a non-negative number of USD; cost "
+                     "unknown", source, value, model)
+        return None
+    return cost
+
+
+def _stored(cost: Decimal | None) -> Decimal | None:
+    """``cost`` to the 8 places a cost column keeps, when one can hold it."""
+    return cost.quantize(_PLACES) if cost is not None and cost <= MAX_COST else cost
+
+
 def _calculated(model: str, usage: Usage) -> tuple[bool, Decimal | None]:
     """Ask ``COST_CALCULATOR``: (answered, cost). It runs before the step that charges the
     call (never inside a transaction); a failure must not end the step: it is logged and the
@@ -190,22 +216,18 @@ def _calculated(model: str, usage: Usage) -> tuple[bool, Decimal | None]:
         return True, None
     if value is None:
         return False, None
-    try:
-        cost = Decimal(str(value)) if not isinstance(value, bool) else None
-    except InvalidOperation:
-        cost = None
-    if cost is None or not cost.is_finite() or cost < 0:
-        logger.error("TURNKIT['COST_CALCULATOR'] returned %r for model %r; return a "
-                     "non-negative number of USD or None (use COST_RATES); cost unknown",
-                     value, model)
-        return True, None
-    return True, cost.quantize(Decimal("0.00000001"))
+    return True, _stored(_amount(value, "TURNKIT['COST_CALCULATOR']'s answer (return None to "
+                                        "use COST_RATES)", model))
 
 
 def compute_cost(model: str, usage: Usage, reported: str | None = None) -> Decimal | None:
-    """Return the cost of one call's ``usage`` on ``model`` in USD, or None when unknown."""
+    """Return the cost of one call's ``usage`` on ``model`` in USD, or None when unknown.
+
+    It never raises for a bad amount: a reported cost, a calculator's answer or a rate that is
+    not a number gives an unknown cost (logged); one too large for a cost column is returned
+    unrounded, and charging it stops the run."""
     if reported is not None:
-        return Decimal(str(reported))
+        return _amount(reported, "the provider's reported cost", model)
     answered, calculated = _calculated(model, usage)
     if answered:
         return calculated
@@ -232,8 +254,13 @@ def compute_cost(model: str, usage: Usage, reported: str | None = None) -> Decim
         rate = rates.get(key)
         if rate is None:
             return None
-        total += Decimal(str(rate)) * tokens / _MILLION
-    return total.quantize(Decimal("0.00000001"))
+        try:
+            total += Decimal(str(rate)) * tokens / _MILLION
+        except ArithmeticError:  # a rate check E006 refuses: not a number, or so large it overflows
+            logger.error("TURNKIT['COST_RATES'] cannot price %s tokens of model %r with %r "
+                         "(see check turnkit.E006); cost unknown", key, model, rate)
+            return None
+    return _stored(_amount(total, "the cost from COST_RATES", model))
 
 
 def _rate_problems(where: str, entry: object, *, band_allowed: bool) -> list[str]:
@@ -254,6 +281,9 @@ def _rate_problems(where: str, entry: object, *, band_allowed: bool) -> list[str
                 raise ArithmeticError(value)
             if rate < 0:
                 problems.append(f"{where}[{key!r}] = {value!r} is negative")
+            elif key != "threshold" and rate > MAX_RATE:
+                problems.append(f"{where}[{key!r}] = {value!r} is more than {MAX_RATE} USD per "
+                                "million tokens")
         except ArithmeticError:
             problems.append(f"{where}[{key!r}] = {value!r} is not a number")
     if not band_allowed and "threshold" not in entry:
@@ -267,5 +297,8 @@ def validate_rates(rates: object) -> list[str]:
         return ["COST_RATES must be a dict of model name -> rates"]
     problems: list[str] = []
     for model, entry in rates.items():
+        if not isinstance(model, str) or not model:
+            problems.append(f"COST_RATES is keyed by model names (strings), not {model!r}")
+            continue
         problems += _rate_problems(f"COST_RATES[{model!r}]", entry, band_allowed=True)
     return problems

@@ -7,11 +7,24 @@ parallel children across workers can never overrun a limit.
 
 from __future__ import annotations
 
+import logging
 from decimal import Decimal
 
 from ..exceptions import BudgetExceeded
-from ..limits import DEPTH, ITERATIONS, SPEND, TIMEOUT, TOOL_EXECUTIONS, Limits, resolve_limits
+from ..limits import (
+    DEPTH,
+    ITERATIONS,
+    MAX_COST,
+    SPEND,
+    SPEND_UNRECORDABLE,
+    TIMEOUT,
+    TOOL_EXECUTIONS,
+    Limits,
+    resolve_limits,
+)
 from ..store import GRANTED, Ledger, LedgerDelta, Reservation
+
+logger = logging.getLogger("turnkit_django.cost")
 
 
 def limits_of(ledger: Ledger) -> Limits:
@@ -26,6 +39,8 @@ def check_open(ledger: Ledger, *, spend: bool = True) -> None:
     limit = limits_of(ledger).max_spend
     if spend and limit is not None and ledger.spend >= limit:
         raise BudgetExceeded(SPEND, limit="max_spend")
+    if spend and ledger.spend >= MAX_COST:
+        raise BudgetExceeded(SPEND_UNRECORDABLE, limit="max_spend")
 
 
 def reserve_next(ledger: Ledger) -> tuple[LedgerDelta, Reservation]:
@@ -76,12 +91,26 @@ def check_depth(ledger: Ledger, child_depth: int) -> None:
         raise BudgetExceeded(DEPTH, limit="max_depth")
 
 
-def spent(ledger: Ledger, cost: Decimal | None) -> LedgerDelta:
-    """Charge ``cost`` to the tree (seen by later checks in the same transaction)."""
+def spent(ledger: Ledger, cost: Decimal | None) -> tuple[LedgerDelta, Decimal | None]:
+    """Charge ``cost`` to the tree (seen by later checks in the same transaction); return the
+    delta and the cost to charge the turn.
+
+    A cost that would take the tree's spend past :data:`MAX_COST` (a provider's or a
+    calculator's absurd report, absurd rates), where a cost column would overflow, is not
+    written: the turn gets an unknown cost, and the tree's spend is set to the ceiling, so the
+    next model or tool call fails the run with ``BudgetExceeded`` (:func:`check_open`),
+    whatever ``max_spend`` is."""
     if not cost:
-        return LedgerDelta()
+        return LedgerDelta(), cost
+    if ledger.spend + cost > MAX_COST:
+        logger.error("a call charged to turn tree %r costs %s USD, which takes its spend past "
+                     "%s USD, the most a run can record; its cost is recorded as unknown and "
+                     "the run stops", ledger.root_id, cost, MAX_COST)
+        ceiling = MAX_COST - ledger.spend
+        ledger.spend = MAX_COST
+        return LedgerDelta(spend=ceiling), None
     ledger.spend += cost
-    return LedgerDelta(spend=cost)
+    return LedgerDelta(spend=cost), cost
 
 
 __all__ = ["check_depth", "check_open", "limits_of", "recheck", "reserve_next", "reserve_tool",

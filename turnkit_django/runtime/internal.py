@@ -48,8 +48,9 @@ def charge_usage(ctx: TurnContext, ledger: Ledger, usage: Usage, model: str,
                  cost: Decimal | None) -> tuple[Charge, LedgerDelta, Decimal | None]:
     """:func:`charge` for a call that is not a model response (None: its cost is unknown);
     the caller sets ``ctx.row.usage`` to the charge's usage once committed."""
+    delta, cost = budget.spent(ledger, cost)  # None: too large to record
     record = add_call(ctx.row.usage, usage, model, cost)
-    return Charge(record, cost), budget.spent(ledger, cost), cost
+    return Charge(record, cost), delta, cost
 
 
 def completed(ctx: TurnContext, response: ModelResponse, model: str, cost: Decimal | None,
