@@ -81,6 +81,68 @@ def test_reconcile_command_reports_a_pass():
     assert "recovered 0" in run_command("turnkit_reconcile")
 
 
+# ------------------------------------------------------------------ numeric options
+
+DAYS = "--older-than must be a number of days from 0 to 36500"
+WHOLE = "must be a whole number from 1 to 2147483647"
+SECONDS = "--interval must be a number of seconds above 0 to 315360000"
+BAD_NUMBERS = [
+    # Used to end in OverflowError / ValueError tracebacks from timedelta().
+    (["turnkit_prune", "--older-than", "1e400"], DAYS),
+    (["turnkit_prune", "--older-than", "nan"], DAYS),
+    (["turnkit_prune", "--older-than", "100000000"], DAYS),
+    (["turnkit_prune", "--older-than", "-1"], DAYS),
+    (["turnkit_prune", "--older-than", "soon"], DAYS),
+    (["turnkit_prune", "--older-than", "30", "--batch", "0"], f"--batch {WHOLE}"),
+    (["turnkit_prune", "--older-than", "30", "--batch", "2.5"], f"--batch {WHOLE}"),
+    (["turnkit_prune", "--older-than", "30", "--batch", "9" * 400], f"--batch {WHOLE}"),
+    # Used to raise OverflowError; 0 was replaced by RECONCILE_INTERVAL; nan was waited on.
+    (["turnkit_reconcile", "--loop", "--interval", "inf"], SECONDS),
+    (["turnkit_reconcile", "--loop", "--interval", "1e300"], SECONDS),
+    (["turnkit_reconcile", "--loop", "--interval", "0"], SECONDS),
+    (["turnkit_reconcile", "--loop", "--interval", "nan"], SECONDS),
+    (["turnkit_reconcile", "--loop", "--interval", "-1"], SECONDS),
+    (["turnkit_reconcile", "--loop", "--passes", "0"], f"--passes {WHOLE}"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_NUMBERS,
+                         ids=[" ".join(a[1:]) for a, _ in BAD_NUMBERS])
+def test_numeric_options_out_of_range_are_refused_with_the_range(args, message):
+    with pytest.raises(CommandError) as raised:
+        run_command(*args)
+    assert message.split(" must ")[0] in str(raised.value)
+    assert message.split(" ", 1)[1] in str(raised.value)
+    assert repr(args[-1]) in str(raised.value)
+
+
+@pytest.mark.parametrize(("name", "options", "message"), [
+    ("turnkit_reconcile", {"loop": True, "interval": 0}, SECONDS),
+    ("turnkit_reconcile", {"loop": True, "passes": 1.5}, f"--passes {WHOLE}"),
+    ("turnkit_prune", {"older_than": 30, "batch": 0}, f"--batch {WHOLE}"),
+    ("turnkit_prune", {"older_than": float("nan")}, DAYS),
+])
+def test_numeric_keywords_of_call_command_follow_the_same_rules(name, options, message):
+    """call_command does not parse an optional keyword: the command checks it the same way."""
+    with pytest.raises(CommandError, match=message.split(" must ")[0]) as raised:
+        call_command(name, **options, stdout=StringIO())
+    assert message.split(" ", 1)[1] in str(raised.value)
+
+
+def test_numeric_options_in_range_are_taken():
+    assert "would delete 0" in run_command("turnkit_prune", "--older-than", "0", "--dry-run")
+    assert "would delete 0" in call_command_output("turnkit_prune", older_than="36500",
+                                                   batch=2, dry_run=True)
+    assert run_command("turnkit_reconcile", "--loop", "--passes", "1",
+                       "--interval", "315360000") == ""
+
+
+def call_command_output(name: str, **options: object) -> str:
+    out = StringIO()
+    call_command(name, **options, stdout=out)
+    return out.getvalue()
+
+
 # ------------------------------------------------------------------ inspect --json / --full
 
 

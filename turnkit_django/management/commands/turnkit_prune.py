@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
 from ...services import prune
+from ..arguments import COUNT, DAYS
 
 
 class Command(BaseCommand):
@@ -19,20 +20,20 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--older-than", type=float, required=True, metavar="DAYS",
-                            help="Prune conversations idle for longer than this many days.")
-        parser.add_argument("--batch", type=int, default=None,
+        parser.add_argument("--older-than", type=DAYS, required=True, metavar="DAYS",
+                            help="Prune conversations idle for longer than this many days "
+                                 f"({DAYS.accepted}).")
+        parser.add_argument("--batch", type=COUNT, default=None,
                             help="Conversations per transaction (default MAINTENANCE_BATCH_SIZE).")
         parser.add_argument("--dry-run", action="store_true",
                             help="Count what would be deleted; delete nothing.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        days = options["older_than"]
-        if days < 0:
-            raise CommandError("--older-than must be zero or more days")
-        if options["batch"] is not None and options["batch"] < 1:
-            raise CommandError("--batch must be a positive number")
+        # call_command hands keywords on as given (it parses only required ones): convert.
+        days = DAYS(options["older_than"])
+        batch = COUNT.clean("--batch", options["batch"])
         cutoff = timezone.now() - timedelta(days=days)
-        total = prune(before=cutoff, batch=options["batch"], dry_run=options["dry_run"])
+        total = prune(before=cutoff, batch=None if batch is None else int(batch),
+                      dry_run=options["dry_run"])
         verb = "would delete" if options["dry_run"] else "deleted"
         self.stdout.write(f"{verb} {total} conversations idle since before {cutoff:%Y-%m-%d %H:%M}")

@@ -6,12 +6,13 @@ import signal
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
 from ... import failpoints
 from ...conf import turnkit_settings
 from ...services import cancel_sweep, reconcile
+from ..arguments import COUNT, SECONDS
 
 
 class Command(BaseCommand):
@@ -23,18 +24,16 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--loop", action="store_true",
                             help="Keep reconciling until interrupted (an alternative to beat).")
-        parser.add_argument("--interval", type=float, default=None,
+        parser.add_argument("--interval", type=SECONDS, default=None,
                             help="Seconds between passes with --loop (default RECONCILE_INTERVAL).")
-        parser.add_argument("--passes", type=int, default=None, metavar="N",
+        parser.add_argument("--passes", type=COUNT, default=None, metavar="N",
                             help="With --loop, stop after N passes (default: run until stopped).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        interval = options["interval"] or float(turnkit_settings.RECONCILE_INTERVAL)
-        if interval <= 0:
-            raise CommandError("--interval must be a positive number of seconds")
-        passes = options["passes"]
-        if passes is not None and passes < 1:
-            raise CommandError("--passes must be a positive number")
+        interval = SECONDS.clean("--interval", options["interval"])
+        if interval is None:  # not `or`: --interval 0 is refused, not replaced
+            interval = turnkit_settings.RECONCILE_INTERVAL
+        passes = COUNT.clean("--passes", options["passes"])
         if not options["loop"]:
             self.stdout.write(str(reconcile()))
             return

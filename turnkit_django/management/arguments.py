@@ -1,0 +1,81 @@
+"""The numeric options of turnkit's management commands: one argparse type for all of them.
+
+``type=Number(...)`` turns the command line's text into a number within the option's range, or
+makes argparse refuse it (``CommandError: Error: argument --interval: must be ...``) before
+the command runs; :meth:`Number.clean` applies the same rule to a value ``call_command`` passed
+as a keyword (argparse does not parse those). Non-finite values (``nan``, ``inf``, ``1e400``)
+are never in range; a whole number is written without a point (``2.0`` is refused, as by
+argparse's ``int``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from django.core.management.base import CommandError
+
+from ..conf import MAX_COUNT, MAX_SECONDS
+
+#: The longest age ``turnkit_prune --older-than`` takes: a century.
+MAX_DAYS = 36_500
+
+
+@dataclass(frozen=True)
+class Number:
+    """A number from ``minimum`` to ``maximum`` (``minimum`` excluded when ``positive``), of
+    ``unit`` if any; whole when ``whole``."""
+
+    minimum: int
+    maximum: int
+    unit: str = ""
+    whole: bool = False
+    positive: bool = False
+
+    @property
+    def accepted(self) -> str:
+        kind = "a whole number" if self.whole else "a number"
+        unit = f" of {self.unit}" if self.unit else ""
+        low = f"above {self.minimum}" if self.positive else f"from {self.minimum}"
+        return f"{kind}{unit} {low} to {self.maximum}"
+
+    def __call__(self, value: object) -> float:
+        """The argparse type: ``value`` (text, or a number) as a number in range."""
+        number = self._parse(value)
+        # Comparisons refuse NaN and infinities too; ints compare exactly, however large.
+        low = number is not None and (number > self.minimum if self.positive
+                                      else number >= self.minimum)
+        if number is None or not low or not number <= self.maximum:
+            raise argparse.ArgumentTypeError(f"must be {self.accepted}; got {value!r}")
+        return number
+
+    def clean(self, flag: str, value: object) -> float | None:
+        """``value`` of option ``flag`` in range (None stays None), else a CommandError."""
+        if value is None:
+            return None
+        try:
+            return self(value)
+        except argparse.ArgumentTypeError as exc:
+            raise CommandError(f"{flag} {exc}") from None
+
+    def _parse(self, value: object) -> float | None:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            return None
+        try:
+            if not self.whole:
+                return float(value)
+            if isinstance(value, float):  # from call_command: 2.0 is whole, 2.5 is not
+                return int(value) if value.is_integer() else None
+            return int(value)
+        except (ValueError, OverflowError):
+            return None
+
+
+#: Conversations per transaction (``--batch``) and passes (``--passes``): database integers.
+COUNT = Number(1, MAX_COUNT, whole=True)
+#: Seconds between passes: positive and at most ten years, as the seconds settings (E003).
+SECONDS = Number(0, MAX_SECONDS, "seconds", positive=True)
+#: The age of what ``turnkit_prune`` deletes.
+DAYS = Number(0, MAX_DAYS, "days")
+
+__all__ = ["COUNT", "DAYS", "MAX_DAYS", "SECONDS", "Number"]
