@@ -8,11 +8,15 @@ for an id that names no row. Errors name types and ids, never the text they refu
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from django.db.models import Model
 
 from .exceptions import InputError, NotFound
 from .models import Conversation, Turn
 from .serialization import checked_text
+
+M = TypeVar("M", bound=Model)
 
 
 class TurnNotFound(NotFound, Turn.DoesNotExist):
@@ -59,27 +63,31 @@ def cursor(value: object, where: str) -> int:
                      f"event id read, 0 for the start), got {got}")
 
 
-def turn_row(turn_id: object, where: str) -> Turn:
-    """The turn ``turn_id`` names; TurnNotFound otherwise."""
-    found = Turn.objects.filter(pk=turn_id).first() if isinstance(turn_id, str) else None
+def _by_id(model: type[M], missing: type[NotFound], value: object, where: str, *,
+           kind: str, prefix: str, other: tuple[str, str, str]) -> M:
+    """The ``model`` row ``value`` names; ``missing`` otherwise, with a hint when ``value`` is
+    an id of the ``other`` kind (its prefix, its name and the loader that takes it)."""
+    found = model._default_manager.filter(pk=value).first() if isinstance(value, str) else None
     if found is not None:
         return found
-    hint = ("; that is a conversation id: use load_conversation()"
-            if isinstance(turn_id, str) and turn_id.startswith("conv_")
-            else "; it takes a turn id (a str like 'turn_...')")
-    raise TurnNotFound(f"{where}: no turn {turn_id!r}{hint}")
+    other_prefix, other_kind, loader = other
+    hint = (f"; that is a {other_kind} id: use {loader}"
+            if isinstance(value, str) and value.startswith(other_prefix)
+            else f"; it takes a {kind} id (a str like '{prefix}...')")
+    raise missing(f"{where}: no {kind} {value!r}{hint}")
+
+
+def turn_row(turn_id: object, where: str) -> Turn:
+    """The turn ``turn_id`` names; TurnNotFound otherwise."""
+    return _by_id(Turn, TurnNotFound, turn_id, where, kind="turn", prefix="turn_",
+                  other=("conv_", "conversation", "load_conversation()"))
 
 
 def conversation_by_id(conversation_id: object, where: str) -> Conversation:
     """The conversation ``conversation_id`` names; ConversationNotFound otherwise."""
-    found = (Conversation.objects.filter(pk=conversation_id).first()
-             if isinstance(conversation_id, str) else None)
-    if found is not None:
-        return found
-    hint = ("; that is a turn id: use load_turn() or load_run()"
-            if isinstance(conversation_id, str) and conversation_id.startswith("turn_")
-            else "; it takes a conversation id (a str like 'conv_...')")
-    raise ConversationNotFound(f"{where}: no conversation {conversation_id!r}{hint}")
+    return _by_id(Conversation, ConversationNotFound, conversation_id, where,
+                  kind="conversation", prefix="conv_",
+                  other=("turn_", "turn", "load_turn() or load_run()"))
 
 
 def conversation_row(value: object, where: str) -> Conversation:
