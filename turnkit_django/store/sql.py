@@ -55,16 +55,33 @@ _AS_IS = frozenset({"AutoField", "BigIntegerField", "BooleanField", "CharField",
 
 
 def _preparer(field: Field[Any, Any], db: BaseDatabaseWrapper) -> Callable[[Any], Any]:
-    """``field.get_db_prep_save`` for one field, without its generic dispatch per value."""
+    """``field.get_db_prep_save`` for one field, without its generic dispatch per value; a
+    JSON field's value becomes its JSON text (sent as ``%s::jsonb``, see :func:`placeholder`)."""
     kind = field.get_internal_type()
-    clean = storable if is_storable_field(field) else _same
     if kind in _AS_IS:
-        return clean
+        return storable if is_storable_field(field) else _same
     if kind == "JSONField":
-        encoder = getattr(field, "encoder", None)
-        return lambda value: (None if value is None
-                              else db.ops.adapt_json_value(clean(value), encoder))
+        return functools.partial(json_text, field)
     return lambda value: field.get_db_prep_save(value, db)
+
+
+def json_text(field: Field[Any, Any], value: Any) -> str | None:
+    """The JSON text a JSON ``field`` stores for ``value`` (None for SQL NULL), as its
+    encoder writes it and, for a storable field, cleaned as the field cleans it: one
+    ``json.dumps`` for a clean value, the driver sends the text as it is."""
+    if value is None:
+        return None
+    encoder = getattr(field, "encoder", None)
+    text = json.dumps(value, cls=encoder)
+    if is_storable_field(field) and maybe_unstorable(text):
+        text = json.dumps(storable(value), cls=encoder)
+    return text
+
+
+@functools.cache
+def placeholder(model: type[Model], name: str) -> str:
+    """How a value of ``model.name`` prepared by its :func:`_setter` goes in a statement."""
+    return "%s::jsonb" if field_of(model, name).get_internal_type() == "JSONField" else "%s"
 
 
 def _same(value: Any) -> Any:
@@ -154,7 +171,7 @@ def assign(model: type[Model], fields: Mapping[str, object], params: list[object
         elif hasattr(value, "resolve_expression") or isinstance(value, Model):
             raise Unsupported(f"{name} = {value!r}")
         else:
-            out.append(f"{column} = %s")
+            out.append(f"{column} = {placeholder(model, name)}")
             params.append(prepare(value))
     return ", ".join(out)
 
@@ -223,4 +240,4 @@ def insert_events(events: list[Event], params: list[object], source: str = "t") 
 
 
 __all__ = ["Raw", "Unsupported", "assign", "column_list", "columns", "db", "field_of", "insert",
-           "insert_events", "quote", "table"]
+           "insert_events", "json_text", "placeholder", "quote", "table"]

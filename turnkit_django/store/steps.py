@@ -78,12 +78,12 @@ class StepWrites:
 
 def _ledger_guard(known: Ledger, params: list[object], db: BaseDatabaseWrapper) -> str:
     """The root row still holds the ledger the step was decided against."""
-    counts = sql.field_of(Turn, "tree_tool_counts").get_db_prep_save(known.tool_counts, db)
-    limits = sql.field_of(Turn, "options").get_db_prep_save(known.limits_json, db)
+    counts = sql.json_text(sql.field_of(Turn, "tree_tool_counts"), known.tool_counts)
+    limits = sql.json_text(sql.field_of(Turn, "options"), known.limits_json)
     params += [known.iterations, known.tool_executions, known.spend, counts, known.deadline_at,
                limits]
     return ("tree_iterations = %s AND tree_tool_executions = %s AND tree_spend = %s "
-            "AND tree_tool_counts = %s AND deadline_at IS NOT DISTINCT FROM %s "
+            "AND tree_tool_counts = %s::jsonb AND deadline_at IS NOT DISTINCT FROM %s "
             "AND (deadline_at IS NULL OR deadline_at > statement_timestamp()) "
             "AND (options -> 'limits') IS NOT DISTINCT FROM %s::jsonb")
 
