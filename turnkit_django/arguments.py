@@ -41,6 +41,23 @@ def require_text(value: object, what: str, *, hint: str = "") -> str:
     raise InputError(f"{what} must be a non-empty str, got {got}{hint}")
 
 
+def optional_count(value: object, what: str) -> int | None:
+    """``value`` if it is None or an int >= 0 (not a bool); InputError otherwise."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value
+    raise InputError(f"{what} must be None or an int >= 0, got {repr(value)[:40]}")
+
+
+def optional_text(value: object, what: str) -> str | None:
+    """``value`` if it is None or a ``str`` every database stores as given (empty allowed:
+    an optional note); InputError otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return checked_text(value, what)
+    raise InputError(f"{what} must be a str or None, got {_kind(value)}")
+
+
 def require_subject(subject: object) -> Model | None:
     """A conversation's subject: None or a saved model instance (the row it points to)."""
     if subject is None or (isinstance(subject, Model) and subject.pk is not None):
@@ -108,4 +125,5 @@ def callback_row(value: object) -> Conversation | None:
 
 
 __all__ = ["ConversationNotFound", "TurnNotFound", "callback_row", "conversation_by_id",
-           "conversation_row", "cursor", "require_subject", "require_text", "turn_row"]
+           "conversation_row", "cursor", "optional_count", "optional_text", "require_subject",
+           "require_text", "turn_row"]

@@ -26,10 +26,10 @@ from turnkit_django import (
 )
 from turnkit_django.events import Event
 from turnkit_django.messages import ToolCallPart
-from turnkit_django.models import Conversation, Delivery, Message, Turn
+from turnkit_django.models import Conversation, Delivery, Message, ToolExecution, Turn
 from turnkit_django.serialization import storable, to_json
 from turnkit_django.store import Fenced, claim
-from turnkit_django.testing import ScriptedClient, reply
+from turnkit_django.testing import ScriptedClient, call, reply
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("invariants")]
 
@@ -323,3 +323,39 @@ def test_context_and_metadata_no_database_stores_are_refused(value):
     with pytest.raises(ConfigurationError, match="metadata contains"):
         agent.conversation().say("hi", metadata={"s": value})
     assert not Message.objects.exists() and Conversation.objects.count() == conversation + 1
+
+
+@tool(approval=True)
+def gated(order_id: str) -> str:
+    """Do something a person approves first."""
+    return f"done {order_id}"
+
+
+@pytest.mark.parametrize("reason", [5, ["no"], "no\x00"])
+def test_a_denial_whose_reason_is_not_storable_text_is_refused_and_the_call_stays_parked(
+        registered, reason):
+    client = ScriptedClient([call("gated", order_id="42"), reply("after")])
+    run = registered(Agent("gate-keeper", client=client, tools=[gated])).run("go")
+    call_id = run.pending_approvals()[0].tool_call_id
+    with pytest.raises(InputError, match="the reason of a decision"):
+        run.deny(call_id, reason=reason)
+    execution = ToolExecution.objects.get(tool_call_id=call_id)
+    assert execution.approval["state"] == "requested" and run.refresh().status == "paused"
+    run.deny(call_id, reason="over the limit")  # a usable reason still decides it
+    assert ToolExecution.objects.get(pk=execution.pk).approval["reason"] == "over the limit"
+
+
+@pytest.mark.parametrize(("options", "named"), [({"focus": 5}, "focus"),
+                                                ({"focus": "a\x00b"}, "focus"),
+                                                ({"keep_last": "2"}, "keep_last"),
+                                                ({"keep_last": -1}, "keep_last")])
+def test_a_manual_compaction_with_bad_options_is_refused_before_the_summariser_is_called(
+        options, named):
+    client = ScriptedClient([reply("a0"), reply("a1"), reply("a2")])
+    conversation = Agent("compacting", client=client).conversation()
+    for n in range(3):
+        conversation.ask(f"Question {n}")
+    before = conversation.messages().count()
+    with pytest.raises(InputError, match=named):
+        conversation.compact(**options)
+    assert conversation.messages().count() == before and len(client.requests) == 3

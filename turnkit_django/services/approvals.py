@@ -22,6 +22,7 @@ from django.db.models import Q
 from pydantic import ValidationError
 
 from ..agents import get_agent
+from ..arguments import optional_text
 from ..authorization import authorize, is_allowed
 from ..conf import turnkit_settings
 from ..events import emit
@@ -79,6 +80,7 @@ def _validated(execution: ToolExecution, arguments: object) -> JsonObject:
 def decide(root_id: str, call_id: str, state: str, *, principal: Any, reason: str = "",
            arguments: Any = None, system: bool = False) -> Decision:
     """Approve (``state="approved"``) or deny a parked call; see the module docstring."""
+    reason = optional_text(reason, "the reason of a decision") or ""
     execution = find(root_id, call_id)
     row = execution.turn
     action = "approve" if state == "approved" else "deny"

@@ -6,6 +6,7 @@ from django.db import transaction
 
 from ..agents import AgentDefinition
 from ..agents.compaction import merged_options
+from ..arguments import optional_count, optional_text
 from ..clients import Client
 from ..clients.cost import compute_cost
 from ..exceptions import CompactionError
@@ -30,6 +31,8 @@ def compact_conversation(conversation_id: str, agent: AgentDefinition, *,
     no turn to charge). Raises CompactionError when there is nothing to compact, when a turn of
     the conversation is active, or when the summary is empty.
     """
+    focus = optional_text(focus, "conv.compact()'s focus") or None
+    keep_last = optional_count(keep_last, "conv.compact()'s keep_last")
     options, _ = merged_options(agent.name, agent.compaction)
     _refuse_if_busy(conversation_id)
     rows = Message.objects.filter(conversation_id=conversation_id).order_by("sequence")
