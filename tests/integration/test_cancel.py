@@ -380,3 +380,21 @@ def test_a_model_reply_after_cancel_is_never_written():
     run.execute()
     assert run.status == "cancelled" and run.output_text == ""
     assert not Message.objects.filter(turn_id=run.id, role="assistant").exists()
+
+
+def test_a_turn_under_a_cascade_the_batch_did_not_reach_is_never_claimed():
+    """A cascade larger than one batch leaves descendants to cancel_sweep; a worker that gets
+    their doorbell first must not run them (nothing of the tree runs after the cancel)."""
+    root = Run.create(answering("root"), "big").submit().row
+    children = [child_of(root, f"c{i}") for i in range(3)]
+    grandchild = child_of(children[0], "g0")
+    with override_turnkit(MAINTENANCE_BATCH_SIZE=1):
+        report = services.cancel(root, cascade=True)
+    assert report.remaining
+    for turn in (*children, grandchild):
+        assert services.run_turn(turn.pk) is False
+        assert store.claim(turn.pk, "another worker") is None
+    assert {Turn.objects.get(pk=t.pk).status for t in children} <= {"pending", "cancelled"}
+    while services.cancel_sweep():
+        pass
+    assert {Turn.objects.get(pk=t.pk).status for t in (*children, grandchild)} == {"cancelled"}

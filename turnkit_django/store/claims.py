@@ -116,6 +116,8 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
             return None
         if turn.submitted_at is not None and lane_blocked:
             return None
+        if cancelled_above(turn):
+            return None
         fields, delta, lease = _claim_fields(turn, ledger, worker, prepare)
         if connection.vendor == "postgresql":  # one statement
             root_fields = delta.fields() if not turn.is_root else {}
@@ -170,6 +172,8 @@ def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None, root_id: 
         ledger = Ledger.from_row(turn.pk, cast(LedgerRow, {
             **{name: getattr(turn, name) for name in LEDGER_FIELDS}, "db_now": now}))
     else:  # its ledger is its root's: read apart, and guarded in the write
+        if cancelled_above(turn):
+            return None
         ledger = read_ledger(turn.root_turn_id)
         if ledger is None:
             return _UNDECIDED
@@ -182,6 +186,30 @@ def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None, root_id: 
                              known=None if turn.is_root else ledger):
         return _UNDECIDED
     return _claimed(turn, fields, ledger, worker)
+
+
+def cancelled_above(turn: Turn) -> bool:
+    """Whether a turn above ``turn`` (its parent, theirs, ... or, for a root-level task, its
+    root) was cancelled with its descendants: a cascade larger than one batch leaves the rest
+    to ``cancel_sweep``, and until the sweep reaches it such a turn is never claimed, so
+    nothing of it runs after the cancel returned. One indexed read of the tree's cascade marks
+    (none, almost always), the tree's parent links only when there is one."""
+    if turn.is_root:
+        return False
+    tree = Turn.objects.filter(root_turn_id=turn.root_turn_id)
+    marked = set(tree.filter(status=TurnStatus.CANCELLED, options__cancel_cascade=True)
+                 .values_list("pk", flat=True))
+    if not marked:
+        return False
+    parents = dict(tree.values_list("pk", "parent_turn_id"))
+    root, seen = turn.root_turn_id, set[str]()
+    above: str | None = turn.parent_turn_id or root
+    while above is not None and above not in seen:
+        if above in marked:
+            return True
+        seen.add(above)
+        above = parents.get(above) or (root if above != root else None)
+    return False
 
 
 def _claim_fields(turn: Turn, ledger: Ledger, worker: str, prepare: Prepare | None,
@@ -332,5 +360,5 @@ def lease_of(turn_id: str) -> datetime | None:
     return Lease.objects.filter(turn_id=turn_id).values_list("heartbeat_at", flat=True).first()
 
 
-__all__ = ["Claim", "Prepare", "claim", "claim_turn", "create_claimed", "heartbeat", "lease_of",
-           "worker_identity"]
+__all__ = ["Claim", "Prepare", "cancelled_above", "claim", "claim_turn", "create_claimed",
+           "heartbeat", "lease_of", "worker_identity"]
