@@ -58,6 +58,7 @@ EVENT_TYPES = (
     "approval.approved",
     "approval.denied",
     "approval.expired",
+    "approval.cancelled",
 )
 
 #: Sent for every event.

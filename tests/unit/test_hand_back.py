@@ -60,6 +60,20 @@ def test_the_step_in_progress_finishes_and_the_turn_is_handed_back(
     assert ran == ["first", "second"]
 
 
+def test_a_call_handed_back_before_it_started_is_not_executed_when_the_turn_is_cancelled(
+        registered):
+    client = ScriptedClient([[call("first", id="c1"), call("second", id="c2")], reply("done")])
+    run = registered(Agent("stopped-then-cancelled", tools=[first, second], client=client)
+                     ).submit("go")
+    assert services.run_turn(run.id, kind="test")
+    assert ToolExecution.objects.get(tool_call_id="c2").attempts == 0  # put back, never run
+
+    run.cancel()
+    second_call = ToolExecution.objects.get(tool_call_id="c2")
+    assert (second_call.status, second_call.result["error"]) == ("cancelled", "not_executed")
+    assert ran == ["first"]
+
+
 def test_inline_turns_are_not_handed_back():
     client = ScriptedClient([call("first", id="c1"), reply("done")])
     run = Agent("inline_stop", tools=[first], client=client).run("go")

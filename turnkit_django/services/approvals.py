@@ -8,8 +8,10 @@ background turn is dispatched, an inline one is left ``pending`` for the caller 
 (the handles do). The next claim runs the approved call exactly once (with the arguments as
 approved) or gives the model the denial as a failed tool result.
 
-Deciding again the same way is a no-op; deciding otherwise raises ApprovalError. Maintenance
-denies requests whose ``approval_timeout`` passed (:func:`expire_approvals`).
+Deciding again the same way is a no-op; deciding otherwise raises ApprovalError, and so does
+deciding a call whose turn ended before it ran (cancelling the turn closes the request as
+``cancelled``, see store.transcript.repair). Maintenance denies requests whose
+``approval_timeout`` passed (:func:`expire_approvals`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ..models import ToolExecution
 from ..runtime.calls import turn_tools
 from ..runtime.submission import dispatch
 from ..serialization import JsonObject, json_safe, json_value
-from ..states import TurnStatus
+from ..states import TERMINAL_TURN_STATUSES, TurnStatus
 from ..store import controls, database_now, lock_tree
 from ..store.events import stamp
 
@@ -95,6 +97,11 @@ def decide(root_id: str, call_id: str, state: str, *, principal: Any, reason: st
         execution = ToolExecution.objects.select_related("turn").get(pk=execution.pk)
         row = execution.turn
         current = dict(execution.approval or {})
+        if current.get("state") == "cancelled" or (
+                current.get("state") == "requested" and row.status in TERMINAL_TURN_STATUSES):
+            ended = "was cancelled" if row.status == TurnStatus.CANCELLED else "ended"
+            raise ApprovalError(f"tool call {execution.tool_call_id!r} cannot be {state}: its "
+                                f"turn {row.pk!r} {ended} before it ran; nothing will run")
         if current.get("state") == state and (edited is None or edited == execution.arguments):
             return Decision(execution, False, False)  # decided this way already
         if current.get("state") != "requested" or row.status != TurnStatus.PAUSED:

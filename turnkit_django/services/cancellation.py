@@ -1,7 +1,9 @@
 """Cancellation: stop a turn, and with ``cascade=True`` every descendant, for good.
 
 Under the tree lock, for each turn it changes: running tool executions become ``interrupted``
-("outcome unknown") and every open tool call gets a result (transcript repair), the status becomes
+("outcome unknown") and every open tool call gets a result (transcript repair: a call that
+never started, one parked for approval included, is "not executed", and its approval request
+becomes ``cancelled``), the status becomes
 ``cancelled`` with an error record and ``completed_at``, and the fence is incremented, so a worker
 still executing the turn (an in-flight model call, a tool still running) can never write again.
 Then completion callbacks are created, the affected conversations are woken (buffered deliveries
@@ -131,6 +133,9 @@ def cancel_row(row: Turn, error: ErrorRecord, *, mark: bool, callback_allowed: b
     for call in closed:
         if call.interrupted:
             emit("tool_call.interrupted", turn_id=row.pk, conversation_id=row.conversation_id,
+                 id=call.call_id, name=call.name, tool_execution_id=call.execution_id)
+        if call.approval_cancelled:
+            emit("approval.cancelled", turn_id=row.pk, conversation_id=row.conversation_id,
                  id=call.call_id, name=call.name, tool_execution_id=call.execution_id)
     emit("turn.cancelled", turn_id=row.pk, conversation_id=row.conversation_id,
          status=TurnStatus.CANCELLED, error=record)

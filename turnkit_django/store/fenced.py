@@ -295,14 +295,14 @@ class Fenced:
         executions in ``not_started`` (intents this worker wrote, calls it never started) go
         back to ``pending`` so the next worker starts them instead of reporting them unknown."""
         for execution_id in not_started:
-            self.move_execution(execution_id, [ToolStatus.RUNNING], ToolStatus.PENDING)
+            self.put_back(execution_id)
         self._write(_claim_ended(), None, transition="hand_back")
 
     def pause(self, not_started: Iterable[str], controls: JsonMapping) -> None:
         """Acknowledge a pause at a step boundary: ``paused``, claim released, ``controls``
         written (the request settled); intents not started go back to ``pending``."""
         for execution_id in not_started:
-            self.move_execution(execution_id, [ToolStatus.RUNNING], ToolStatus.PENDING)
+            self.put_back(execution_id)
         self._write({"controls": controls, "controls_pending": False, **_claim_ended()}, None,
                     transition="pause_at_boundary")
         self.controls_pending = False
@@ -311,8 +311,7 @@ class Fenced:
                        controls: JsonMapping) -> None:
         """Park a call until a person decides: the execution back to ``pending`` with its
         approval request, the turn ``paused`` with its claim released."""
-        self.move_execution(execution_id, [ToolStatus.RUNNING], ToolStatus.PENDING,
-                            approval=approval)
+        self.put_back(execution_id, approval=approval)
         self._write({"controls": controls, **_claim_ended()}, None,
                     transition="await_approval")
 
@@ -386,6 +385,13 @@ class Fenced:
             return True
         return bool(ToolExecution.objects.filter(pk=execution_id, status__in=list(expected))
                     .update(**changes))
+
+    def put_back(self, execution_id: str, **fields: object) -> bool:
+        """A call whose intent was written but which never started goes back to ``pending``
+        with its attempt undone: cancelled now, it was "not executed" (not "outcome unknown");
+        started later, it counts the one attempt that ran."""
+        return self.move_execution(execution_id, [ToolStatus.RUNNING], ToolStatus.PENDING,
+                                   attempts=F("attempts") - 1, **fields)
 
     def restart_execution(self, execution_id: str) -> bool:
         """Start a pending execution again (a replay-safe call reset by recovery, a wait)."""

@@ -24,6 +24,8 @@ from ..models import Conversation, Message, ToolExecution, Turn
 from ..serialization import JsonMapping, JsonObject, JsonValue
 from ..states import ToolStatus
 from .compiled import CompiledRead
+from .events import record_event, stamp
+from .locks import database_now
 from .rows import new_row
 from .seen import History, read_through
 
@@ -159,6 +161,8 @@ class ClosedCall:
     execution_id: str
     interrupted: bool
     message_id: str = ""
+    #: The call was parked for approval: the repair closed its request as ``cancelled``.
+    approval_cancelled: bool = False
 
 
 def _result(execution_id: str, turn: Turn, call_id: str, name: str, content: JsonValue, *,
@@ -168,11 +172,34 @@ def _result(execution_id: str, turn: Turn, call_id: str, name: str, content: Jso
                       tool_execution_id=execution_id, metadata=metadata, fence=fence)
 
 
-def _interrupt(execution: ToolExecution) -> bool:
-    """Mark a started execution ``interrupted`` (compare-and-set on its current status)."""
-    return bool(ToolExecution.objects.filter(pk=execution.pk, status=execution.status).update(
-        status=ToolStatus.INTERRUPTED, error=outcome_unknown().for_model(), completed_at=Now(),
-        updated_at=Now()))
+def _open_request(execution: ToolExecution) -> JsonObject | None:
+    """The call's approval request while it waits for a person's decision, else None."""
+    approval = execution.approval
+    return approval if isinstance(approval, dict) and approval.get("state") == "requested" \
+        else None
+
+
+def _close(turn: Turn, execution: ToolExecution, reason: str, **fields: object) -> bool:
+    """Finish an execution with ``fields`` (compare-and-set on its current status); return
+    whether it moved. An open approval request closes with it as ``cancelled``, with its
+    durable ``approval.cancelled`` event: no decision can run the call any more."""
+    request = _open_request(execution)
+    if request is not None:
+        fields["approval"] = {**request, "state": "cancelled", "reason": reason,
+                              "cancelled_at": stamp(database_now())}
+    moved = bool(ToolExecution.objects.filter(pk=execution.pk, status=execution.status).update(
+        completed_at=Now(), updated_at=Now(), **fields))
+    if moved and request is not None:
+        record_event(turn.root_turn_id, turn.pk, turn.conversation_id, "approval.cancelled",
+                     {"call_id": execution.tool_call_id, "execution_id": execution.pk,
+                      "tool": execution.tool_name, "reason": reason})
+    return moved
+
+
+def _interrupt(turn: Turn, execution: ToolExecution, reason: str) -> bool:
+    """Mark a started execution ``interrupted``: its outcome is unknown."""
+    return _close(turn, execution, reason, status=ToolStatus.INTERRUPTED,
+                  error=outcome_unknown().for_model())
 
 
 def interrupt_running(turn: Turn, *, replay_safe: Iterable[str] = ()) -> list[ClosedCall]:
@@ -190,7 +217,7 @@ def interrupt_running(turn: Turn, *, replay_safe: Iterable[str] = ()) -> list[Cl
             ToolExecution.objects.filter(pk=execution.pk).running().update(
                 status=ToolStatus.PENDING, updated_at=Now())
             continue
-        if _interrupt(execution):
+        if _interrupt(turn, execution, "its worker was lost"):
             messages.append(_result(execution.pk, turn, execution.tool_call_id,
                                     execution.tool_name, outcome_unknown().for_model(),
                                     metadata={"interrupted": True}, fence=None))
@@ -233,6 +260,8 @@ def repair(turn: Turn, *, reason: str, fence: int | None = None) -> list[ClosedC
     for call_id, name, arguments in pending:
         execution = executions.get(call_id)
         content: JsonValue
+        requested = execution is not None and _open_request(execution) is not None
+        moved = False
         if execution is None:
             execution = ToolExecution.objects.create(
                 turn_id=turn.pk, tool_call_id=call_id, tool_name=name, arguments=arguments,
@@ -242,12 +271,13 @@ def repair(turn: Turn, *, reason: str, fence: int | None = None) -> list[ClosedC
         elif execution.status == ToolStatus.RUNNING or (
                 execution.status == ToolStatus.PENDING and execution.attempts > 0):
             # A replay-safe call reset to pending by recovery may already have taken effect.
-            _interrupt(execution)
+            moved = _interrupt(turn, execution, reason)
             content, interrupted = outcome_unknown().for_model(), True
         elif execution.status == ToolStatus.PENDING:
-            ToolExecution.objects.filter(pk=execution.pk).pending().update(
-                status=ToolStatus.CANCELLED, result=not_executed(reason).for_model(),
-                completed_at=Now(), updated_at=Now())
+            # Never started: an intent a pause or a hand-back put back, or a call parked for
+            # approval (each put back with its attempt undone, see Fenced.put_back).
+            moved = _close(turn, execution, reason, status=ToolStatus.CANCELLED,
+                           result=not_executed(reason).for_model())
             content, interrupted = not_executed(reason).for_model(), False
         else:
             # Finished but its message is missing cannot happen (both commit together); be safe.
@@ -257,7 +287,8 @@ def repair(turn: Turn, *, reason: str, fence: int | None = None) -> list[ClosedC
         messages.append(_result(execution.pk, turn, call_id, name, content,
                                 metadata={"repair": reason, "interrupted": interrupted},
                                 fence=fence))
-        closed.append(ClosedCall(call_id, name, execution.pk, interrupted))
+        closed.append(ClosedCall(call_id, name, execution.pk, interrupted,
+                                 approval_cancelled=requested and moved))
     return _with_messages(closed, insert_messages(turn.conversation_id, messages))
 
 
