@@ -78,38 +78,63 @@ class Heartbeat:
 
 
 class _Schedule:
-    """The claims this process beats for, and the one thread that beats them when due."""
+    """The claims this process beats for, and the one thread that beats them when due.
+
+    A turn's start and end wake the thread only when it must act sooner than it planned to: a
+    new claim is due an interval from now, after the claims already in the schedule, and once
+    the last claim is out the thread still wakes once, an interval later, before it waits for
+    good. Turns that follow one another (an inline run after another, a worker's next task)
+    enter and leave the schedule without a thread switch; only a session the thread holds when
+    its last claim goes makes the thread wake at once, to close it."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._beats: set[Heartbeat] = set()
         self._thread: threading.Thread | None = None
+        self._wake_at: float | None = None  # when the waiting thread wakes; None: when told
+        self._session = False  # the thread holds a database session
+        self._last_interval = 0.0
+        self.wakes = 0  # the times the thread woke: told to, or at its planned time
 
     def add(self, beat: Heartbeat) -> None:
         with self._changed:
             self._beats.add(beat)
+            self._last_interval = beat.interval
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="turnkit-heartbeat",
                                                 daemon=True)
                 self._thread.start()
-            self._changed.notify()
+            elif self._wake_at is None or beat.due < self._wake_at:
+                self._changed.notify()
 
     def discard(self, beat: Heartbeat) -> None:
         with self._changed:
             self._beats.discard(beat)
-            self._changed.notify()  # the last one out: the thread closes its session
+            if not self._beats and self._session:  # the last one out: its session closes
+                self._changed.notify()
 
     def _run(self) -> None:
+        linger = False  # the last claim went: wake once more an interval later
         while True:
             with self._changed:
                 while True:
                     now = time.monotonic()
+                    self._session = connection.connection is not None
                     due = [beat for beat in self._beats if beat.due <= now]
-                    idle = not self._beats and connection.connection is not None
+                    idle = not self._beats and self._session
                     if due or idle:
+                        self._wake_at = now  # busy: it looks at the schedule again after
                         break
-                    soonest = min((beat.due for beat in self._beats), default=None)
-                    self._changed.wait(None if soonest is None else soonest - now)
+                    if self._beats:
+                        linger = True
+                        self._wake_at = min(beat.due for beat in self._beats)
+                    elif linger:
+                        linger = False
+                        self._wake_at = now + self._last_interval
+                    else:
+                        self._wake_at = None
+                    self._changed.wait(None if self._wake_at is None else self._wake_at - now)
+                    self.wakes += 1
             # Outside the lock: a turn starts or ends without waiting for the database.
             if idle:  # no turn left to beat for: its session goes too
                 connection.close()
