@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar, Unpack
@@ -32,7 +32,7 @@ from .claims import Claim
 from .events import TRANSITION_EVENTS, build_event, message_events
 from .fields import TerminalFields, TurnFields
 from .locks import Ledger, LedgerDelta, lock_tree
-from .rows import new_row
+from .rows import copied, new_row
 from .state import TurnState
 from .steps import StepWrites
 from .transcript import NewMessage, build_messages, insert_rows
@@ -90,7 +90,7 @@ class Fenced:
             self._remember(ledger, time.monotonic())
 
     def _remember(self, ledger: Ledger, at: float | None = None) -> None:
-        known = replace(ledger, tool_counts=dict(ledger.tool_counts),
+        known = copied(ledger, tool_counts=dict(ledger.tool_counts),
                         spend=steps.quantized(ledger.spend))
         if at is None and self._known is not None:  # the clock reading stays the lock's
             known.now, at = self._known.now, self._known_at
@@ -102,7 +102,7 @@ class Fenced:
         if known is None:
             return None
         elapsed = timedelta(seconds=time.monotonic() - self._known_at)
-        return replace(known, tool_counts=dict(known.tool_counts), now=known.now + elapsed)
+        return copied(known, tool_counts=dict(known.tool_counts), now=known.now + elapsed)
 
     def database_now(self) -> datetime | None:
         """The database clock projected from the last lock or claim (None: never read)."""

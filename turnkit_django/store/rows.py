@@ -7,6 +7,7 @@ and builds the instance positionally (Django's fast path, the one ``from_db`` ta
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -14,6 +15,7 @@ from typing import Any, TypeVar
 from django.db.models import Model
 
 M = TypeVar("M", bound=Model)
+D = TypeVar("D")
 
 
 @functools.cache
@@ -47,9 +49,38 @@ def new_row(model: type[M], **values: Any) -> M:
     return model(*row)
 
 
+def copied(obj: D, **changes: Any) -> D:
+    """``dataclasses.replace(obj, **changes)`` for a dataclass whose fields are all set by its
+    ``__init__`` and which has no ``__post_init__`` (the store's state and ledger records): the
+    same shallow copy, without ``replace``'s pass through every field and ``__init__``, a
+    sixth of its cost for a record of twenty fields, built several times per step."""
+    cls = type(obj)
+    names = _FIELDS.get(cls) or _FIELDS.setdefault(cls, _fields(cls))
+    unknown = changes.keys() - names
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {sorted(unknown)[0]!r}")
+    new = object.__new__(cls)
+    values = new.__dict__
+    values.update(obj.__dict__)
+    values.update(changes)
+    return new
+
+
+_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def _fields(cls: type) -> frozenset[str]:
+    if hasattr(cls, "__post_init__") or getattr(cls, "__slots__", None) is not None:
+        raise TypeError(f"copied() cannot copy {cls.__name__}: use dataclasses.replace")
+    fields = dataclasses.fields(cls)
+    if not all(field.init for field in fields):
+        raise TypeError(f"copied() cannot copy {cls.__name__}: use dataclasses.replace")
+    return frozenset(field.name for field in fields)
+
+
 @functools.cache
 def _positions(model: type[Model]) -> dict[str, int]:
     return {name: index for index, name in enumerate(_template(model)[0])}
 
 
-__all__ = ["new_row"]
+__all__ = ["copied", "new_row"]

@@ -14,6 +14,7 @@ from typing import Any
 from ..exceptions import BudgetExceeded
 from ..serialization import JsonObject, JsonValue
 from ..states import Phase
+from .rows import copied
 
 
 @dataclass(frozen=True)
@@ -125,10 +126,10 @@ class TurnState:
     evaluations: Mapping[str, JsonObject] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> TurnState:
-        return replace(self, **changes)
+        return copied(self, **changes)
 
     def with_media(self, key: str, call: MediaCall) -> TurnState:
-        return replace(self, media={**self.media, key: call})
+        return copied(self, media={**self.media, key: call})
 
     # -- the storage boundary ------------------------------------------------------------
 
