@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from io import StringIO
+from pathlib import Path
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError, call_command, load_command_class
 from django.utils import timezone
 
 from turnkit_django import Agent, services
@@ -127,6 +128,46 @@ def test_numeric_keywords_of_call_command_follow_the_same_rules(name, options, m
     with pytest.raises(CommandError, match=message.split(" must ")[0]) as raised:
         call_command(name, **options, stdout=StringIO())
     assert message.split(" ", 1)[1] in str(raised.value)
+
+
+# One wording of a refused number, however the command is called: the command line (argparse
+# prints it after the usage and exits with status 2), call_command with command-line arguments
+# (argparse raises it as a CommandError), and call_command keywords (argparse does not parse an
+# optional keyword; the command checks it and raises the same text). The reference quotes the
+# --interval one.
+EXACT = [
+    ("turnkit_reconcile", ["--loop", "--interval", "0"], {"loop": True, "interval": 0},
+     "argument --interval: must be a number of seconds above 0 to 315360000; got '0'"),
+    ("turnkit_reconcile", ["--loop", "--passes", "0"], {"loop": True, "passes": 0},
+     "argument --passes: must be a whole number from 1 to 2147483647; got '0'"),
+    ("turnkit_prune", ["--older-than", "-1"], {"older_than": -1},
+     "argument --older-than: must be a number of days from 0 to 36500; got '-1'"),
+    ("turnkit_prune", ["--older-than", "30", "--batch", "0"], {"older_than": 30, "batch": 0},
+     "argument --batch: must be a whole number from 1 to 2147483647; got '0'"),
+]
+
+
+@pytest.mark.parametrize(("name", "args", "keywords", "message"), EXACT,
+                         ids=[f"{n} {a[-2]}" for n, a, _, _ in EXACT])
+def test_a_refused_number_reads_the_same_every_way_the_command_is_called(
+        name, args, keywords, message, capsys):
+    with pytest.raises(CommandError) as from_arguments:
+        call_command(name, *args, stdout=StringIO())
+    assert str(from_arguments.value) == f"Error: {message}"
+    with pytest.raises(CommandError) as from_keywords:
+        call_command(name, **keywords, stdout=StringIO())
+    assert str(from_keywords.value) == f"Error: {message}"
+    command = load_command_class("turnkit_django", name)
+    with pytest.raises(SystemExit) as exited:
+        command.run_from_argv(["manage.py", name, *args])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"manage.py {name}: error: {message}"
+
+
+def test_the_reference_quotes_the_interval_refusal_as_printed():
+    reference = (Path(__file__).resolve().parents[2] / "docs/reference/api.md").read_text()
+    assert f"`Error: {EXACT[0][3]}`" in reference
+    assert f"`manage.py turnkit_reconcile: error: {EXACT[0][3]}`" in reference
 
 
 def test_numeric_options_in_range_are_taken():

@@ -1,11 +1,13 @@
 """The numeric options of turnkit's management commands: one argparse type for all of them.
 
 ``type=Number(...)`` turns the command line's text into a number within the option's range, or
-makes argparse refuse it (``CommandError: Error: argument --interval: must be ...``) before
-the command runs; :meth:`Number.clean` applies the same rule to a value ``call_command`` passed
-as a keyword (argparse does not parse those). Non-finite values (``nan``, ``inf``, ``1e400``)
-are never in range; a whole number is written without a point (``2.0`` is refused, as by
-argparse's ``int``).
+makes argparse refuse it before the command runs; :meth:`Number.clean` applies the same rule to
+a value ``call_command`` passed as a keyword (argparse does not parse optional ones). Both say
+it in the same words, ``argument --interval: must be ...; got '0'``: on the command line
+argparse prints ``manage.py turnkit_reconcile: error: <that>`` and exits with status 2;
+through ``call_command`` (arguments or keywords) it is ``CommandError("Error: <that>")``.
+Non-finite values (``nan``, ``inf``, ``1e400``) are never in range; a whole number is written
+without a point (``2.0`` is refused, as by argparse's ``int``).
 """
 
 from __future__ import annotations
@@ -46,17 +48,19 @@ class Number:
         low = number is not None and (number > self.minimum if self.positive
                                       else number >= self.minimum)
         if number is None or not low or not number <= self.maximum:
-            raise argparse.ArgumentTypeError(f"must be {self.accepted}; got {value!r}")
+            # The value as text, as argparse (and call_command, for a required option) has it.
+            raise argparse.ArgumentTypeError(f"must be {self.accepted}; got {str(value)!r}")
         return number
 
     def clean(self, flag: str, value: object) -> float | None:
-        """``value`` of option ``flag`` in range (None stays None), else a CommandError."""
+        """``value`` of option ``flag`` in range (None stays None), else the CommandError
+        Django's parser raises for the same text from ``call_command`` arguments."""
         if value is None:
             return None
         try:
             return self(value)
         except argparse.ArgumentTypeError as exc:
-            raise CommandError(f"{flag} {exc}") from None
+            raise CommandError(f"Error: argument {flag}: {exc}") from None
 
     def _parse(self, value: object) -> float | None:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
