@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from django.db import transaction
+from django.dispatch import Signal
 
-from turnkit_django import Agent, tool
+from turnkit_django import Agent, events, tool
 from turnkit_django.events import Event, event, turn_completed
 from turnkit_django.testing import ScriptedClient, call, reply
 
@@ -89,3 +93,14 @@ def test_a_failing_receiver_does_not_break_the_turn(django_capture_on_commit_cal
     finally:
         event.disconnect(broken)
     assert run.status == "completed" and run.output_text == "done"
+
+
+def test_the_events_reference_lists_every_signal_module_attribute():
+    """docs/reference/events.md names the module attributes one by one; none is left out."""
+    page = (Path(__file__).resolve().parents[2] / "docs/reference/events.md").read_text()
+    paragraph = page.split("Module attributes exist for ", 1)[1].split("; every type", 1)[0]
+    listed = set(re.findall(r"`([a-z_]+)`", paragraph))
+    attributes = {name for name, value in vars(events).items()
+                  if isinstance(value, Signal) and value is not events.event}
+    assert listed == attributes
+    assert all(getattr(events, name) in events.signals.values() for name in attributes)
