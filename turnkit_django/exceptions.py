@@ -16,7 +16,10 @@
     ├── MediaError              media input is unusable: unknown type, too large, unreadable
     ├── WaitError               a wait edge was refused (cycle, self-wait, bad target)
     ├── CompactionError         a manual compaction could not summarise (e.g. empty summary)
-    ├── DeliveryConflict        a delivery key is already used for a different message
+    ├── IdempotencyConflict     an idempotency key is already used for different content
+    │   ├── DeliveryConflict    ... a delivery key (send_message, post)
+    │   └── KeyConflict         ... an input or steering key (ask, say, steer)
+    ├── ApprovalError           no such call waits for a decision, or it was decided otherwise
     ├── AtomicBlockError        inline execution was asked for inside transaction.atomic()
     ├── EvaluationError         a structured evaluation got no valid answer (``status`` says why)
     └── InvalidTransition       the operation is not allowed in the turn's current status
@@ -25,7 +28,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured, ObjectDoesNotExist
 
@@ -115,29 +118,46 @@ class WaitError(TurnkitError):
     """A wait was refused: self-wait, cycle, or a target that cannot be waited on."""
 
 
-class DeliveryConflict(TurnkitError):
-    """A delivery key is already used for a different message.
+class IdempotencyConflict(TurnkitError):
+    """An idempotency key is already used for different content; ``key`` is the caller's key.
+
+    The base of :class:`DeliveryConflict` and :class:`KeyConflict`, so one ``except`` covers
+    every reused key. A retry must send exactly what the first call sent; new content needs a
+    new key. The message names the key only, never what is stored under it.
+    """
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(message)
+
+
+class DeliveryConflict(IdempotencyConflict):
+    """A delivery key (``send_message``, ``post``) is already used for a different message.
 
     The message names the key only: the stored delivery (its text, sender, destination) is never
     disclosed to the caller that collided with it.
     """
 
     def __init__(self, key: str) -> None:
-        self.key = key
         super().__init__(
+            key,
             f"delivery key {key!r} is already used for a different message; use a new key for "
             "new content (a retry must send exactly the same message)"
         )
 
 
-class KeyConflict(TurnkitError):
-    """An idempotency key (steering, ``ask(key=...)``) is already used for different content."""
+class KeyConflict(IdempotencyConflict):
+    """An input or steering key (``ask``, ``say``, ``steer``) is already used for different
+    content."""
+
+    #: What a retry must repeat, by the kind of key: steering compares the principal too.
+    SAME: ClassVar[dict[str, str]] = {"steering": "text and principal"}
 
     def __init__(self, key: str, what: str) -> None:
-        self.key = key
         super().__init__(
+            key,
             f"{what} key {key!r} is already used for different content; use a new key for new "
-            "content (a retry must send exactly the same text and principal)")
+            f"content (a retry must send exactly the same {self.SAME.get(what, 'text')})")
 
 
 class ApprovalError(TurnkitError):
@@ -214,6 +234,7 @@ __all__ = [
     "ConfigurationError",
     "DeliveryConflict",
     "EvaluationError",
+    "IdempotencyConflict",
     "InputError",
     "InvalidTransition",
     "KeyConflict",

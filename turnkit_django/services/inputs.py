@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..authorization import authorize
-from ..exceptions import KeyConflict
+from ..exceptions import DeliveryConflict, KeyConflict
 from ..messages import text_of
 from ..models import Conversation, Delivery, Message, Turn
 from ..runtime.deliveries import send_message
@@ -33,9 +33,15 @@ def _checked(key: str) -> str:
 
 def post(conversation: Conversation, text: str, *, key: str, principal: Any = None,
          ) -> Delivery:
-    """Durable input for the conversation's next turn, once per ``key``."""
-    return send_message(conversation, conversation, text,
-                        key=post_key(conversation.pk, _checked(key)), principal=principal)
+    """Durable input for the conversation's next turn, once per ``key``.
+
+    A conflict names the caller's ``key``, not the delivery key it is stored under (which
+    carries the conversation id)."""
+    try:
+        return send_message(conversation, conversation, text,
+                            key=post_key(conversation.pk, _checked(key)), principal=principal)
+    except DeliveryConflict:
+        raise DeliveryConflict(key) from None
 
 
 def keyed_input(conversation: Conversation, key: str, text: str) -> Message | None:
