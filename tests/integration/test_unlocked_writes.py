@@ -145,15 +145,15 @@ def test_two_claims_of_one_turn_decided_on_the_same_row_give_one_claim():
     assert Lease.objects.get(turn_id=run.id).worker == "worker-b"
 
 
-def test_a_child_is_claimed_with_three_reads_and_a_write_that_locks_its_root_first():
+def test_a_child_is_claimed_with_two_reads_and_a_write_that_locks_its_root_first():
     agent = agent_named("uw-child")
     root = agent.prepare("go").submit()
     child = services.new_turn(agent, [TextPart("side task")], tree=Turn.objects.get(pk=root.id))
     with CaptureQueriesContext(connection) as queries:
         claimed = store.claim_turn(child.pk, "worker-a", prepare=Prepare())
     assert claimed is not None
-    # the child, the tree's cascade marks (store.claims.cancelled_above), its root's ledger
-    assert statements(queries) == ["SELECT", "SELECT", "SELECT", "WITH"]
+    # the child, then its root's ledger with the tree's cascade marks (none here)
+    assert statements(queries) == ["SELECT", "SELECT", "WITH"]
     assert Turn.objects.get(pk=root.id).tree_iterations == 1  # the root's ledger, with it
     assert Turn.objects.get(pk=child.pk).claimed_by == "worker-a"
     assert claimed[2].iterations == 0  # the ledger the claim was decided on

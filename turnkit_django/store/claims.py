@@ -172,11 +172,12 @@ def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None, root_id: 
         ledger = Ledger.from_row(turn.pk, cast(LedgerRow, {
             **{name: getattr(turn, name) for name in LEDGER_FIELDS}, "db_now": now}))
     else:  # its ledger is its root's: read apart, and guarded in the write
-        if cancelled_above(turn):
-            return None
-        ledger = read_ledger(turn.root_turn_id)
-        if ledger is None:
+        read = read_ledger(turn.root_turn_id)
+        if read is None:
             return _UNDECIDED
+        ledger, marked = read
+        if marked and cancelled_above(turn):
+            return None
     try:
         fields, delta, lease = _claim_fields(turn, ledger, worker, prepare)
     except Exception:  # decided on a row that may be stale: decide again under the lock
@@ -193,7 +194,9 @@ def cancelled_above(turn: Turn) -> bool:
     root) was cancelled with its descendants: a cascade larger than one batch leaves the rest
     to ``cancel_sweep``, and until the sweep reaches it such a turn is never claimed, so
     nothing of it runs after the cancel returned. One indexed read of the tree's cascade marks
-    (none, almost always), the tree's parent links only when there is one."""
+    (none, almost always), the tree's parent links only when there is one; a child's claim
+    without the lock learns from its root's ledger read whether there is one, and only then
+    asks."""
     if turn.is_root:
         return False
     tree = Turn.objects.filter(root_turn_id=turn.root_turn_id)

@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any, TypedDict, cast
 
 from django.db import connection
-from django.db.models import F, Subquery
+from django.db.models import Exists, F, OuterRef, Subquery
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -26,6 +26,7 @@ from ..exceptions import ConfigurationError
 from ..limits import Limits
 from ..models import Conversation, Turn
 from ..serialization import JsonObject, JsonValue
+from ..states import TurnStatus
 from .compiled import CompiledRead
 from .fields import TurnFields
 
@@ -147,11 +148,16 @@ def lock_tree_of(turn_id: str) -> Ledger | None:
     return _ledger(root_id, values)
 
 
-def read_ledger(root_id: str) -> Ledger | None:
-    """The tree's ledger as a read without the lock finds it (None: no such turn). Only for a
-    write that holds only while the root's row still has it (:func:`.steps.claim_write`)."""
+def read_ledger(root_id: str) -> tuple[Ledger, bool] | None:
+    """The tree's ledger as a read without the lock finds it (None: no such turn), and whether
+    a turn of the tree was cancelled with its descendants (a cascade mark: a child's claim
+    then looks further, :func:`.claims.cancelled_above`). Only for a write that holds only
+    while the root's row still has that ledger (:func:`.steps.claim_write`)."""
     found = _LEDGER.rows(root_id)
-    return _ledger(root_id, found[0]) if found else None
+    if not found:
+        return None
+    *values, marked = found[0]
+    return _ledger(root_id, values), bool(marked)
 
 
 def _ledger(root_id: str, values: Sequence[Any]) -> Ledger:
@@ -165,7 +171,9 @@ _COLUMNS = (*LEDGER_FIELDS, "db_now")
 _LOCK_TREE = CompiledRead(lambda root_id: Turn.objects.select_for_update(no_key=True).filter(
     pk=root_id).annotate(db_now=Now()).values_list(*_COLUMNS), 1)
 _LEDGER = CompiledRead(lambda root_id: Turn.objects.filter(pk=root_id).annotate(
-    db_now=Now()).values_list(*_COLUMNS), 1)
+    db_now=Now(), cascade_marked=Exists(Turn.objects.filter(
+        root_turn_id=OuterRef("pk"), status=TurnStatus.CANCELLED, options__cancel_cascade=True,
+    ))).values_list(*_COLUMNS, "cascade_marked"), 1)
 _LOCK_TREE_OF = CompiledRead(lambda turn_id: Turn.objects.select_for_update(no_key=True).filter(
     pk=Subquery(Turn.objects.filter(pk=turn_id).values("root_turn_id")[:1])).annotate(
     db_now=Now()).values_list("pk", *_COLUMNS), 1)
