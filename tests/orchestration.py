@@ -14,11 +14,11 @@ import pytest
 
 from tests.dispatch import override_turnkit
 from tests.helpers import expire_lease
-from turnkit_django import Agent, failpoints, services
+from turnkit_django import Agent, failpoints, services, tool
 from turnkit_django.clients.base import ModelRequest
 from turnkit_django.messages import load_parts
 from turnkit_django.models import Conversation, Delivery, Message, ToolExecution, Turn, Wait
-from turnkit_django.testing import Entry, FunctionClient, reply
+from turnkit_django.testing import Entry, FunctionClient, call, reply
 
 calls: list[tuple[str, Any, dict[str, Any]]] = []
 #: ``selective`` denies these actions, and any action on these turn ids.
@@ -163,6 +163,23 @@ def fan_out_and_join(root_id: str, capture: Callable[..., Any]) -> list[Turn]:
     return children
 
 
+#: What :func:`ping` was called with (cleared by the tests that use it).
+pings: list[int] = []
+
+
+@tool
+def ping(n: int) -> dict[str, int]:
+    """Ping."""
+    pings.append(n)
+    return {"n": n}
+
+
+def ping_six_times(request: ModelRequest) -> Entry:
+    """A sub-agent's model that pings six times, then answers (its own limits stop it first)."""
+    done = sum(1 for m in request.messages if m.role == "tool")
+    return call("ping", n=done) if done < 6 else reply("kid done")
+
+
 __all__ = [
     "DENIALS",
     "allow",
@@ -170,6 +187,9 @@ __all__ = [
     "crash_at",
     "deny",
     "fan_out_and_join",
+    "ping",
+    "ping_six_times",
+    "pings",
     "policy",
     "policy_calls",
     "recover",

@@ -2,7 +2,8 @@
 
 Every limit is ROOT-WIDE: a tree shares one ledger (kept on the root row, see
 :mod:`turnkit_django.store.locks`); :mod:`turnkit_django.runtime.budget` checks and reserves
-against it under the tree lock.
+against it under the tree lock. A child turn can also have the count limits its agent set itself,
+checked on its own counts (``runtime.budget.own_budget``).
 """
 
 from __future__ import annotations

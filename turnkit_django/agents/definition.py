@@ -268,6 +268,19 @@ class AgentDefinition:
     def limits(self) -> Limits:
         return resolve_limits(**self.limit_overrides, where=f"agent {self.name!r}")
 
+    def own_limits(self) -> JsonObject:
+        """The count limits this agent set itself (not the settings'): what bounds each turn
+        it runs as a child, on that turn's own counts (``runtime.budget.own_budget``)."""
+        overrides = self.limit_overrides
+        own: JsonObject = {}
+        if overrides["max_iterations"] is not None:
+            own["max_iterations"] = overrides["max_iterations"]
+        if overrides["max_tool_executions"] is not None:
+            own["max_tool_executions"] = overrides["max_tool_executions"]
+        if overrides["max_tool_executions_by_name"] is not None:
+            own["max_tool_executions_by_name"] = dict(overrides["max_tool_executions_by_name"])
+        return own
+
     def resolved_model(self) -> str:
         return self.model or str(turnkit_settings.DEFAULT_MODEL)
 

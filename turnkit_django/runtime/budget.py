@@ -3,12 +3,21 @@
 Every function takes the :class:`~turnkit_django.store.Ledger` read by the tree lock and returns
 the :class:`~turnkit_django.store.LedgerDelta` to write with the transaction's other writes, so
 parallel children across workers can never overrun a limit.
+
+A turn that is not its tree's root can also have limits of its own: the count limits its agent
+set itself (``Turn.options["own_limits"]``, see :func:`own_budget`). They are checked after the
+tree's, against the turn's own counts kept in its state (``TurnState.iterations``,
+``tool_executions``, ``tool_counts``). Only the turn's claim writes its state, so these counts
+need no lock: the fence that guards every write of the turn guards them.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from ..exceptions import BudgetExceeded
 from ..limits import (
@@ -22,7 +31,7 @@ from ..limits import (
     Limits,
     resolve_limits,
 )
-from ..store import GRANTED, Ledger, LedgerDelta, Reservation
+from ..store import GRANTED, Ledger, LedgerDelta, Reservation, TurnState
 
 logger = logging.getLogger("turnkit_django.cost")
 
@@ -43,18 +52,60 @@ def check_open(ledger: Ledger, *, spend: bool = True) -> None:
         raise BudgetExceeded(SPEND_UNRECORDABLE, limit="max_spend")
 
 
-def reserve_next(ledger: Ledger) -> tuple[LedgerDelta, Reservation]:
+@dataclass(frozen=True)
+class OwnBudget:
+    """A child turn's own count limits (None: not set) and its counts so far."""
+
+    max_iterations: int | None
+    max_tool_executions: int | None
+    max_tool_executions_by_name: Mapping[str, int]
+    state: TurnState
+
+    def iteration_denied(self) -> BudgetExceeded | None:
+        limit = self.max_iterations
+        if limit is not None and self.state.iterations >= limit:
+            return BudgetExceeded(ITERATIONS, limit="max_iterations")
+        return None
+
+    def tool_denied(self, name: str) -> str | None:
+        state = self.state
+        limit = self.max_tool_executions
+        if limit is not None and state.tool_executions >= limit:
+            return TOOL_EXECUTIONS
+        cap = self.max_tool_executions_by_name.get(name)
+        if cap is not None and state.tool_counts.get(name, 0) >= cap:
+            return f"maximum executions reached for tool {name!r}"
+        return None
+
+
+def own_budget(options: Mapping[str, Any] | None, state: TurnState) -> OwnBudget | None:
+    """The own limits of the turn with ``options`` (None: it has none) with its ``state``."""
+    own = (options or {}).get("own_limits")
+    if not own:
+        return None
+    by_name = own.get("max_tool_executions_by_name") or {}
+    iterations, tools = own.get("max_iterations"), own.get("max_tool_executions")
+    return OwnBudget(None if iterations is None else int(iterations),
+                     None if tools is None else int(tools),
+                     {str(k): int(v) for k, v in by_name.items()}, state)
+
+
+def reserve_next(ledger: Ledger, own: OwnBudget | None = None,
+                 ) -> tuple[LedgerDelta, Reservation]:
     """Check time and money and reserve the next model call.
 
     Returns the delta and the reservation: granted, or the denial the model step raises. It is
     kept in the turn's state and written by the transaction that moves the turn to the model
     phase, so a resumed turn never reserves twice and a denial does not undo what that
-    transaction records.
+    transaction records. ``own``: the turn's own limits, checked after the tree's.
     """
     try:
         check_open(ledger)
         if ledger.iterations >= limits_of(ledger).max_iterations:
             raise BudgetExceeded(ITERATIONS, limit="max_iterations")
+        denied = None if own is None else own.iteration_denied()
+        if denied is not None:
+            raise denied
     except BudgetExceeded as exc:
         return LedgerDelta(), Reservation.denied(exc)
     ledger.iterations += 1
@@ -72,14 +123,21 @@ def recheck(reservation: Reservation, ledger: Ledger) -> Reservation:
     return reservation
 
 
-def reserve_tool(ledger: Ledger, name: str) -> tuple[LedgerDelta, str | None]:
-    """Reserve a tool slot; return the delta, or an empty one and the denial's reason."""
+def reserve_tool(ledger: Ledger, name: str, own: OwnBudget | None = None,
+                 ) -> tuple[LedgerDelta, str | None]:
+    """Reserve a tool slot; return the delta, or an empty one and the denial's reason.
+
+    With ``own`` (the turn's own limits), a granted slot also counts for the turn: its caller
+    writes ``own.state.counted(name)`` with the slot, in the same transaction."""
     limits = limits_of(ledger)
     if ledger.tool_executions >= limits.max_tool_executions:
         return LedgerDelta(), TOOL_EXECUTIONS
     cap = limits.max_tool_executions_by_name.get(name)
     if cap is not None and ledger.tool_counts.get(name, 0) >= cap:
         return LedgerDelta(), f"maximum executions reached for tool {name!r}"
+    denied = None if own is None else own.tool_denied(name)
+    if denied is not None:
+        return LedgerDelta(), denied
     counts = {**ledger.tool_counts, name: ledger.tool_counts.get(name, 0) + 1}
     ledger.tool_executions += 1  # a later reservation in the same transaction sees it
     ledger.tool_counts = counts
@@ -113,5 +171,5 @@ def spent(ledger: Ledger, cost: Decimal | None) -> tuple[LedgerDelta, Decimal | 
     return LedgerDelta(spend=cost), cost
 
 
-__all__ = ["check_depth", "check_open", "limits_of", "recheck", "reserve_next", "reserve_tool",
-           "spent"]
+__all__ = ["OwnBudget", "check_depth", "check_open", "limits_of", "own_budget", "recheck",
+           "reserve_next", "reserve_tool", "spent"]

@@ -93,7 +93,8 @@ def _steer(ctx: TurnContext, ledger: Ledger, controls: JsonObject,
     controls["steers"] = [*receipts]
     state = ctx.state.replace(phase=Phase.MODEL, terminal=None)
     if state.reservation is None:
-        delta, reservation = budget.reserve_next(ledger)
+        delta, reservation = budget.reserve_next(ledger, budget.own_budget(ctx.row.options,
+                                                                           state))
         state = state.replace(reservation=reservation)
         ctx.fenced.record(state, delta=delta)
     else:

@@ -75,7 +75,9 @@ def turn_options(agent: AgentDefinition, *, output_schema: Schema = None,
                  thinking: JsonObject | bool | None = None, prompt_mode: str | None = None,
                  compaction: bool | JsonObject | None = None, root: bool = True,
                  **extra: JsonValue) -> JsonObject:
-    """The write-once options of a new turn of ``agent`` (its limits snapshot when a root)."""
+    """The write-once options of a new turn of ``agent``: its limits snapshot when a root (the
+    tree's ledger), else the count limits the agent set itself, when it set any (they bound
+    this turn's own counts, inside the tree's ledger: :func:`.budget.own_budget`)."""
     check_options(agent.name, prompt_mode, None)
     check_thinking(thinking, f"turn of agent {agent.name!r}")
     check_compaction(compaction, f"turn of agent {agent.name!r}")
@@ -89,6 +91,8 @@ def turn_options(agent: AgentDefinition, *, output_schema: Schema = None,
         options["compaction"] = compaction
     if root:
         options["limits"] = agent.limits().as_json()
+    elif own := agent.own_limits():
+        options["own_limits"] = own
     return options
 
 
@@ -146,7 +150,8 @@ def turn_spec(
     ``options`` are extra write-once options recorded with the turn's own; ``metadata`` and
     ``subject`` describe a new conversation and are refused with an existing one. With
     ``tree`` (a turn), the new turn is a root-level task of that turn's tree: it shares the
-    root's budget and deadline (it has no limits of its own).
+    root's budget and deadline (its agent's own count limits, when it set any, bound its own
+    counts: :func:`turn_options`).
     """
     if conversation is not None and (metadata is not None or subject is not None):
         raise TypeError("metadata and subject describe a new conversation; set them when the "

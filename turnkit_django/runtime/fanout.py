@@ -164,17 +164,26 @@ def _open(ctx: TurnContext, call: ToolCallPart, tool: SubAgentTool, task: str | 
     with ctx.fenced.atomic() as ledger:
         now = ledger.now
         budget.check_open(ledger)
-        slot, denied = budget.reserve_tool(ledger, call.name)
+        own = budget.own_budget(ctx.row.options, ctx.state)
+        slot, denied = budget.reserve_tool(ledger, call.name, own)
         if denied is not None:
             raise BudgetExceeded(denied, limit=limit_of(denied))
-        ctx.fenced.charge_root(slot)
+        state = None if own is None else own.state.counted(call.name)
+        if state is not None:  # the turn's own count, with the slot
+            ctx.fenced.record(state, delta=slot)
+        else:
+            ctx.fenced.charge_root(slot)
         execution = ctx.fenced.open_execution(
             call, ToolStatus.PENDING, error=None if refusal is None else refusal.for_model(),
             attempts=0 if refusal else 1, started_at=None if refusal else now)
-        if task is None:
-            return execution
-        child = submit(create_child(ctx, tool.agent, execution, task, turn_id=child_id))
-        add_edges(ctx.row, [child])
+        child = None
+        if task is not None:
+            child = submit(create_child(ctx, tool.agent, execution, task, turn_id=child_id))
+            add_edges(ctx.row, [child])
+    if state is not None:
+        ctx.state = state
+    if child is None or task is None:
+        return execution
     ctx.emit("sub_agent.delegated", id=call.id, name=call.name, agent=tool.agent.name,
              child_turn_id=child.pk, child_conversation_id=child.conversation_id,
              task_chars=len(task), background=True)

@@ -111,7 +111,7 @@ def on_claim(turn: Turn, ledger: Ledger) -> tuple[TurnState | None, LedgerDelta]
     if state.phase != Phase.MODEL:
         return None, LedgerDelta()
     if state.reservation is None:
-        delta, reservation = budget.reserve_next(ledger)
+        delta, reservation = budget.reserve_next(ledger, budget.own_budget(turn.options, state))
     else:
         delta, reservation = LedgerDelta(), budget.recheck(state.reservation,
                                                            ledger)

@@ -87,7 +87,8 @@ def _reserved(ctx: TurnContext) -> None:
     reservation = ctx.state.reservation
     if reservation is None:
         with ctx.fenced.atomic() as ledger:
-            delta, reservation = budget.reserve_next(ledger)
+            delta, reservation = budget.reserve_next(
+                ledger, budget.own_budget(ctx.row.options, ctx.state))
             state = ctx.state.replace(reservation=reservation)
             ctx.fenced.record(state, delta=delta)
         ctx.state = state
@@ -137,6 +138,8 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
                                    final_save=first.id == recorded.budget_completion_call_id)
             except BudgetExceeded:
                 pass  # out of time or money: the tools phase fails the turn
+            if opened is not None and opened.counted:  # the turn's own count, with its slot
+                recorded = recorded.counted(first.name)
         if publishing:
             publish_locked(ctx, recorded, response.text, response.output_data,
                            callback_allowed=callback, charge=fee, delta=delta)

@@ -133,7 +133,8 @@ def _revise(ctx: TurnContext, audit: Audit) -> None:
                       "violations": [v.as_json() for v in audit.violations]},
         )
         # The next model call's iteration is reserved here (see the model phase).
-        delta, reservation = budget.reserve_next(ledger)
+        delta, reservation = budget.reserve_next(ledger, budget.own_budget(ctx.row.options,
+                                                                           state))
         state = state.replace(reservation=reservation)
         ctx.fenced.record(state, delta=delta)
     ctx.state = state

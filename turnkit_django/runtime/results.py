@@ -36,6 +36,9 @@ class Opened:
     execution: ToolExecution
     denial: Message | None = None
     error: BudgetExceeded | None = None
+    #: The slot counts for the turn's own limits too: the caller writes the state that says so
+    #: (``TurnState.counted``) in the same transaction.
+    counted: bool = False
 
 
 def open_call(ctx: TurnContext, ledger: Ledger, call: ToolCallPart,
@@ -45,11 +48,13 @@ def open_call(ctx: TurnContext, ledger: Ledger, call: ToolCallPart,
     A slot refused by a root-wide limit gives the call its failed result at once (returned with
     the error that fails the turn). Raises BudgetExceeded, writing nothing, when the tree ran out
     of time or money (a budget completion's ``final_save`` skips the spend check). The slot's
-    ledger change is added to ``delta``.
+    ledger change is added to ``delta``. A turn with limits of its own (a child's) is refused
+    by them the same way, counted on ``ctx.state``.
     """
     now = ledger.now
     budget.check_open(ledger, spend=not final_save)
-    slot, denied = budget.reserve_tool(ledger, call.name)
+    own = budget.own_budget(ctx.row.options, ctx.state)
+    slot, denied = budget.reserve_tool(ledger, call.name, own)
     if denied is not None:
         denial = budget_exceeded(denied).for_model()
         created = ctx.fenced.open_execution(call, ToolStatus.FAILED, error=denial,
@@ -60,7 +65,8 @@ def open_call(ctx: TurnContext, ledger: Ledger, call: ToolCallPart,
         return Opened(created, message, BudgetExceeded(denied, limit=limit_of(denied)))
     delta.add(slot)
     execution = ctx.fenced.open_execution(call, ToolStatus.RUNNING, started_at=now, attempts=1)
-    return Opened(execution)  # the caller adds it to ctx.started once committed
+    # The caller adds it to ctx.started once committed.
+    return Opened(execution, counted=own is not None)
 
 
 def skip_locked(ctx: TurnContext, call: ToolCallPart, reason: str) -> Message:
@@ -86,7 +92,8 @@ def leave(ctx: TurnContext, ledger: Ledger, terminal: Terminal | None,
     if terminal is not None:
         return ctx.state.replace(terminal=terminal, phase=Phase.OUTPUT,
                                  candidate=Candidate(terminal.text, terminal.data))
-    reserved, reservation = budget.reserve_next(ledger)
+    reserved, reservation = budget.reserve_next(ledger, budget.own_budget(ctx.row.options,
+                                                                          ctx.state))
     delta.add(reserved)
     return ctx.state.replace(phase=Phase.MODEL, reservation=reservation)
 
@@ -133,6 +140,8 @@ def _then(ctx: TurnContext, ledger: Ledger, then: Then) -> None:
         except BudgetExceeded:
             return  # out of time or money: the loop's own start fails the turn
         then.executions[then.rest[0].id] = opened.execution
+        if opened.counted:  # written with the result instead of the ledger's change alone
+            then.state = ctx.state.counted(then.rest[0].name)
         if opened.denial is not None:
             then.messages.append(opened.denial)
         else:

@@ -92,16 +92,22 @@ def _start(ctx: TurnContext, call: ToolCallPart,
                expected=(ToolStatus.RUNNING,), interrupted=True)
         return None
     opened: Opened | None = None
+    state = ctx.state
     with ctx.fenced.atomic() as ledger:
         if execution is None:
             delta = LedgerDelta()
             opened = open_call(ctx, ledger, call, delta,
                                final_save=completion.exempt(ctx, call))
-            ctx.fenced.charge_root(delta)
+            if opened.counted:
+                state = state.counted(call.name)
+                ctx.fenced.record(state, delta=delta)
+            else:
+                ctx.fenced.charge_root(delta)
             execution = opened.execution
         else:
             budget.check_open(ledger, spend=not completion.exempt(ctx, call))
             ctx.fenced.restart_execution(execution.pk)
+    ctx.state = state
     if opened is not None and opened.denial is not None:
         ctx.remember(opened.denial)
     elif opened is not None:

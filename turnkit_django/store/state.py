@@ -106,6 +106,10 @@ class TurnState:
     #: The next model call's iteration, reserved by the transaction entering the model phase.
     reservation: Reservation | None = None
     iterations: int = 0
+    #: Tool slots this turn took, in all and by tool name: counted only for a turn whose
+    #: agent set limits of its own (a child's ``own_limits`` option; see runtime.budget).
+    tool_executions: int = 0
+    tool_counts: Mapping[str, int] = field(default_factory=dict)
     candidate: Candidate | None = None
     #: The assistant message holding the response whose tool calls the tools phase runs.
     response_message_id: str | None = None
@@ -128,6 +132,11 @@ class TurnState:
     def replace(self, **changes: Any) -> TurnState:
         return copied(self, **changes)
 
+    def counted(self, tool: str) -> TurnState:
+        """This state with one more tool slot taken by this turn, for ``tool``."""
+        return copied(self, tool_executions=self.tool_executions + 1,
+                      tool_counts={**self.tool_counts, tool: self.tool_counts.get(tool, 0) + 1})
+
     def with_media(self, key: str, call: MediaCall) -> TurnState:
         return copied(self, media={**self.media, key: call})
 
@@ -139,6 +148,10 @@ class TurnState:
             data["reservation"] = self.reservation.as_json()
         if self.iterations:
             data["iterations"] = self.iterations
+        if self.tool_executions:
+            data["tool_executions"] = self.tool_executions
+        if self.tool_counts:
+            data["tool_counts"] = dict(self.tool_counts)
         if self.candidate is not None:
             data["candidate"] = {"text": self.candidate.text, "data": self.candidate.data}
         if self.response_message_id is not None:
@@ -175,6 +188,8 @@ class TurnState:
             phase=Phase(data.get("phase") or Phase.MODEL),
             reservation=None if reservation is None else Reservation.from_json(reservation),
             iterations=int(data.get("iterations") or 0),
+            tool_executions=int(data.get("tool_executions") or 0),
+            tool_counts={str(k): int(v) for k, v in (data.get("tool_counts") or {}).items()},
             candidate=None if candidate is None else Candidate(str(candidate.get("text") or ""),
                                                                candidate.get("data")),
             response_message_id=data.get("response_message_id"),
