@@ -1,10 +1,11 @@
 """Continuations started by turns share their tree's budget; cancelled trees stay dead
 (issue 10, items 2 and 3).
 
-A message a turn sends (the ``send_message`` tool, a completion callback) wakes its destination
-with a continuation that joins the SENDER's tree: the root-wide budget (iterations, tool
-executions, spend, the root's deadline) bounds the whole chain, and a cascade cancel of the
-tree reaches it. A message from a tree that was cancelled wakes nothing.
+A message a model makes a turn send (the ``send_message`` tool, a launched child's completion
+callback) wakes its destination with a continuation that joins the SENDER's tree: the root-wide
+budget (iterations, tool executions, spend, the root's deadline) bounds the whole chain, and a
+cascade cancel of the tree reaches it. A message from a tree that was cancelled wakes nothing.
+The completion callback of a root the application submitted is application input: a new root.
 """
 
 from __future__ import annotations
@@ -143,3 +144,40 @@ def test_an_application_message_still_starts_a_fresh_root(registered):
     (continuation,) = listener.turns()
     assert continuation.root_turn_id == continuation.pk
     assert continuation.options["limits"]["max_iterations"] == agent.limits().max_iterations
+
+
+def _looper(registered: Any) -> Agent:
+    return registered(Agent("looper", max_iterations=2,
+                            client=FunctionClient(lambda request: call("nothing"))))
+
+
+def test_an_application_callback_starts_a_fresh_root_with_the_listeners_limits(
+        registered, django_capture_on_commit_callbacks):
+    """A job that failed on its budget can still be answered: the callback's continuation is a
+    new root, not a turn of the job's exhausted tree (docs/howto/messages-and-waits.md)."""
+    listener = registered(Agent("listener", max_iterations=4, client=FunctionClient(
+        lambda request: reply("noted the failure"))))
+    conversation = listener.conversation(principal=TENANT)
+    with django_capture_on_commit_callbacks(execute=True):
+        run = _looper(registered).submit("loop", callback=conversation, principal=TENANT)
+    run_dispatched(django_capture_on_commit_callbacks)
+
+    assert Turn.objects.get(pk=run.id).error["reason"] == "maximum iterations reached"
+    (continuation,) = conversation.turns()
+    assert (continuation.status, continuation.output_text) == ("completed", "noted the failure")
+    assert continuation.root_turn_id == continuation.pk
+    assert continuation.options["limits"]["max_iterations"] == 4
+
+
+def test_an_application_callback_of_a_cancelled_job_still_wakes_its_listener(
+        registered, django_capture_on_commit_callbacks):
+    listener = registered(Agent("listener", client=FunctionClient(
+        lambda request: reply("noted the cancel"))))
+    conversation = listener.conversation(principal=TENANT)
+    run = _looper(registered).submit("loop", callback=conversation, principal=TENANT)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.cancel(run.id, cascade=True, principal=TENANT)
+    run_dispatched(django_capture_on_commit_callbacks)
+
+    (continuation,) = conversation.turns()
+    assert (continuation.status, continuation.root_turn_id) == ("completed", continuation.pk)

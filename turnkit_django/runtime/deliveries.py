@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -350,27 +351,37 @@ def _wake_locked(row: Conversation) -> Turn | None:
 def _trigger(conversation_id: str, consumed: int) -> tuple[str, str, Turn | None] | None:
     """The buffered delivery a continuation answers, and the tree it joins (None: a new root).
 
-    A message sent by a turn (the send_message tool, a completion callback) continues the
-    sender's tree, so one root-wide budget bounds every chain of turns messaging turns; a
-    message from a cancelled tree wakes nothing; application input starts a new root.
+    A message a model had a turn send (send_message, a launched child's callback) continues
+    the sender's tree: one budget bounds every chain; one from a cancelled tree wakes nothing.
+    Application input, including a root's callback (only the application submits a root with
+    one), starts a new root: a listener can answer a job that exhausted its budget. With any
+    application input buffered the continuation is a new root; else it joins the tree of the
+    delivery it answers, the oldest buffered one (``live[0]``, its ``woken_by``).
     """
     buffered = list(Message.objects.deliveries_after(conversation_id, consumed)
                     .values_list("pk", "metadata")[:turnkit_settings.MAINTENANCE_BATCH_SIZE])
     senders = Turn.objects.select_related("root_turn").in_bulk(
         {turn_id for _, metadata in buffered if (turn_id := _sender(metadata))})
-    live = [(pk, metadata, senders.get(_sender(metadata) or "")) for pk, metadata in buffered]
-    live = [item for item in live if not _from_cancelled_tree(item[2])]
+    found = [(pk, metadata, _in_tree(metadata, senders)) for pk, metadata in buffered]
+    live = [item for item in found if not _from_cancelled_tree(item[2])]
     if not live:
         return None
-    message_id, metadata, newest = live[0]
+    message_id, metadata, oldest = live[0]
     from_application = any(item[2] is None for item in live)
-    tree = None if from_application or newest is None else newest.root_turn
+    tree = None if from_application or oldest is None else oldest.root_turn
     return message_id, str(metadata["delivery_id"]), tree
 
 
 def _sender(metadata: JsonMapping) -> str | None:
     source = metadata.get("source") or {}
     return source.get("turn_id") if isinstance(source, dict) else None
+
+
+def _in_tree(metadata: JsonMapping, senders: Mapping[str, Turn]) -> Turn | None:
+    """The turn whose tree the message continues; None for application input (no sender, or
+    the completion callback of a root, which only the application submits with one)."""
+    sender = senders.get(_sender(metadata) or "")
+    return None if sender is None or (metadata.get("callback") and sender.is_root) else sender
 
 
 def _from_cancelled_tree(sender: Turn | None) -> bool:
