@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import psycopg
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorDebugWrapper
 
@@ -21,15 +20,20 @@ if TYPE_CHECKING:
 
 
 def server_cursor(db: BaseDatabaseWrapper) -> Any:
-    """A server-binding cursor on ``db`` (PostgreSQL), wrapped as Django wraps its own: query
-    logging and ``execute_wrapper()`` instrumentation see it. Like Django's own cursors, it runs
+    """A server-binding cursor on ``db`` (PostgreSQL through psycopg 3, the driver Django's
+    backend imported: turnkit imports no driver itself, so SQLite needs none; with psycopg2,
+    Django's own cursor), wrapped as Django wraps its own: query logging and
+    ``execute_wrapper()`` instrumentation see it. Like Django's own cursors, it runs
     the ``CONN_HEALTH_CHECKS`` check first when one is due: a kept session the database has
     closed is replaced here instead of failing the statement."""
+    server = getattr(db.Database, "Cursor", None)  # psycopg 3's; psycopg2 binds on the client
+    if server is None:
+        return db.cursor()
     db.close_if_health_check_failed()
     db.ensure_connection()
     db.validate_thread_sharing()
     with db.wrap_database_errors:
-        raw: Any = psycopg.Cursor(db.connection)
+        raw: Any = server(db.connection)
     return _Logged(raw, db) if db.queries_logged else db.make_cursor(raw)
 
 
