@@ -26,7 +26,8 @@ def server_cursor(db: BaseDatabaseWrapper) -> Any:
     ``execute_wrapper()`` instrumentation see it. Like Django's own cursors, it runs
     the ``CONN_HEALTH_CHECKS`` check first when one is due: a kept session the database has
     closed is replaced here instead of failing the statement."""
-    server = getattr(db.Database, "Cursor", None)  # psycopg 3's; psycopg2 binds on the client
+    # psycopg 3 has a server-binding Cursor; psycopg2 binds on the client
+    server = getattr(getattr(db, "Database", None), "Cursor", None)
     if server is None:
         return db.cursor()
     db.close_if_health_check_failed()
