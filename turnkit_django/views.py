@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import connections, transaction
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -90,6 +91,16 @@ class EventStream(View):
     #: Seconds a stream stays open; the browser reconnects from its cursor afterwards.
     max_seconds = 300.0
     batch_size = 200
+
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Any:
+        """The view, outside ``ATOMIC_REQUESTS``' transaction on every database: Django refuses
+        to wrap an async view in one (``RuntimeError``, a 500 at every request), and a stream
+        must see each event as it commits, not one snapshot."""
+        view = super().as_view(**initkwargs)
+        for alias in connections:
+            view = transaction.non_atomic_requests(using=alias)(view)
+        return view
 
     def principal(self, request: HttpRequest) -> Any:
         return principal_of(request)
