@@ -1,4 +1,5 @@
-"""Model and tool output no database stores as given (NUL, lone surrogates, NaN, infinity).
+"""Model and tool output no database stores as given (NUL, lone surrogates, NaN, infinity,
+tool names and call ids longer than their columns).
 
 Shared by the unit tier (SQLite) and the integration tier (PostgreSQL): each case runs a turn
 and checks what was stored, which must be the same on both databases.
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from turnkit_django import Agent, tool
+from turnkit_django import Agent, services, tool
 from turnkit_django.models import Message, ToolExecution
 from turnkit_django.testing import ScriptedClient, call, reply
 
@@ -51,6 +52,8 @@ class Case:
     #: The stored (status, tool_call_id, tool_name, arguments, result) of the one execution.
     execution: tuple[str, str, str, dict[str, Any], Any] | None = None
     effects: tuple[str, ...] = ()
+    #: The ``error`` of the one tool result the model reads, when the call is refused.
+    refusal: str | None = None
 
 
 CASES = {
@@ -79,16 +82,35 @@ CASES = {
     "tool error NUL": Case([call("explode", id="c1"), reply("done")],
                            execution=("failed", "c1", "explode", {}, None),
                            effects=("explode",)),
+    # ToolExecution.tool_name and tool_call_id are varchar(200): PostgreSQL raised DataError
+    # (an inline run failed; a background turn was asked again after each lease expiry, then
+    # dead-lettered) where SQLite stored the value.
+    "tool name too long": Case([call("z" * 300, id="c1"), reply("done")],
+                               execution=("failed", "c1", "z" * 200, {}, None),
+                               refusal="unknown_tool"),
+    "tool call id too long": Case([call("echo", id="y" * 300, s="x"), reply("done")],
+                                  execution=("completed", "y" * 48 + "_2", "echo", {"s": "x"},
+                                             "x"), effects=("x",)),
 }
 
+#: The cases whose values are too long for their columns (run in the background too).
+TOO_LONG = ("tool name too long", "tool call id too long")
 
-def run_case(case: Case) -> None:
-    """Run ``case`` and assert what was stored (the invariants are checked after the test)."""
+
+def run_case(case: Case, registered: Any = None) -> None:
+    """Run ``case`` (inline, or submitted and run by ``services.run_turn`` when given the
+    ``registered`` fixture) and assert what was stored (the invariants are checked after the
+    test)."""
     EFFECTS.clear()
     agent = Agent("unstorable", instructions="Use the tools.", tools=[echo, read_file, ratios,
                                                                        explode],
                   client=ScriptedClient(case.script))
-    run = agent.run("go")
+    if registered is None:
+        run = agent.run("go")
+    else:
+        run = registered(agent).submit("go")
+        services.run_turn(run.id)
+        run = run.refresh()
     assert (run.status, run.error, run.output_text) == ("completed", None, case.output_text)
     assert tuple(EFFECTS) == case.effects  # each side effect once, never repeated
     stored = run.refresh().output_text
@@ -109,7 +131,10 @@ def run_case(case: Case) -> None:
             assert part["content"] == result and not part["is_error"]
         else:
             assert part["is_error"] and "\x00" not in str(execution.error)
+        if case.refusal is not None:  # a result the model reads, not a failed turn
+            assert part["content"]["error"] == case.refusal
+            assert len(part["content"]["message"]) < 500
     assert "\x00" not in str(list(Message.objects.values_list("content", flat=True)))
 
 
-__all__ = ["CASES", "Case", "run_case"]
+__all__ = ["CASES", "TOO_LONG", "Case", "run_case"]

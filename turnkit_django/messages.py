@@ -210,6 +210,11 @@ class ChatMessage(PartsView):
 
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
+#: The longest tool-call id and tool name a call keeps: the width of the
+#: ``ToolExecution.tool_call_id`` and ``tool_name`` columns (PostgreSQL refuses longer values,
+#: SQLite would keep them). :func:`distinct_call_ids` bounds what the model sends to it.
+CALL_FIELD_LENGTH = 200
+
 
 def distinct_call_ids(parts: Sequence[Part], taken: Iterable[str]) -> tuple[Part, ...]:
     """Give every tool call of ``parts`` (one response) an id no other call has (in ``parts``
@@ -220,7 +225,12 @@ def distinct_call_ids(parts: Sequence[Part], taken: Iterable[str]) -> tuple[Part
     within the response the call is unambiguous. A call reusing an id of another call in the
     same response keeps the model's id in ``duplicate_of`` (the runtime refuses it with a
     readable error) and gets a fresh id, so each call has exactly one result under an id of
-    its own. A call without an id gets a fresh one.
+    its own. A call without an id, or with one longer than :data:`CALL_FIELD_LENGTH`, gets a
+    fresh one.
+
+    A name longer than :data:`CALL_FIELD_LENGTH` is cut to it: no tool has such a name (tool
+    names have at most 64 characters), so the call still gets the unknown-tool error, which the
+    model reads, and the same call is stored on every database.
     """
     earlier = taken if isinstance(taken, (set, frozenset)) else set(taken)
     given: set[str] = set()  # the model's ids in this response
@@ -230,8 +240,11 @@ def distinct_call_ids(parts: Sequence[Part], taken: Iterable[str]) -> tuple[Part
         if not isinstance(part, ToolCallPart):
             out.append(part)
             continue
+        if len(part.name) > CALL_FIELD_LENGTH:
+            part = replace(part, name=part.name[:CALL_FIELD_LENGTH])
         original = part.id
-        if not original or original in given or original in earlier or original in mine:
+        if (not original or len(original) > CALL_FIELD_LENGTH or original in given
+                or original in earlier or original in mine):
             base = _ID_CHARS.sub("_", original)[:48] or "call"
             n = 2
             while f"{base}_{n}" in mine or f"{base}_{n}" in earlier:
@@ -251,6 +264,7 @@ def text_of(parts: Sequence[Part]) -> str:
 
 
 __all__ = [
+    "CALL_FIELD_LENGTH",
     "DYNAMIC_CONTEXT",
     "MEDIA_KINDS",
     "PRIVATE_PART_KINDS",

@@ -19,7 +19,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .fields import StorableCharField, StorableJSONField, StorableTextField
 from .ids import new_id
-from .messages import MessageKind, MessageRole
+from .messages import CALL_FIELD_LENGTH, MessageKind, MessageRole
 from .querysets import (
     ConversationQuerySet,
     DeliveryQuerySet,
@@ -275,8 +275,8 @@ class ToolExecution(models.Model):
     # Indexed by turnkit_tool_call_unique (turn, tool_call_id).
     turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="tool_executions",
                              db_index=False)
-    tool_call_id = StorableCharField(max_length=200)
-    tool_name = StorableCharField(max_length=200)
+    tool_call_id = StorableCharField(max_length=CALL_FIELD_LENGTH)  # bounded: distinct_call_ids
+    tool_name = StorableCharField(max_length=CALL_FIELD_LENGTH)
     status = models.CharField(max_length=16, choices=ToolStatus.choices,
                               default=ToolStatus.PENDING)
     arguments = StorableJSONField(default=dict, blank=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
-from tests.unstorable import CASES, run_case
+from tests.unstorable import CASES, TOO_LONG, run_case
 from turnkit_django import Agent, ConfigurationError, InputError
 from turnkit_django.models import Conversation, Message, Turn
 from turnkit_django.testing import ScriptedClient, reply
@@ -22,6 +22,14 @@ pytestmark = [
 @pytest.mark.parametrize("name", CASES)
 def test_model_and_tool_output_is_stored_cleaned_and_the_run_completes(name):
     run_case(CASES[name])
+
+
+@pytest.mark.usefixtures("background")
+@pytest.mark.parametrize("name", TOO_LONG)
+def test_an_over_long_name_or_id_completes_a_background_turn(name, registered):
+    """varchar(200) refused them with DataError: the turn stayed running, was asked again after
+    each lease expiry and was dead-lettered. Now it completes, as on SQLite."""
+    run_case(CASES[name], registered)
 
 
 @pytest.mark.parametrize("text", ["a\x00b", "a\ud800b"])

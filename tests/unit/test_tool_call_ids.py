@@ -1,8 +1,11 @@
-"""Duplicate and reused tool-call ids from the model (issue 10, item 1).
+"""Duplicate, reused and over-long tool-call ids and names from the model (issue 10, item 1).
 
 Local OpenAI-compatible servers send two calls with one id, or reuse ``call_0`` in a later
 response. Each such call gets a readable tool error under an id of its own, so the transcript
 stays valid for the provider (P11) and nothing hits the unique (turn, tool_call_id) constraint.
+An id or a name longer than its column (200 characters) is bounded the same way on SQLite and
+PostgreSQL (where it raised DataError): the id is replaced, the name becomes an unknown-tool
+error the model reads.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from decimal import Decimal
 import pytest
 
 from tests.dispatch import override_turnkit
-from turnkit_django import Agent, failpoints, reconcile, services, tool
-from turnkit_django.messages import load_parts
+from tests.unstorable import CASES, TOO_LONG, run_case
+from turnkit_django import Agent, ConfigurationError, failpoints, reconcile, services, tool
+from turnkit_django.messages import CALL_FIELD_LENGTH, ToolCallPart, distinct_call_ids, load_parts
 from turnkit_django.models import Message, ToolExecution, Turn
 from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply
 
@@ -137,3 +141,48 @@ def test_cancel_and_reconcile_close_duplicate_calls_of_a_background_turn(registe
     assert len(set(ids)) == 2 and set(results(run.id)) == set(ids)
     assert Turn.objects.get(pk=run.id).status == "cancelled"
     assert reconcile().recovered == []
+
+
+@pytest.mark.parametrize("name", TOO_LONG)
+def test_an_over_long_name_or_id_gives_the_same_result_inline_and_in_the_background(
+        name, registered):
+    """As on PostgreSQL (tests/integration/test_unstorable_values.py): not a DataError, and a
+    background turn is not asked again after every lease expiry until it is dead-lettered."""
+    run_case(CASES[name])
+    run_case(CASES[name], registered)
+
+
+def test_the_model_reads_why_an_over_long_tool_name_was_refused():
+    client = ScriptedClient([call("lookup" + "z" * 300, id="c1", order_id="1"), reply("done")])
+    run = Agent("long-name", tools=[lookup], client=client).run("go")
+
+    assert run.status == "completed", run.error
+    assert ran == []
+    [execution] = ToolExecution.objects.filter(turn_id=run.id)
+    assert execution.tool_name == ("lookup" + "z" * 300)[:CALL_FIELD_LENGTH]
+    [answer] = [r for m in client.requests[1].messages for r in m.tool_results]
+    assert answer.tool_call_id == "c1" and answer.is_error
+    assert answer.content["error"] == "unknown_tool"
+    message = answer.content["message"]
+    assert "at most 64 characters" in message and "Available tools: lookup." in message
+    assert len(message) < 200  # the name is shown cut short
+
+
+def test_over_long_ids_are_replaced_like_duplicates_and_stay_distinct():
+    long = "call-" + "9" * 300
+    parts = distinct_call_ids([ToolCallPart(long, "a"), ToolCallPart(long, "b"),
+                               ToolCallPart("x" * CALL_FIELD_LENGTH, "c")], taken=())
+    first, second, third = parts
+    assert isinstance(first, ToolCallPart) and isinstance(second, ToolCallPart)
+    assert first.id != second.id and len(first.id) <= 64 and len(second.id) <= 64
+    assert first.duplicate_of is None and second.duplicate_of == long  # still refused
+    assert third == ToolCallPart("x" * CALL_FIELD_LENGTH, "c")  # fits: kept as given
+
+
+@pytest.mark.parametrize("name", ["a" * 65, "a" * 201, "lookup\n"])
+def test_a_tool_name_no_provider_accepts_is_refused_when_the_tool_is_built(name):
+    with pytest.raises(ConfigurationError, match="provider limit"):
+        @tool(name=name)
+        def anything() -> str:
+            """Anything."""
+            return ""

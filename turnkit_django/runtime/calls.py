@@ -17,7 +17,7 @@ from ..exceptions import BudgetExceeded
 from ..messages import ToolCallPart
 from ..states import ToolStatus
 from ..store import Terminal
-from ..tools.base import Tool, validation_error
+from ..tools.base import NAME_LENGTH, Tool, validation_error
 from .context import TurnContext
 
 
@@ -51,6 +51,10 @@ def unknown_tool(agent: AgentDefinition, name: str, active: dict[str, Tool]) -> 
                                f"The tool {name!r} belongs to the skill {skill.key!r}; call "
                                f"{LOAD_SKILL} with key {skill.key!r} first, then call it again.")
     known = ", ".join(sorted(active)) or "none"
+    if len(name) > NAME_LENGTH:  # no tool has such a name; show it cut short
+        return ErrorRecord("unknown_tool",
+                           f"There is no tool named {name[:40] + '...'!r}: tool names have at "
+                           f"most {NAME_LENGTH} characters. Available tools: {known}.")
     return ErrorRecord("unknown_tool",
                        f"There is no tool named {name!r}. Available tools: {known}.")
 

@@ -24,7 +24,9 @@ Terminal = bool | str | Callable[[Any], str]
 #: Whether a call waits for a person's approval: always, or decided per call from its
 #: validated arguments and its ToolContext.
 Approval = bool | Callable[[Any, "ToolContext"], bool]
-_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")
+#: The longest tool name providers accept (and so the longest a tool may have).
+NAME_LENGTH = 64
+_NAME = re.compile(rf"^[a-zA-Z][a-zA-Z0-9_-]{{0,{NAME_LENGTH - 1}}}$")
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ class Tool:
 
     def check(self) -> None:
         """Raise ConfigurationError if the definition is unusable."""
-        if not _NAME.match(self.tool_name):
+        if not isinstance(self.tool_name, str) or not _NAME.fullmatch(self.tool_name):
             raise ConfigurationError(
                 f"tool name {self.tool_name!r} must match {_NAME.pattern} (provider limit)"
             )
