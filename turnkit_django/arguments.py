@@ -18,6 +18,10 @@ from .serialization import checked_text
 
 M = TypeVar("M", bound=Model)
 
+#: The longest idempotency key an application may pass (``ask``, ``say``, ``post``, ``steer``):
+#: stored under a prefix in a 255-character column, so every database keeps it as given.
+KEY_LENGTH = 200
+
 
 class TurnNotFound(NotFound, Turn.DoesNotExist):
     """No turn has the given id."""
@@ -39,6 +43,18 @@ def require_text(value: object, what: str, *, hint: str = "") -> str:
     got = ("an empty str" if not value else "a blank str") if isinstance(value, str) \
         else _kind(value)
     raise InputError(f"{what} must be a non-empty str, got {got}{hint}")
+
+
+def idempotency_key(value: object, what: str) -> str:
+    """An application's idempotency key: a non-blank ``str`` of at most :data:`KEY_LENGTH`
+    characters that every database stores as given; InputError otherwise, before any write."""
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{what} needs a non-empty key= (its idempotency key), "
+                         f"got {_kind(value) if not isinstance(value, str) else repr(value)}")
+    if len(value) > KEY_LENGTH:
+        raise InputError(f"{what}: key= has {len(value)} characters, at most {KEY_LENGTH} are "
+                         "kept; use a shorter key (a digest of a longer one, for example)")
+    return checked_text(value, f"{what}: key=")
 
 
 def optional_count(value: object, what: str) -> int | None:
@@ -124,6 +140,18 @@ def callback_row(value: object) -> Conversation | None:
     return None if value is None else conversation_row(value, "submit(callback=...)")
 
 
-__all__ = ["ConversationNotFound", "TurnNotFound", "callback_row", "conversation_by_id",
-           "conversation_row", "cursor", "optional_count", "optional_text", "require_subject",
-           "require_text", "turn_row"]
+__all__ = [
+    "KEY_LENGTH",
+    "ConversationNotFound",
+    "TurnNotFound",
+    "callback_row",
+    "conversation_by_id",
+    "conversation_row",
+    "cursor",
+    "idempotency_key",
+    "optional_count",
+    "optional_text",
+    "require_subject",
+    "require_text",
+    "turn_row",
+]

@@ -176,6 +176,26 @@ def test_text_that_is_not_a_non_empty_string_is_refused_before_any_write(registe
     assert conv.ask("hello").status == "completed"  # the conversation is still usable
 
 
+@pytest.mark.parametrize("key", ["k" * 201, "", "   ", 5, "a\x00b"])
+@pytest.mark.parametrize("entry", [
+    lambda conv, run, key: conv.ask("hello", key=key),
+    lambda conv, run, key: conv.say("hello", key=key),
+    lambda conv, run, key: conv.post("hello", key=key),
+    lambda conv, run, key: conv.input_status(key),
+    lambda conv, run, key: run.steer("go on", key=key),
+], ids=["ask", "say", "post", "input_status", "steer"])
+def test_an_idempotency_key_every_database_cannot_keep_is_refused_before_any_write(
+        registered, entry, key):
+    """A key too long for its column failed with a raw DataError on PostgreSQL only."""
+    agent = registered(quiet())
+    conv, run = agent.conversation(), agent.prepare("set up")
+    before = _counts()
+    with pytest.raises(InputError, match="key"):
+        entry(conv, run, key)
+    assert _counts() == before
+    assert conv.ask("hello", key="k" * 200).status == "completed"  # the longest key kept
+
+
 def test_a_refused_say_leaves_the_conversation_answerable():
     conv = quiet().conversation()
     for bad in (None, 5):

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import transaction
 
-from ..arguments import require_text
+from ..arguments import idempotency_key, require_text
 from ..authorization import authorize
 from ..conf import turnkit_settings
 from ..events import emit
@@ -120,8 +120,7 @@ def steer(target: Turn, text: str, *, key: str, principal: Any = None,
     (InvalidTransition), except by an exact retry.
     """
     require_text(text, "steering text")
-    if not isinstance(key, str) or not key.strip():
-        raise ValueError("steering needs a non-empty key= (its idempotency key)")
+    idempotency_key(key, "steering")
     principal = json_value(principal, "principal")
     rows = selected(target, cascade=descendants)
     _authorize("steer", rows, principal, descendants=descendants)

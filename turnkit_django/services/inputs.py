@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..arguments import idempotency_key
 from ..authorization import authorize
 from ..exceptions import DeliveryConflict, KeyConflict
 from ..messages import text_of
@@ -26,9 +27,7 @@ def post_key(conversation_id: str, key: str) -> str:
 
 
 def _checked(key: str) -> str:
-    if not isinstance(key, str) or not key.strip():
-        raise ValueError("an idempotent input needs a non-empty key=")
-    return key
+    return idempotency_key(key, "an idempotent input")
 
 
 def post(conversation: Conversation, text: str, *, key: str, principal: Any = None,
