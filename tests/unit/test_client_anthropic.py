@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from base64 import b64encode
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from turnkit_django.messages import (
     ThinkingPart,
     ToolCallPart,
     ToolResultPart,
+    distinct_call_ids,
 )
 from turnkit_django.testing import block_model_requests
 
@@ -113,6 +115,18 @@ def test_one_tool_call() -> None:
     ]
     assert response.stop_reason == "tool_use"
     assert response.usage == Usage(380, 41, 1830, 0)
+
+
+def test_a_tool_call_without_an_id_is_left_for_the_runtime_to_name() -> None:
+    """Not the text "None": two calls without ids would be refused as duplicates of it."""
+    payload = copy.deepcopy(P["one_tool_call"])
+    for block in payload["content"]:
+        if block["type"] == "tool_use":
+            del block["id"]
+    client, _ = make((200, payload))
+    response = client.complete(request(user("Where is order 42?"), tools=(LOOKUP,)))
+    assert [call.id for call in response.tool_calls] == [""]
+    assert distinct_call_ids(response.parts, ())[-1].id not in ("", "None")
 
 
 def test_thinking_and_two_tool_calls_are_replayed_verbatim_with_paired_results() -> None:

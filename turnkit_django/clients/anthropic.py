@@ -357,8 +357,9 @@ class AnthropicClient(BaseClient):
                 arguments = block.get("input")
                 parts.append(
                     ToolCallPart(
-                        id=str(block.get("id")),
-                        name=str(block.get("name")),
+                        # a missing id is left empty: the runtime gives the call a fresh one
+                        id=str(block.get("id") or ""),
+                        name=str(block.get("name") or ""),
                         arguments=arguments if isinstance(arguments, dict) else {},
                         raw_arguments=None if isinstance(arguments, dict) else json_text(arguments),
                     )
