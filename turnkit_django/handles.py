@@ -19,7 +19,7 @@ from .authorization import authorize
 from .clients import ModelRequest, Usage
 from .events import EventCallback
 from .exceptions import InvalidTransition
-from .interactive import ConversationInputs, TurnControls
+from .interactive import ConversationInputs, TreeControls, TurnControls
 from .media import MediaMethods
 from .messages import Part, TextPart
 from .models import Conversation, Delivery, Message, ToolExecution, Turn
@@ -200,7 +200,7 @@ class TurnHandle(TurnControls, RunningTurn, MediaMethods):
         return f"<Turn {self.row.pk} {self.row.status}>"
 
 
-class Run(TurnHandle):
+class Run(TreeControls, TurnHandle):
     """One bounded task: the root turn of a tree; usage and cost aggregate the tree."""
 
     @classmethod

@@ -1,6 +1,6 @@
 """The interactive controls of the handles: approvals, pause/resume, steering, post, events.
 
-Mixed into :class:`~turnkit_django.handles.TurnHandle` (so ``Run`` too) and
+Mixed into :class:`~turnkit_django.handles.TurnHandle` (``Run`` adds :class:`TreeControls`) and
 :class:`~turnkit_django.handles.ConversationHandle`; the work is in ``services``.
 """
 
@@ -29,6 +29,8 @@ class TurnControls:
 
     row: Turn
     _on_event: EventCallback | None
+    #: Whether approvals are the whole tree's (a Run) or this turn's only (a TurnHandle).
+    _approvals_of_tree: bool = False
 
     @property
     def agent(self) -> Any:  # pragma: no cover - provided by the handle
@@ -46,7 +48,12 @@ class TurnControls:
     def approve(self, call_id: str, *, principal: object = None,
                 arguments: JsonObject | None = None) -> ToolExecution:
         """Let the parked tool call ``call_id`` run (with ``arguments``, re-validated, if
-        given); an inline turn continues now. Approving twice is a no-op."""
+        given); an inline turn continues now. Approving twice is a no-op.
+
+        ``call_id`` is the execution id (``execution_id`` of the ``approval.requested`` event,
+        ``.id`` of a ``pending_approvals()`` entry) or the model's tool call id. A run decides
+        the calls of its whole tree, and raises ApprovalError when a tool call id names the
+        requests of more than one turn; a turn handle decides its own turn's calls only."""
         return self._decide(call_id, "approved", principal=principal, arguments=arguments)
 
     def deny(self, call_id: str, *, reason: str = "", principal: object = None) -> ToolExecution:
@@ -54,16 +61,20 @@ class TurnControls:
         return self._decide(call_id, "denied", principal=principal, reason=reason)
 
     def _decide(self, call_id: str, state: str, **options: Any) -> ToolExecution:
-        decision = approvals.decide(self.row.root_turn_id, call_id, state, **options)
+        turn_id = None if self._approvals_of_tree else self.row.pk
+        decision = approvals.decide(self.row.root_turn_id, call_id, state, turn_id=turn_id,
+                                    **options)
         if decision.execute_inline:
             self._continue_inline(decision.execution.turn_id)
         reload(self.row)
         return decision.execution
 
     def pending_approvals(self, *, principal: object = None) -> list[ToolExecution]:
-        """The tree's tool calls waiting for a decision that ``principal`` may take."""
+        """The tool calls waiting for a decision that ``principal`` may take: the tree's for a
+        run, the turn's own for a turn handle."""
         return [e for e in approvals.pending_approvals(principal=principal)
-                if e.turn.root_turn_id == self.row.root_turn_id]
+                if e.turn.root_turn_id == self.row.root_turn_id
+                and (self._approvals_of_tree or e.turn_id == self.row.pk)]
 
     def pause(self, *, principal: object = None, cascade: bool = False) -> Self:
         """Pause at the next step boundary (at once when idle); the claim is released."""
@@ -102,6 +113,12 @@ class TurnControls:
         return rows[:limit] if limit is not None else rows
 
 
+class TreeControls(TurnControls):
+    """A run's controls: its approvals (decisions and the pending list) span its tree."""
+
+    _approvals_of_tree = True
+
+
 class ConversationInputs:
     """Idempotent next-turn input and its receipts."""
 
@@ -118,4 +135,4 @@ class ConversationInputs:
                                    else principal, check=principal is not _UNSET)
 
 
-__all__ = ["ConversationInputs", "TurnControls"]
+__all__ = ["ConversationInputs", "TreeControls", "TurnControls"]

@@ -8,6 +8,8 @@ background turn is dispatched, an inline one is left ``pending`` for the caller 
 (the handles do). The next claim runs the approved call exactly once (with the arguments as
 approved) or gives the model the denial as a failed tool result.
 
+The call is named by its execution id, or by the model's tool call id, which is unique per
+turn only: one naming the requests of several turns of the tree is refused (:func:`find`).
 Deciding again the same way is a no-op; deciding otherwise raises ApprovalError, and so does
 deciding a call whose turn ended before it ran (cancelling the turn closes the request as
 ``cancelled``, see store.transcript.repair). Maintenance denies requests whose
@@ -20,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
 from pydantic import ValidationError
 
 from ..agents import get_agent
@@ -48,15 +49,40 @@ class Decision:
     execute_inline: bool
 
 
-def find(root_id: str, call_id: str) -> ToolExecution:
-    """The tool execution of ``call_id`` (a tool call id or an execution id) in the tree."""
-    found = ToolExecution.objects.select_related("turn").filter(
-        Q(tool_call_id=call_id) | Q(pk=call_id), turn__root_turn_id=root_id).order_by(
-        "-created_at").first()
-    if found is None:
-        raise ApprovalError(f"no tool call {call_id!r} in run {root_id!r}; pass the call id "
-                            "an approval.requested event or pending_approvals() gave")
-    return found
+def find(root_id: str, call_id: str, *, turn_id: str | None = None) -> ToolExecution:
+    """The tool execution ``call_id`` names in the tree (or only in ``turn_id``).
+
+    An execution id names its execution. A tool call id is the model's and only unique per
+    turn (local servers send ``call_0`` in every response), so when it names the approval
+    requests of more than one turn of the tree, this raises ApprovalError naming the
+    candidates instead of picking one: a decision must land on the call the person reviewed.
+    """
+    scope = ToolExecution.objects.select_related("turn").filter(turn__root_turn_id=root_id)
+    if turn_id is not None:
+        scope = scope.filter(turn_id=turn_id)
+    found = scope.filter(pk=call_id).first()
+    if found is not None:
+        return found
+    matches = list(scope.filter(tool_call_id=call_id).order_by("created_at", "id"))
+    asked = [m for m in matches if m.approval is not None]
+    if len(asked) > 1:
+        raise ApprovalError(_ambiguous(call_id, root_id, asked))
+    if asked or matches:
+        return (asked or matches)[-1]
+    where = f"turn {turn_id!r}" if turn_id is not None else f"run {root_id!r}"
+    raise ApprovalError(f"no tool call {call_id!r} in {where}; pass the execution id an "
+                        "approval.requested event (execution_id) or pending_approvals() (.id) "
+                        "gave")
+
+
+def _ambiguous(call_id: str, root_id: str, candidates: list[ToolExecution]) -> str:
+    """The refusal of an ambiguous call id: the candidates by id and state, no arguments."""
+    named = "; ".join(f"execution {c.pk!r} of turn {c.turn_id!r} "
+                      f"({(c.approval or {}).get('state')})" for c in candidates)
+    return (f"tool call id {call_id!r} names {len(candidates)} approval requests in run "
+            f"{root_id!r}: {named}. Nothing was decided; pass the execution id instead (the "
+            "approval.requested event's execution_id, or .id of a pending_approvals() entry), "
+            "or decide through the handle of the turn (load_turn(turn_id).approve(call_id))")
 
 
 def _validated(execution: ToolExecution, arguments: object) -> JsonObject:
@@ -80,10 +106,12 @@ def _validated(execution: ToolExecution, arguments: object) -> JsonObject:
 
 
 def decide(root_id: str, call_id: str, state: str, *, principal: Any, reason: str = "",
-           arguments: Any = None, system: bool = False) -> Decision:
-    """Approve (``state="approved"``) or deny a parked call; see the module docstring."""
+           arguments: Any = None, system: bool = False, turn_id: str | None = None) -> Decision:
+    """Approve (``state="approved"``) or deny a parked call (``call_id``: an execution id or
+    a tool call id, see :func:`find`; ``turn_id`` limits it to one turn of the tree); see the
+    module docstring."""
     reason = optional_text(reason, "the reason of a decision") or ""
-    execution = find(root_id, call_id)
+    execution = find(root_id, call_id, turn_id=turn_id)
     row = execution.turn
     action = "approve" if state == "approved" else "deny"
     if not system:

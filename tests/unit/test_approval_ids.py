@@ -1,0 +1,147 @@
+"""Which parked call an approval decides when turns of one tree reuse a tool call id.
+
+OpenAI-compatible local servers send ``call_0`` in every response, so the root turn and a child
+it launched can both park a call ``call_0`` for approval. A call id that names more than one
+approval request in the tree is ambiguous: ``run.approve``/``run.deny`` raise ApprovalError
+naming the candidates (turn and execution ids, never arguments) and decide nothing; the
+execution id (the ``approval.requested`` event's ``execution_id``, or ``.id`` of an entry of
+``pending_approvals()``) picks one, and a turn handle decides the
+calls of its own turn only. The ledger counts the refunds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from turnkit_django import Agent, ApprovalError, ToolContext, services, tool
+from turnkit_django.handles import load_turn
+from turnkit_django.models import Event, ToolExecution, Turn
+from turnkit_django.testing import FunctionClient, call, reply
+from turnkit_django.tools import launch_agent
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background", "invariants")]
+
+ledger: list[int] = []
+
+
+@pytest.fixture(autouse=True)
+def _empty_ledger() -> None:
+    ledger.clear()
+
+
+@tool(approval=True)
+def refund(ctx: ToolContext, amount_cents: int) -> dict:
+    """Refund an amount, once a person approves."""
+    ledger.append(amount_cents)
+    return {"refunded": amount_cents}
+
+
+def child_respond(request: Any) -> Any:
+    if request.last_message_is_tool_result():
+        return reply("child done")
+    return call("refund", id="call_0", amount_cents=99999)
+
+
+def parent_respond(request: Any) -> Any:
+    results = [p for m in request.messages if m.role == "tool" for p in m.tool_results]
+    if not results:
+        return call("launch_agent", id="call_launch", agent="kid", task="go")
+    if len(results) == 1:
+        return call("refund", id="call_0", amount_cents=5)
+    return reply("parent done")
+
+
+def both_parked(registered: Any) -> tuple[Any, Turn]:
+    """A background run whose root and child each park a refund ``call_0``."""
+    kid = Agent("kid", tools=[refund], client=FunctionClient(child_respond))
+    parent = registered(Agent("boss", tools=[launch_agent, refund], sub_agents=[kid],
+                              client=FunctionClient(parent_respond)))
+    run = parent.submit("start", principal={"user": 1})
+    assert services.run_turn(run.id)
+    (child,) = Turn.objects.filter(parent_turn_id=run.id)
+    assert services.run_turn(child.pk)
+    assert {t.status for t in Turn.objects.tree(run.id)} == {"paused"}
+    return run, child
+
+
+def approval_state(turn_id: str) -> str | None:
+    execution = ToolExecution.objects.get(turn_id=turn_id, tool_name="refund")
+    return (execution.approval or {}).get("state")
+
+
+def requested_execution(turn_id: str) -> str:
+    (event,) = Event.objects.filter(turn_id=turn_id, type="approval.requested")
+    return event.payload["execution_id"]
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_a_call_id_two_turns_of_the_tree_parked_is_refused_and_names_the_candidates(
+        registered, decision):
+    run, child = both_parked(registered)
+
+    with pytest.raises(ApprovalError) as caught:
+        getattr(run, decision)("call_0", principal={"user": 1})
+
+    message = str(caught.value)
+    for turn_id in (run.id, child.pk):
+        assert turn_id in message and requested_execution(turn_id) in message
+    assert "99999" not in message and "amount_cents" not in message  # no arguments
+    assert "execution id" in message
+    assert approval_state(run.id) == approval_state(child.pk) == "requested"
+    assert ledger == []
+
+
+def test_the_execution_id_of_the_requested_event_picks_the_call(registered):
+    run, child = both_parked(registered)
+
+    run.approve(requested_execution(run.id), principal={"user": 1})
+    assert approval_state(run.id) == "approved"
+    assert approval_state(child.pk) == "requested"
+    assert services.run_turn(run.id)  # the root resumes, runs its refund, waits on nothing
+    assert ledger == [5]
+
+    # A retry by call id stays ambiguous: it must not land on the child's request.
+    with pytest.raises(ApprovalError):
+        run.approve("call_0", principal={"user": 1})
+    assert approval_state(child.pk) == "requested"
+
+    (entry,) = run.pending_approvals()
+    assert entry.turn_id == child.pk
+    run.deny(entry.id, reason="too much", principal={"user": 1})
+    assert approval_state(child.pk) == "denied" and ledger == [5]
+
+
+def test_a_turn_handle_decides_the_calls_of_its_own_turn_only(registered):
+    run, child = both_parked(registered)
+
+    load_turn(child.pk).deny("call_0", reason="too much")
+    assert approval_state(child.pk) == "denied"
+    assert approval_state(run.id) == "requested"
+    assert [e.turn_id for e in load_turn(child.pk).pending_approvals()] == []
+    assert [e.turn_id for e in run.turn.pending_approvals()] == [run.id]
+
+    run.turn.approve("call_0")
+    assert approval_state(run.id) == "approved"
+
+    with pytest.raises(ApprovalError, match="no tool call"):  # not a call of this turn
+        load_turn(child.pk).approve(requested_execution(run.id))
+
+
+def test_a_call_id_only_one_turn_parked_is_decided_from_the_run(registered):
+    kid = Agent("kid", tools=[refund], client=FunctionClient(child_respond))
+    parent = registered(Agent("boss", tools=[launch_agent], sub_agents=[kid],
+                              client=FunctionClient(lambda request: reply("parent done")
+                                                    if request.last_message_is_tool_result()
+                                                    else call("launch_agent", id="call_0",
+                                                              agent="kid", task="go"))))
+    run = parent.submit("start")
+    assert services.run_turn(run.id)
+    (child,) = Turn.objects.filter(parent_turn_id=run.id)
+    assert services.run_turn(child.pk)
+
+    # The root's call_0 is the launch (no approval); the child's refund is the only request.
+    run.approve("call_0")
+    assert approval_state(child.pk) == "approved"
+    assert services.run_turn(child.pk) and ledger == [99999]
