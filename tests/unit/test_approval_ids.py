@@ -1,12 +1,15 @@
-"""Which parked call an approval decides when turns of one tree reuse a tool call id.
+"""Which parked call an approval decides, and what is checked before a person is asked.
 
 OpenAI-compatible local servers send ``call_0`` in every response, so the root turn and a child
 it launched can both park a call ``call_0`` for approval. A call id that names more than one
 approval request in the tree is ambiguous: ``run.approve``/``run.deny`` raise ApprovalError
 naming the candidates (turn and execution ids, never arguments) and decide nothing; the
 execution id (the ``approval.requested`` event's ``execution_id``, or ``.id`` of an entry of
-``pending_approvals()``) picks one, and a turn handle decides the
-calls of its own turn only. The ledger counts the refunds.
+``pending_approvals()``) picks one, and a turn handle decides the calls of its own turn only.
+
+A call the authorization policy or the duplicate-id rule would refuse is refused at once,
+without an approval request; an approved call is authorized again before it runs (the policy
+may have changed while it waited). The ledger counts the refunds.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from typing import Any
 
 import pytest
 
+from tests.dispatch import override_turnkit
 from turnkit_django import Agent, ApprovalError, ToolContext, services, tool
 from turnkit_django.handles import load_turn
 from turnkit_django.models import Event, ToolExecution, Turn
-from turnkit_django.testing import FunctionClient, call, reply
+from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply
 from turnkit_django.tools import launch_agent
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background", "invariants")]
@@ -145,3 +149,52 @@ def test_a_call_id_only_one_turn_parked_is_decided_from_the_run(registered):
     run.approve("call_0")
     assert approval_state(child.pk) == "approved"
     assert services.run_turn(child.pk) and ledger == [99999]
+
+
+def refuse_refunds_for(user: int) -> Any:
+    def policy(action: str, *, principal: Any, **resources: Any) -> bool:
+        return not (action == "tool" and resources.get("tool") == "refund"
+                    and principal == {"user": user})
+    return policy
+
+
+def test_a_call_the_authorization_policy_refuses_is_not_put_to_a_person(registered):
+    agent = registered(Agent("refunder", tools=[refund], client=ScriptedClient(
+        [call("refund", amount_cents=5), reply("could not")])))
+    with override_turnkit(AUTHORIZATION_POLICY=refuse_refunds_for(2)):
+        run = agent.run("refund", principal={"user": 2})
+
+    assert run.status == "completed", run.error
+    (execution,) = run.tool_executions()
+    assert execution.approval is None and execution.status == "failed"
+    assert not Event.objects.filter(type="approval.requested").exists()
+    assert ledger == []
+
+
+def test_a_duplicate_call_id_is_refused_without_asking_a_person(registered):
+    agent = registered(Agent("dup_refunder", tools=[refund], client=ScriptedClient(
+        [[call("refund", id="dup", amount_cents=1), call("refund", id="dup", amount_cents=2)],
+         reply("done")])))
+    run = agent.run("refund twice")
+
+    assert run.status == "paused"
+    (requested,) = Event.objects.filter(type="approval.requested")
+    run.approve(requested.payload["execution_id"])
+    assert run.refresh().status == "completed", run.error
+    assert Event.objects.filter(type="approval.requested").count() == 1
+    assert ledger == [1]
+
+
+def test_an_approved_call_is_authorized_again_before_it_runs(registered):
+    agent = registered(Agent("late_refunder", tools=[refund], client=ScriptedClient(
+        [call("refund", amount_cents=5), reply("could not")])))
+    run = agent.submit("refund", principal={"user": 2})
+    assert services.run_turn(run.id) and run.refresh().status == "paused"
+    run.approve(run.pending_approvals()[0].id)
+
+    with override_turnkit(AUTHORIZATION_POLICY=refuse_refunds_for(2)):  # revoked meanwhile
+        assert services.run_turn(run.id)
+
+    assert run.refresh().status == "completed", run.error
+    (execution,) = run.tool_executions()
+    assert execution.status == "failed" and ledger == []

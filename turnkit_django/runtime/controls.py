@@ -10,7 +10,8 @@ reads the flag, and the loop handles the control at the next step boundary (:fun
 * steering: tool calls of the current response that have not started get a "superseded"
   result, the guidance is appended as user messages, and the turn goes back to the model.
 
-A tool that needs approval parks its call (:func:`approval_gate`): the execution goes back to
+A tool that needs approval parks its call (:func:`approval_gate`), unless the call would be
+refused anyway (:func:`~turnkit_django.runtime.calls.precheck`): the execution goes back to
 ``pending`` with the request, and the turn to ``paused``, claim released, until a person
 decides (services.approvals); the next claim runs the approved call or reports the denial.
 """
@@ -32,7 +33,7 @@ from ..store import Ledger
 from ..store.events import stamp
 from ..tools.base import Tool, ToolContext
 from . import budget
-from .calls import CallOutcome
+from .calls import CallOutcome, precheck
 from .context import Suspended, TurnContext
 from .results import skip_locked
 
@@ -155,6 +156,13 @@ def approval_gate(ctx: TurnContext, tool: Tool | None, call: ToolCallPart,
             "call it again with the same arguments unless the user asks you to."))
     if state is None and not _needs_approval(ctx, tool, call, execution):
         return call, None
+    if state is None and tool is not None:
+        # Refuse first what would be refused anyway (a reused call id, not authorized,
+        # invalid, the tool policy): never ask a person to approve a call that cannot run.
+        # An approved call is checked again, by invoke, just before it runs.
+        refusal, _ = precheck(ctx, tool, call)
+        if refusal is not None:
+            return call, CallOutcome.failed(refusal)
     _park(ctx, tool, call, execution)
     raise Suspended(ctx.row.pk)
 
