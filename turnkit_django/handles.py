@@ -253,11 +253,10 @@ class Run(TreeControls, TurnHandle):
         """The root and its descendants."""
         return Turn.objects.tree(self.row.root_turn_id)
 
-    def messages(self) -> QuerySet[Message]:
-        """Every message of every conversation in the tree."""
-        conversations = self.turns().values("conversation_id")
-        return Message.objects.filter(conversation_id__in=conversations).order_by(
-            "conversation__created_at", "sequence")
+    def messages(self, *, principal: Any = _UNSET) -> QuerySet[Message]:
+        """The tree's transcript: its turns' input and own messages; with ``principal=`` only
+        the conversations it may read (:func:`~turnkit_django.services.reading.tree_messages`)."""
+        return services.tree_messages(self.row, principal, check=principal is not _UNSET)
 
     def tool_executions(self) -> QuerySet[ToolExecution]:
         return ToolExecution.objects.filter(turn__root_turn_id=self.row.root_turn_id).order_by(

@@ -11,13 +11,13 @@ from typing import Any, Self
 from django.db.models import QuerySet
 
 from .arguments import cursor
-from .authorization import authorize
 from .events import EventCallback
 from .models import Conversation, Delivery, Event, ToolExecution, Turn
 from .runtime import execute, refuse_atomic_block
 from .serialization import JsonObject
 from .services import approvals, controls, inputs
 from .services.inputs import InputStatus
+from .services.reading import readable_conversations
 from .states import TurnStatus
 from .store import reload
 
@@ -103,13 +103,17 @@ class TurnControls:
                principal: object = _UNSET) -> QuerySet[Event]:
         """The tree's durable events with an id greater than ``after`` (the cursor), in order.
 
-        With ``principal=`` the ``read_messages`` action is authorized first.
+        With ``principal=`` the ``read_messages`` action is asked once per conversation of the
+        tree first: only the events of the conversations it may read are returned, and when it
+        may not read this turn's conversation :class:`AuthorizationError` is raised.
         """
-        if principal is not _UNSET:
-            authorize("read_messages", principal=principal, turn_id=self.row.pk,
-                      conversation_id=self.row.conversation_id)
         rows = Event.objects.filter(root_turn_id=self.row.root_turn_id,
                                     id__gt=cursor(after, "run.events()")).order_by("id")
+        if principal is not _UNSET:
+            allowed = readable_conversations(self.row.root_turn_id, principal,
+                                             required=self.row.conversation_id)
+            if allowed is not None:
+                rows = rows.filter(conversation_id__in=sorted(allowed))
         return rows[:limit] if limit is not None else rows
 
 

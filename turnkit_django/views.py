@@ -15,6 +15,10 @@ Both require a logged-in user and authorize ``read_messages`` for the principal
 ``AUTHORIZATION_POLICY`` (which otherwise allows every action), a run is shown only to the user
 it was started for (its principal is the one the view gives) and to users with the permission
 ``turnkit.view_transcript``, as in the admin: a logged-in user cannot read other users' runs.
+
+A tree can span conversations of other principals (a delivery's continuation acts for the
+destination's principal inside the sender's tree): the stream shows only the events of the
+conversations the reader may read (:func:`readable`), each decided once per stream.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from django.views import View
 from .authorization import TRANSCRIPT_PERMISSION, is_allowed
 from .conf import turnkit_settings
 from .models import Event, Turn
+from .services.reading import Readable, TreeConversation
 
 
 def principal_of(request: HttpRequest) -> Any:
@@ -68,10 +73,36 @@ def _allowed(request: HttpRequest, run_id: str, principal: Any) -> Turn:
     return root
 
 
-def _batch(run_id: str, after: int, size: int) -> tuple[list[Event], bool]:
-    """Events after ``after`` and whether the run had finished before they were read."""
+def readable(request: HttpRequest, root: Turn, principal: Any) -> Readable:
+    """Which of the tree's conversations the stream shows, decided once per conversation.
+
+    With a policy, its ``read_messages`` answer for each conversation. Without one, as for the
+    run itself: a user with ``turnkit.view_transcript`` sees every conversation, any other user
+    those in which every turn of the tree acts for them (a continuation a delivery woke in
+    another user's conversation acts for that user: its events are not shown). The run's own
+    conversation was allowed by :func:`_allowed`.
+    """
+    def own(conversation: TreeConversation) -> bool:
+        return conversation.id == root.conversation_id or all(
+            p == principal for p in conversation.turn_principals)
+
+    if turnkit_settings.AUTHORIZATION_POLICY is not None:
+        decide = None
+    elif request.user.has_perm(TRANSCRIPT_PERMISSION):
+        def decide(conversation: TreeConversation) -> bool:
+            return True
+    else:
+        decide = own
+    return Readable(root.pk, principal, decide)
+
+
+def _batch(run_id: str, after: int, size: int, readable: Readable) -> tuple[list[Event], bool]:
+    """Events after ``after`` the reader may see and whether the run had finished before they
+    were read (conversations that joined the tree since the last batch are decided first)."""
     finished = Turn.objects.filter(pk=run_id).terminal().exists()
-    rows = list(Event.objects.filter(root_turn_id=run_id, id__gt=after).order_by("id")[:size])
+    allowed = sorted(readable.refresh())
+    rows = list(Event.objects.filter(root_turn_id=run_id, id__gt=after,
+                                     conversation_id__in=allowed).order_by("id")[:size])
     return rows, finished
 
 
@@ -109,18 +140,20 @@ class EventStream(View):
         user = await request.auser()
         request.user = user
         principal = self.principal(request)
-        await sync_to_async(_allowed)(request, run_id, principal)
-        response = StreamingHttpResponse(self.stream(run_id, _cursor(request)),
+        root = await sync_to_async(_allowed)(request, run_id, principal)
+        shown = await sync_to_async(readable)(request, root, principal)
+        response = StreamingHttpResponse(self.stream(run_id, _cursor(request), shown),
                                          content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
         return response
 
-    async def stream(self, run_id: str, after: int) -> AsyncIterator[str]:
+    async def stream(self, run_id: str, after: int, shown: Readable) -> AsyncIterator[str]:
         deadline = time.monotonic() + self.max_seconds
         yield "retry: 1000\n\n"
         while time.monotonic() < deadline:
-            rows, finished = await sync_to_async(_batch)(run_id, after, self.batch_size)
+            rows, finished = await sync_to_async(_batch)(run_id, after, self.batch_size,
+                                                          shown)
             for event in rows:
                 after = event.pk
                 yield frame(event)

@@ -9,29 +9,15 @@ the tree (tests/integration/test_continuation_chains.py).
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from tests.dispatch import clear, recorded
-from turnkit_django import Agent, services
+from tests.dispatch import run_all
+from turnkit_django import Agent
 from turnkit_django.limits import ITERATIONS
 from turnkit_django.models import Turn
 from turnkit_django.testing import FunctionClient, call, reply
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background")]
-
-
-def run_all(capture: Any, rounds: int = 20) -> None:
-    for _ in range(rounds):
-        pending = recorded()
-        clear()
-        if not pending:
-            return
-        for turn_id in dict.fromkeys(pending):
-            with capture(execute=True):
-                services.run_turn(turn_id)
-    raise AssertionError(f"still dispatching after {rounds} rounds")
 
 
 def test_a_callback_of_a_failed_job_starts_its_own_root(registered,

@@ -4,7 +4,8 @@
 * :mod:`.recovery`: reconcile abandoned turns, the bounded maintenance pass (``drain``);
 * :mod:`.cancellation`: cancel with or without descendants, the cascade sweep;
 * :mod:`.deliveries`, :mod:`.waits`: durable messages, application waits;
-* :mod:`.retention`, :mod:`.compaction`: pruning history, manual compaction.
+* :mod:`.retention`, :mod:`.compaction`: pruning history, manual compaction;
+* :mod:`.reading`: what a reader of a tree may see (readable conversations, the tree's messages).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .compaction import compact_conversation
 from .costs import CostBreakdown, TurnCost, cost_breakdown
 from .deliveries import deliver, send_message, wake
 from .inputs import InputStatus, input_status, keyed_input, post, taker
+from .reading import Readable, readable_conversations, tree_messages
 from .recovery import ReconcileReport, drain, reconcile, release_waiting
 from .retention import prune
 from .turns import dispatch, maintain_when_due, new_conversation, new_turn, run_turn, submit
@@ -24,6 +26,7 @@ __all__ = [
     "CancelReport",
     "CostBreakdown",
     "InputStatus",
+    "Readable",
     "ReconcileReport",
     "TurnCost",
     "add_wait",
@@ -44,11 +47,13 @@ __all__ = [
     "pending_approvals",
     "post",
     "prune",
+    "readable_conversations",
     "reconcile",
     "release_waiting",
     "run_turn",
     "send_message",
     "submit",
     "taker",
+    "tree_messages",
     "wake",
 ]
