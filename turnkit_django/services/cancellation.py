@@ -11,6 +11,9 @@ get their continuation) and the next turn of each lane is dispatched.
 
 Authorization: the ``cancel`` action is asked for the target and for EVERY descendant the call
 will change, before any change; one denial raises :class:`AuthorizationError` and writes nothing.
+A descendant is asked about with ``turn_principal`` set to the TARGET's principal: a continuation
+acting for another principal (woken by a delivery from this tree) is cancelled with the tree
+that caused it and whose budget it spends.
 
 Bounded work: one call changes at most ``MAINTENANCE_BATCH_SIZE`` descendants. Every turn
 cancelled by a cascade records ``options["cancel_cascade"] = True``, and :func:`cancel_sweep`
@@ -114,9 +117,19 @@ def _descendants(target: Turn, *, marked: bool) -> tuple[list[Turn], list[Turn]]
 
 
 def _authorize(rows: Iterable[Turn], principal: Any, target: Turn, cascade: bool) -> None:
+    """Ask ``cancel`` for each turn; a descendant is asked about as the target's.
+
+    A descendant's owner, for a cancel, is the target's principal: a cascade reaches every
+    descendant (P7), and one acting for another principal (a continuation a delivery from this
+    tree woke in that principal's conversation, and its children) is in the tree because the
+    tree caused it, and it spends the tree's budget. Asking about it with its own principal made
+    the canceller's whole cascade fail (tenant 1 could not cancel its own run). The target is
+    always asked about with its own principal, so nobody cancels another's turn directly.
+    """
     for row in rows:
+        owner = row.principal if row.pk == target.pk else target.principal
         authorize("cancel", principal=principal, turn_id=row.pk,
-                  conversation_id=row.conversation_id, turn_principal=row.principal,
+                  conversation_id=row.conversation_id, turn_principal=owner,
                   cancelled_turn_id=target.pk, cascade=cascade)
 
 
