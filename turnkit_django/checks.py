@@ -3,11 +3,13 @@
 Errors ``turnkit.E0xx`` stop ``manage.py``; warnings ``turnkit.W0xx`` are printed. Every check
 also carries the tag ``turnkit``, so ``manage.py check --tag turnkit`` runs only these. None of
 them touches the database: they read settings, the agent registry, the installed provider SDK and
-the Celery app, and they never raise, whatever ``settings.TURNKIT`` holds.
+the Celery app (and whether a ``filesystem://`` broker's folders exist), and they never raise,
+whatever ``settings.TURNKIT`` holds.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -275,6 +277,44 @@ def broker_problem(app: Any) -> str | None:
     return None
 
 
+FILESYSTEM_HINT = (
+    "kombu's filesystem:// transport needs existing folders, the same for every process: set "
+    "CELERY_BROKER_TRANSPORT_OPTIONS = {'data_folder_in': '/srv/broker/queue', "
+    "'data_folder_out': '/srv/broker/queue', 'control_folder': '/srv/broker/control', "
+    "'processed_folder': '/srv/broker/processed'} and create them before starting any "
+    "process (example_project/settings.py does both).")
+
+
+def filesystem_problem(app: Any) -> str | None:
+    """Why the app's ``filesystem://`` broker would fail or lose messages, or None.
+
+    kombu creates none of its folders: a worker started without them crashes with
+    ``FileNotFoundError: 'data_in'``. Every process reads the same settings, so messages written
+    to ``data_folder_out`` are read from ``data_folder_in`` only when both name one folder.
+    """
+    options = app.conf.broker_transport_options or {}
+    if not isinstance(options, dict):
+        return None
+    unset = [key for key in ("data_folder_in", "data_folder_out") if not options.get(key)]
+    if unset:
+        return (f"{' and '.join(unset)} {'is' if len(unset) == 1 else 'are'} not set in "
+                "CELERY_BROKER_TRANSPORT_OPTIONS (kombu then uses 'data_in' and 'data_out' "
+                "relative to each process's working directory)")
+    if str(options["data_folder_in"]) != str(options["data_folder_out"]):
+        return ("data_folder_in and data_folder_out must be the same folder: every process "
+                "reads the same settings, so what one writes to data_folder_out no worker "
+                "reads")
+    folders = ["data_folder_in", "control_folder"]
+    if options.get("store_processed"):
+        folders.append("processed_folder")
+    defaults = {"control_folder": "control", "processed_folder": "processed"}
+    for key in folders:
+        folder = str(options.get(key) or defaults[key])
+        if not os.path.isdir(folder):
+            return f"the {key} {folder!r} does not exist (kombu does not create it)"
+    return None
+
+
 @register(Tags.compatibility, TAG)
 def check_celery_app(app_configs: Sequence[Any] | None = None,
                      **kwargs: Any) -> list[CheckMessage]:
@@ -301,6 +341,9 @@ def check_celery_app(app_configs: Sequence[Any] | None = None,
             hint="Install its client library: pip install 'turnkit-django[redis]' for redis://, "
                  "or the celery extra named for your broker.",
             id="turnkit.W008"))
+    elif scheme == "filesystem" and (problem := filesystem_problem(app)):
+        messages.append(Warning(f"The Celery broker (filesystem://) cannot be used: {problem}.",
+                                hint=FILESYSTEM_HINT, id="turnkit.W008"))
     modules = worker_task_modules(app)
     if modules is not None and not (modules & TASK_MODULES) and not _defines_run_turn(modules):
         messages.append(Warning(
@@ -310,6 +353,31 @@ def check_celery_app(app_configs: Sequence[Any] | None = None,
                  "turnkit_django.tasks), or add 'turnkit_django.tasks' to CELERY_IMPORTS.",
             id="turnkit.W007"))
     return messages
+
+
+ROUTED = ("turnkit.*", "turnkit.reconcile", "turnkit.maintain")
+
+
+def routes_to(routes: Any, queue: str | None) -> bool | None:
+    """Whether ``task_routes`` sends turnkit's tasks to ``queue``; None when it cannot be told.
+
+    Celery takes a dict, or a list or tuple of routers: dicts, callables and import paths of
+    callables. Only the dicts can be read; a callable or a path may route anything, so when
+    one is present and no dict routes our tasks the answer is None (and no warning is given).
+    """
+    routers = routes if isinstance(routes, list | tuple) else [routes] if routes else []
+    unreadable = False
+    for router in routers:
+        if not isinstance(router, dict):
+            unreadable = True
+            continue
+        for key in ROUTED:
+            route = router.get(key)
+            target = route if isinstance(route, str) else (
+                route.get("queue") if isinstance(route, dict) else None)
+            if target == queue:
+                return True
+    return None if unreadable else False
 
 
 @register(Tags.compatibility, TAG, deploy=True)
@@ -330,12 +398,8 @@ def check_celery(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> lis
                  "are never recovered.",
             id="turnkit.W001"))
     queue = _setting("QUEUE")
-    routes = app.conf.task_routes or {}
-    routed = isinstance(routes, dict) and any(
-        key in routes and (routes[key] or {}).get("queue") == queue
-        for key in ("turnkit.*", "turnkit.reconcile", "turnkit.maintain")
-    )
-    if queue and not routed and app.conf.task_default_queue != queue:
+    routed = routes_to(app.conf.task_routes, queue)
+    if queue and routed is False and app.conf.task_default_queue != queue:
         messages.append(Warning(
             f"turnkit's maintenance tasks are not routed to the queue {queue!r}.",
             hint=f"Add task_routes = {{'turnkit.*': {{'queue': {queue!r}}}}} and start workers "

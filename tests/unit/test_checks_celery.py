@@ -4,6 +4,7 @@ broker can be loaded (W006-W008); beat reconciles and tasks reach our queue (dep
 
 from __future__ import annotations
 
+import pathlib
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -136,6 +137,56 @@ def test_an_installed_broker_library_passes_without_connecting(make_app):
     assert not {"turnkit.W006", "turnkit.W007", "turnkit.W008"} & ids()
 
 
+def filesystem_options(root, **changes: object) -> dict[str, object]:
+    """The transport options example_project/settings.py uses, under ``root``."""
+    options: dict[str, object] = {
+        "data_folder_in": str(root / "queue"), "data_folder_out": str(root / "queue"),
+        "control_folder": str(root / "control"), "processed_folder": str(root / "processed")}
+    for folder in options.values():
+        pathlib.Path(str(folder)).mkdir(parents=True, exist_ok=True)
+    options.update(changes)  # folders named here are not created
+    return options
+
+
+def test_the_filesystem_broker_with_its_folders_passes(make_app, tmp_path):
+    make_app(broker_url="filesystem://", imports=["turnkit_django.tasks"],
+             broker_transport_options=filesystem_options(tmp_path))
+    assert "turnkit.W008" not in ids()
+
+
+def test_the_filesystem_broker_without_folders_is_a_warning(make_app):
+    """The worker's crash: ``FileNotFoundError: [Errno 2] ... 'data_in'``."""
+    make_app(broker_url="filesystem://", imports=["turnkit_django.tasks"])
+    (text,) = messages("turnkit.W008")
+    assert "filesystem://" in text and "data_folder_in" in text and "data_folder_out" in text
+    assert "CELERY_BROKER_TRANSPORT_OPTIONS" in text
+
+
+@pytest.mark.parametrize(("folder_in", "folder_out", "expected"), [
+    ("absent", "absent", "{root}/absent' does not exist"),
+    # Every process reads the same settings: what one writes to ``out`` nobody reads.
+    ("in", "out", "must be the same folder"),
+])
+def test_filesystem_broker_folders_missing_or_apart_are_a_warning(make_app, tmp_path, folder_in,
+                                                                  folder_out, expected):
+    options = filesystem_options(tmp_path, data_folder_in=str(tmp_path / folder_in),
+                                 data_folder_out=str(tmp_path / folder_out))
+    make_app(broker_url="filesystem://", imports=["turnkit_django.tasks"],
+             broker_transport_options=options)
+    (text,) = messages("turnkit.W008")
+    assert expected.format(root=tmp_path) in text
+
+
+def test_a_processed_folder_is_needed_only_to_store_processed_messages(make_app, tmp_path):
+    options = filesystem_options(tmp_path, processed_folder=str(tmp_path / "gone"))
+    make_app(broker_url="filesystem://", imports=["turnkit_django.tasks"],
+             broker_transport_options=options)
+    assert "turnkit.W008" not in ids()
+    options["store_processed"] = True
+    (text,) = messages("turnkit.W008")
+    assert "processed_folder" in text and str(tmp_path / "gone") in text
+
+
 # --------------------------------------------------------------------------- deploy
 
 
@@ -160,3 +211,33 @@ def test_routes_to_another_queue_follow_the_queue_setting(make_app):
     assert "turnkit.W002" in ids(deploy=True)
     with override_settings(TURNKIT={"QUEUE": "agents"}):
         assert "turnkit.W002" not in ids(deploy=True)
+
+
+@pytest.mark.parametrize("routes", [
+    [{"turnkit.*": {"queue": "turnkit"}}],
+    ({"myapp.*": {"queue": "other"}}, {"turnkit.*": {"queue": "turnkit"}}),
+    [{"turnkit.reconcile": {"queue": "turnkit"}, "turnkit.maintain": {"queue": "turnkit"}}],
+])
+def test_routes_given_as_a_list_of_dicts_are_read(make_app, routes):
+    """Celery accepts a list or tuple of routers: dicts, callables, import paths."""
+    app = make_app(imports=["turnkit_django.tasks"])
+    app.conf.beat_schedule = beat_schedule()
+    app.conf.task_routes = routes
+    assert "turnkit.W002" not in ids(deploy=True)
+
+
+def test_a_list_of_dicts_routing_elsewhere_is_a_warning(make_app):
+    app = make_app(imports=["turnkit_django.tasks"])
+    app.conf.beat_schedule = beat_schedule()
+    app.conf.task_routes = [{"turnkit.*": {"queue": "agents"}}]
+    assert "turnkit.W002" in ids(deploy=True)
+
+
+@pytest.mark.parametrize("router", [lambda *args, **kwargs: None, "myproject.routers.route"])
+def test_routers_that_cannot_be_read_give_no_warning(make_app, router):
+    app = make_app(imports=["turnkit_django.tasks"])
+    app.conf.beat_schedule = beat_schedule()
+    app.conf.task_routes = [{"myapp.*": {"queue": "other"}}, router]
+    assert "turnkit.W002" not in ids(deploy=True)
+    app.conf.task_routes = router
+    assert "turnkit.W002" not in ids(deploy=True)
