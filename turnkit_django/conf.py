@@ -104,7 +104,8 @@ def _seconds(key: str, value: object, label: str | None = None) -> float:
     if (isinstance(value, int | float) and not isinstance(value, bool)
             and math.isfinite(value) and 0 < value <= MAX_SECONDS):
         return float(value)
-    raise _invalid("turnkit.E003", key, value, "a positive number of seconds",
+    raise _invalid("turnkit.E003", key, value,
+                   f"a positive number of seconds up to {MAX_SECONDS} (ten years)",
                    f"Use a number such as {DEFAULTS[key] or 60!r}"
                    f"{' (the default)' if DEFAULTS[key] else ', or None for no limit'}.", label)
 
@@ -116,7 +117,8 @@ def _optional_seconds(key: str, value: object) -> float | None:
 def _count(key: str, value: object, label: str | None = None) -> int:
     minimum = COUNTS[key]
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
-        expected = "a positive integer" if minimum else "an integer >= 0"
+        expected = (f"a positive integer up to {MAX_COUNT}" if minimum
+                    else f"an integer from 0 to {MAX_COUNT}")
         raise _invalid("turnkit.E003", key, value, expected,
                        f"Use a whole number such as {DEFAULTS[key]!r} (the default).", label)
     return value
@@ -148,7 +150,8 @@ def _by_name(key: str, value: object, label: str | None = None) -> Mapping[str, 
         if isinstance(cap, bool) or not isinstance(cap, int) or not 0 <= cap <= MAX_COUNT:
             raise InvalidSetting(SettingProblem(
                 "turnkit.E008", key,
-                f"{_name(key, label)}[{name!r}] must be an integer >= 0; got {cap!r}.",
+                f"{_name(key, label)}[{name!r}] must be an integer from 0 to {MAX_COUNT}; "
+                f"got {cap!r}.",
                 f"For example {{{name!r}: 3}}; 0 forbids the tool."))
     return dict(value)
 

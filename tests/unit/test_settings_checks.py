@@ -229,7 +229,8 @@ def test_every_key_has_a_bad_value_case():
     ("turnkit", "expected", "fragment"),
     [
         ({"MAX_TOOL_EXECUTIONS_BY_NAME": {"search": -1, "ok": 2}}, "turnkit.E008",
-         "TURNKIT['MAX_TOOL_EXECUTIONS_BY_NAME']['search'] must be an integer >= 0; got -1"),
+         "TURNKIT['MAX_TOOL_EXECUTIONS_BY_NAME']['search'] must be an integer from 0 to "
+         "2147483647; got -1"),
         ({"MAX_TOOL_EXECUTIONS_BY_NAME": {"fetch": "3"}}, "turnkit.E008", "['fetch']"),
         ({"COST_RATES": {"m": {"input": "x"}}}, "turnkit.E006", "COST_RATES['m']['input'] = 'x'"),
         ({"COST_RATES": {"m": {"prompt": "1"}}}, "turnkit.E006", "unknown keys ['prompt']"),
@@ -385,3 +386,31 @@ def test_valid_agent_names_are_accepted_and_usable_as_sub_agent_tools():
     child = Agent("note-writer_2", description="Writes notes.")
     parent = Agent("a" * 64, sub_agents=[child])
     assert "note-writer_2" in parent.tool_table()
+
+
+@pytest.mark.parametrize(("turnkit", "fragment"), [
+    ({"MAX_ITERATIONS": 1099511627776},
+     "TURNKIT['MAX_ITERATIONS'] must be a positive integer up to 2147483647; got 1099511627776."),
+    ({"MAX_DEPTH": 2**31},
+     "TURNKIT['MAX_DEPTH'] must be an integer from 0 to 2147483647; got 2147483648."),
+    ({"TIMEOUT": 1e12}, "TURNKIT['TIMEOUT'] must be a positive number of seconds up to "
+                        "315360000 (ten years); got 1000000000000.0."),
+    ({"MAX_TOOL_EXECUTIONS_BY_NAME": {"search": 2**31}},
+     "TURNKIT['MAX_TOOL_EXECUTIONS_BY_NAME']['search'] must be an integer from 0 to "
+     "2147483647; got 2147483648."),
+])
+def test_a_value_too_large_is_an_error_naming_the_bound(turnkit, fragment):
+    (message,) = errors(turnkit)
+    assert fragment in message.msg
+
+
+@pytest.mark.parametrize(("option", "value", "fragment"), [
+    ("max_iterations", 1099511627776, "max_iterations must be a positive integer up to "
+                                      "2147483647; got 1099511627776."),
+    ("timeout", 1e12, "timeout must be a positive number of seconds up to 315360000 (ten "
+                      "years); got 1000000000000.0."),
+])
+def test_an_agent_limit_too_large_names_the_same_bound(option, value, fragment):
+    with pytest.raises(ConfigurationError) as raised:
+        Agent("too_large", instructions="x", **{option: value})
+    assert fragment in str(raised.value)
