@@ -170,6 +170,36 @@ def test_the_reference_quotes_the_interval_refusal_as_printed():
     assert f"`manage.py turnkit_reconcile: error: {EXACT[0][3]}`" in reference
 
 
+NEEDS_LOOP = [
+    (["--interval", "5"], {"interval": 5}, "argument --interval: needs --loop"),
+    (["--passes", "2"], {"passes": 2}, "argument --passes: needs --loop"),
+    (["--interval", "5", "--passes", "2"], {"interval": 5, "passes": 2},
+     "argument --interval: needs --loop"),
+]
+
+
+@pytest.mark.parametrize(("args", "keywords", "message"), NEEDS_LOOP,
+                         ids=[" ".join(a) for a, _, _ in NEEDS_LOOP])
+def test_loop_options_without_loop_are_refused(args, keywords, message, capsys):
+    """They used to be ignored: one pass ran and the command exited 0."""
+    with pytest.raises(CommandError) as from_arguments:
+        call_command("turnkit_reconcile", *args, stdout=StringIO())
+    assert str(from_arguments.value) == f"Error: {message}"
+    with pytest.raises(CommandError) as from_keywords:
+        call_command("turnkit_reconcile", **keywords, stdout=StringIO())
+    assert str(from_keywords.value) == f"Error: {message}"
+    command = load_command_class("turnkit_django", "turnkit_reconcile")
+    with pytest.raises(SystemExit) as exited:
+        command.run_from_argv(["manage.py", "turnkit_reconcile", *args])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"manage.py turnkit_reconcile: error: {message}")
+
+
+def test_unset_loop_options_are_not_refused():
+    assert "recovered 0" in call_command_output("turnkit_reconcile", interval=None, passes=None)
+
+
 def test_numeric_options_in_range_are_taken():
     assert "would delete 0" in run_command("turnkit_prune", "--older-than", "0", "--dry-run")
     assert "would delete 0" in call_command_output("turnkit_prune", older_than="36500",

@@ -6,7 +6,7 @@ import signal
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
 from ... import failpoints
@@ -21,6 +21,13 @@ class Command(BaseCommand):
         "with --loop, also finish cancel cascades, standing in for beat."
     )
 
+    _parser: CommandParser | None = None
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        """Keep the parser: handle() refuses options through it, in argparse's words."""
+        self._parser = super().create_parser(prog_name, subcommand, **kwargs)
+        return self._parser
+
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--loop", action="store_true",
                             help="Keep reconciling until interrupted (an alternative to beat).")
@@ -30,6 +37,12 @@ class Command(BaseCommand):
                             help="With --loop, stop after N passes (default: run until stopped).")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if not options["loop"]:
+            # A single pass has no interval and no count: refuse them rather than ignore them.
+            # Checked here, not by argparse, because call_command keywords bypass the parser.
+            for flag in ("--interval", "--passes"):
+                if options[flag[2:]] is not None:
+                    self._refuse(f"argument {flag}: needs --loop")
         interval = SECONDS.clean("--interval", options["interval"])
         if interval is None:  # not `or`: --interval 0 is refused, not replaced
             interval = turnkit_settings.RECONCILE_INTERVAL
@@ -50,6 +63,13 @@ class Command(BaseCommand):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _refuse(self, message: str) -> None:
+        """The command line prints ``manage.py turnkit_reconcile: error: <message>`` and exits
+        with status 2; call_command raises ``CommandError("Error: <message>")``."""
+        if self._parser is not None:
+            self._parser.error(message)  # raises CommandError, or exits
+        raise CommandError(f"Error: {message}")
 
     def _pass(self) -> None:
         """One reconcile and cancel sweep; an error is reported and the loop goes on."""
