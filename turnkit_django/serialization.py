@@ -7,6 +7,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any, TypeAlias
 
 from pydantic import BaseModel, JsonValue
@@ -25,6 +26,11 @@ REPLACEMENT = "\ufffd"
 #: Characters PostgreSQL cannot store: NUL (text and jsonb refuse it) and surrogates (not
 #: Unicode scalar values: UTF-8 cannot encode them; a valid pair is combined, not replaced).
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def decimal_text(value: Decimal) -> str:
+    """``value`` in fixed-point notation: a cost column's zero is ``0.00000000``, not ``0E-8``."""
+    return format(value, "f")
 
 
 def storable_text(text: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from ..serialization import JsonMapping, JsonObject
+from ..serialization import JsonMapping, JsonObject, decimal_text
 from ._http import member
 from .base import Usage, json_int
 
@@ -37,8 +37,8 @@ class ModelCost:
 
     def as_dict(self) -> JsonObject:
         return {"model": self.model, "calls": self.calls, "usage": {**self.usage.as_dict()},
-                "cost": None if self.cost is None else str(self.cost),
-                "known_cost": str(self.known_cost)}
+                "cost": None if self.cost is None else decimal_text(self.cost),
+                "known_cost": decimal_text(self.known_cost)}
 
 
 def add_call(record: JsonMapping | None, usage: Usage, model: str,

@@ -382,6 +382,7 @@ class AnthropicClient(BaseClient):
             model=str(data.get("model") or request.model),
             stop_reason=text_or_none(data.get("stop_reason")),
             provider=PROVIDER,
+            usage_reported=isinstance(data.get("usage"), dict),
         )
 
     def _translate_error(self, exc: Exception) -> ModelError:

@@ -150,6 +150,9 @@ class ModelResponse(PartsView):
     provider: str | None = None
     # Provider-reported cost in USD, when the provider tells it (OpenRouter does).
     reported_cost: str | None = None
+    # False when the provider's response carried no usage at all (a gateway, a mock): ``usage``
+    # is then zero tokens that were never counted, and the call's cost is unknown, not zero.
+    usage_reported: bool = True
 
     @property
     def thinking(self) -> list[ThinkingPart]:

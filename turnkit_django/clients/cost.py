@@ -30,7 +30,7 @@ from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
 from ..limits import MAX_COST
 from ..serialization import JsonMapping
-from .base import Usage
+from .base import ModelResponse, Usage
 
 logger = logging.getLogger("turnkit_django.cost")
 
@@ -261,6 +261,15 @@ def compute_cost(model: str, usage: Usage, reported: str | None = None) -> Decim
                          "(see check turnkit.E006); cost unknown", key, model, rate)
             return None
     return _stored(_amount(total, "the cost from COST_RATES", model))
+
+
+def response_cost(model: str, response: ModelResponse) -> Decimal | None:
+    """:func:`compute_cost` of one model response: unknown (None) when the response carried no
+    usage (``usage_reported`` False) and no reported cost, since its zero tokens were never
+    counted; a made-up zero would read as a free call."""
+    if not response.usage_reported and response.reported_cost is None:
+        return None
+    return compute_cost(model, response.usage, response.reported_cost)
 
 
 def _rate_problems(where: str, entry: object, *, band_allowed: bool) -> list[str]:

@@ -365,6 +365,7 @@ class OpenAIClient(OpenAIHTTP, BaseClient):
             stop_reason="refusal" if refusal else STOP_REASONS.get(finish or "", finish),
             provider=PROVIDER,
             reported_cost=_reported_cost(member(data, "usage")),
+            usage_reported=isinstance(data.get("usage"), dict),
         )
 
 

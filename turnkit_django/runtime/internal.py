@@ -11,7 +11,7 @@ from decimal import Decimal
 
 from ..clients import ModelRequest, ModelResponse, Usage
 from ..clients.accounting import add_call
-from ..clients.cost import compute_cost
+from ..clients.cost import response_cost
 from ..conf import turnkit_settings
 from ..store import Charge, Ledger, LedgerDelta
 from . import budget
@@ -32,7 +32,7 @@ def price(response: ModelResponse, model: str) -> Decimal | None:
     """What ``response`` costs (None: unknown); asked before the step that charges it, since
     a project's ``COST_CALCULATOR`` is its code and runs outside any transaction."""
     used = response.model or model
-    return compute_cost(used, response.usage, response.reported_cost)
+    return response_cost(used, response)
 
 
 def charge(ctx: TurnContext, ledger: Ledger, response: ModelResponse, model: str,

@@ -8,7 +8,7 @@ from ..agents import AgentDefinition
 from ..agents.compaction import merged_options
 from ..arguments import optional_count, optional_text
 from ..clients import Client
-from ..clients.cost import compute_cost
+from ..clients.cost import response_cost
 from ..exceptions import CompactionError
 from ..messages import TextPart
 from ..models import Conversation, Message, Turn
@@ -49,7 +49,7 @@ def compact_conversation(conversation_id: str, agent: AgentDefinition, *,
     response = (client or agent.resolved_client()).complete(
         summary_request(head, options, model, focus))
     summary = summary_text(response)
-    cost = compute_cost(response.model or model, response.usage, response.reported_cost)
+    cost = response_cost(response.model or model, response)
     with transaction.atomic():
         # Checked again: a summary between a tool call and its result would break the transcript.
         _refuse_if_busy(conversation_id)

@@ -16,7 +16,7 @@ from typing import TypedDict, cast
 from ..clients import Usage
 from ..clients.accounting import ModelCost, by_model
 from ..models import Turn
-from ..serialization import JsonMapping, JsonObject
+from ..serialization import JsonMapping, JsonObject, decimal_text
 
 _FIELDS = ("pk", "agent_name", "model", "depth", "parent_turn_id", "usage", "cost",
            "cost_unknown")
@@ -74,8 +74,8 @@ class TurnCost:
     def as_dict(self) -> TurnCostJson:
         return {"turn_id": self.turn_id, "agent": self.agent, "depth": self.depth,
                 "parent_turn_id": self.parent_turn_id, "usage": self.usage.as_dict(),
-                "cost": None if self.cost is None else str(self.cost),
-                "known_cost": str(self.known_cost),
+                "cost": None if self.cost is None else decimal_text(self.cost),
+                "known_cost": decimal_text(self.known_cost),
                 "by_model": {name: m.as_dict() for name, m in self.by_model.items()}}
 
 
@@ -100,8 +100,8 @@ class CostBreakdown:
 
     def as_dict(self) -> CostBreakdownJson:
         return {"usage": self.usage.as_dict(),
-                "cost": None if self.cost is None else str(self.cost),
-                "known_cost": str(self.known_cost),
+                "cost": None if self.cost is None else decimal_text(self.cost),
+                "known_cost": decimal_text(self.known_cost),
                 "by_model": {name: m.as_dict() for name, m in self.by_model.items()},
                 "by_turn": [t.as_dict() for t in self.by_turn]}
 
