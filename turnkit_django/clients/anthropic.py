@@ -351,19 +351,13 @@ class AnthropicClient(BaseClient):
             elif kind == "redacted_thinking":
                 signature = text_or_none(block.get("data"))
                 parts.append(
-                    ThinkingPart(text="", signature=signature, provider=PROVIDER, redacted=True)
-                )
-            elif kind == "tool_use":
+                    ThinkingPart(text="", signature=signature, provider=PROVIDER, redacted=True))
+            elif kind == "tool_use":  # a missing id stays empty: the runtime names the call
                 arguments = block.get("input")
-                parts.append(
-                    ToolCallPart(
-                        # a missing id is left empty: the runtime gives the call a fresh one
-                        id=str(block.get("id") or ""),
-                        name=str(block.get("name") or ""),
-                        arguments=arguments if isinstance(arguments, dict) else {},
-                        raw_arguments=None if isinstance(arguments, dict) else json_text(arguments),
-                    )
-                )
+                parts.append(ToolCallPart(
+                    id=str(block.get("id") or ""), name=str(block.get("name") or ""),
+                    arguments=arguments if isinstance(arguments, dict) else {},
+                    raw_arguments=None if isinstance(arguments, dict) else json_text(arguments)))
             else:
                 parts.append(ProviderPart(provider=PROVIDER, data=block))
         if request.output_schema is not None and texts:
