@@ -14,7 +14,6 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from turnkit_django import services
 from turnkit_django.testing import in_memory_dispatcher
 
 DISPATCHER = "tests.dispatch.record"
@@ -38,16 +37,3 @@ def background() -> Iterator[None]:
         yield
     clear()
 
-
-def run_all(capture: Any, rounds: int = 20) -> None:
-    """Run what was dispatched, and what that dispatched, each turn in its own commit scope
-    (``capture`` is ``django_capture_on_commit_callbacks``), until nothing is left."""
-    for _ in range(rounds):
-        pending = recorded()
-        clear()
-        if not pending:
-            return
-        for turn_id in dict.fromkeys(pending):
-            with capture(execute=True):
-                services.run_turn(turn_id)
-    raise AssertionError(f"still dispatching after {rounds} rounds")

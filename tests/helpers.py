@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from django.core.files.storage import storages
 
-from turnkit_django import failpoints
+from tests.dispatch import clear, recorded
+from turnkit_django import failpoints, services
 from turnkit_django.agents.registry import register, unregister
 
 
@@ -126,3 +127,17 @@ def media_root(settings: Any, tmp_path: Path) -> Iterator[Path]:
     storages._storages.clear()  # rebuilt with the settings above
     yield tmp_path / "media"
     storages._storages.clear()
+
+
+def run_all(capture: Any, rounds: int = 20) -> None:
+    """Run what was dispatched, and what that dispatched, each turn in its own commit scope
+    (``capture`` is ``django_capture_on_commit_callbacks``), until nothing is left."""
+    for _ in range(rounds):
+        pending = recorded()
+        clear()
+        if not pending:
+            return
+        for turn_id in dict.fromkeys(pending):
+            with capture(execute=True):
+                services.run_turn(turn_id)
+    raise AssertionError(f"still dispatching after {rounds} rounds")

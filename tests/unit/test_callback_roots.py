@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dispatch import run_all
+from tests.helpers import run_all
 from turnkit_django import Agent
 from turnkit_django.limits import ITERATIONS
 from turnkit_django.models import Turn

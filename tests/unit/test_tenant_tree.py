@@ -11,7 +11,8 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
 from django.test import AsyncClient
 
-from tests.dispatch import override_turnkit, run_all
+from tests.dispatch import override_turnkit
+from tests.helpers import run_all
 from turnkit_django import Agent, AuthorizationError
 from turnkit_django.models import Event
 from turnkit_django.testing import FunctionClient, call, reply

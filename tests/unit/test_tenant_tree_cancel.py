@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dispatch import clear, override_turnkit, run_all
+from tests.dispatch import clear, override_turnkit
+from tests.helpers import run_all
 from tests.unit.test_tenant_tree import DESK, POLICY, T1, asked, escalation
 from turnkit_django import AuthorizationError, services
 from turnkit_django.models import Turn
