@@ -235,8 +235,8 @@ class Run(TreeControls, TurnHandle):
                             "prompt_mode": prompt_mode}, RunOptions)
         parts = task_parts(task, agent.validate_input(input))
         mode = prompt_mode or agent.prompt_mode or "task"
-        row = execute_new(agent, parts, on_event=on_event, prompt_mode=mode, **options)
-        return cls(row, agent).refresh()
+        return cls(execute_new(agent, parts, on_event=on_event, prompt_mode=mode, **options),
+                   agent)
 
     @property
     def root_turn_id(self) -> str:
@@ -337,7 +337,7 @@ class ConversationHandle(ConversationInputs):
             refuse_atomic_block("conversation.ask()")
             row = execute_new(self.agent, parts, conversation=self.row,
                               on_event=on_event, message_key=key, **options)
-            return TurnHandle(row, self.agent).refresh()
+            return TurnHandle(row, self.agent)
         # The input and the turn handed to background execution, in one write.
         row = services.new_turn(self.agent, parts, conversation=self.row, message_key=key,
                                 submit=True, **options)

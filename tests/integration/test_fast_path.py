@@ -156,3 +156,29 @@ def test_every_step_of_a_turn_is_one_round_trip(registered):
     assert [s.kind for s in steps_] == ["model", "tool", "model", "tool", "model"]
     for span in steps_:
         assert [q[:4] for q in span.sql] == ["WITH"], span.sql
+
+
+def fields_of(row: Turn) -> dict[str, Any]:
+    return {f.attname: getattr(row, f.attname) for f in Turn._meta.concrete_fields}
+
+
+@pytest.mark.parametrize("ending", ["completed", "failed", "conversation"])
+def test_an_inline_run_reads_nothing_back_after_its_terminal_write(registered, ending):
+    """The terminal statement returns the turn's row: the handle holds what is stored, with no
+    read after the run (one statement to create and claim it, one per step; a conversation's
+    ask also creates the conversation first)."""
+    script = FunctionClient(five_steps)
+    limits = {"max_iterations": 1} if ending == "failed" else {}
+    agent = registered(Agent(f"fast-end-{ending}", tools=[probe], client=script, **limits))
+    with CaptureQueriesContext(connection) as captured:
+        if ending == "conversation":
+            handle = agent.conversation().ask("go")
+            row = handle.row
+        else:
+            row = agent.run("go").row
+    assert row.status == ("failed" if ending == "failed" else "completed"), row.error
+    sent = [q["sql"] for q in captured.captured_queries
+            if not q["sql"].upper().startswith(("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE"))]
+    if ending != "failed":  # a failure is written under the lock, and the row read again
+        assert len(sent) == {"completed": 6, "conversation": 7}[ending], sent
+    assert fields_of(row) == fields_of(Turn.objects.get(pk=row.pk))

@@ -39,8 +39,10 @@ from ..store import (
     Ledger,
     LedgerDelta,
     TurnState,
+    adopt,
     claim_turn,
     history_before,
+    reload,
     remember_history,
     to_chat,
     visible_history,
@@ -185,14 +187,15 @@ def execute(
         return Executed(False)
     claim, row, ledger = claimed
     return Executed(True, _run_claimed(claim, row, ledger, agent, client, on_event,
-                                       visible_history(row)))
+                                       visible_history(row)).waited_for)
 
 
 def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "inline",
                 client: Client | None = None, on_event: EventCallback | None = None,
                 message_metadata: JsonObject | None = None, message_key: str | None = None,
                 **options: Any) -> Turn:
-    """Create a root turn claimed by this process, with ``parts`` as its input, and run it.
+    """Create a root turn claimed by this process, with ``parts`` as its input, run it, and
+    return its row as the run left it.
 
     An inline run (``agent.run()``, ``conversation.ask()``): the turn is created with its claim
     in one write, and in a new conversation its input is all it sees, so nothing is read back
@@ -210,14 +213,15 @@ def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "i
         history = History.of([*(before.messages if before else ()), to_chat(message)], before)
     else:
         history = visible_history(row)
-    _run_claimed(claim, row, ledger, agent, client, on_event, history)
-    return row
+    ended = _run_claimed(claim, row, ledger, agent, client, on_event, history).fenced.ended
+    # The row as the run left it: as its terminal statement returned it, or read again.
+    return reload(row) if ended is None else adopt(row, ended)
 
 
 def _run_claimed(claim: Claim, row: Turn, ledger: Ledger, agent: AgentDefinition | None,
                  client: Client | None, on_event: EventCallback | None,
-                 history: History) -> bool | None:
-    """Run a claimed turn; return :attr:`Executed.waited_for`."""
+                 history: History) -> TurnContext:
+    """Run a claimed turn; return its context."""
     resolved = agent if agent is not None and agent.name == row.agent_name else get_agent(
         row.agent_name)
     # A worker rebuilding a sub-agent's turn finds the client of its parent's agent.
@@ -232,7 +236,7 @@ def _run_claimed(claim: Claim, row: Turn, ledger: Ledger, agent: AgentDefinition
     finally:
         # Every message of the history is committed; kept if it is the whole history.
         remember_history(row.conversation_id, ctx.history)
-    return ctx.waited_for
+    return ctx
 
 
 def _run_child(child: Turn, agent: AgentDefinition, client: Client,

@@ -43,6 +43,7 @@ from .transcript import (
 from .turns import (
     NewConversation,
     NewTurn,
+    adopt,
     apply_transition,
     build_conversation,
     create_conversation,
@@ -69,6 +70,7 @@ __all__ = [
     "Reservation",
     "Terminal",
     "TurnState",
+    "adopt",
     "allocate_sequences",
     "append_input",
     "apply_transition",

@@ -36,7 +36,7 @@ from .rows import copied, new_row
 from .state import TurnState
 from .steps import StepWrites
 from .transcript import NewMessage, build_messages, insert_rows
-from .turns import apply_transition
+from .turns import apply_transition, row_columns
 
 T = TypeVar("T")
 
@@ -86,6 +86,8 @@ class Fenced:
         #: The conversation's ``last_sequence`` as the claim read it or this worker's last
         #: buffered step left it (None: not known, or written under the lock since).
         self._last_sequence = last_sequence
+        #: The turn's row as this worker's last step, a terminal write, returned it (else None).
+        self.ended: tuple[Any, ...] | None = None
         if ledger is not None:
             self._remember(ledger, time.monotonic())
 
@@ -113,7 +115,7 @@ class Fenced:
     def atomic(self) -> Iterator[Ledger]:
         """Open a transaction holding the tree lock; raise LostClaim if the fence moved."""
         claim = self.claim
-        self._last_sequence = None
+        self._last_sequence, self.ended = None, None
         with transaction.atomic():
             ledger = lock_tree(claim.root_id)
             locked_at = time.monotonic()
@@ -165,6 +167,7 @@ class Fenced:
             if result is not _UNDECIDED and (self._send_then(writes, after) if after
                                              else self._send(writes)):
                 self._remember(ledger)
+                self.ended = writes.returned
                 if writes.messages:
                     self._last_sequence = writes.messages[-1].sequence
                 for hand_off in then:
@@ -332,7 +335,8 @@ class Fenced:
                 raise steps.Unsupported("two writes of one field in a step")
             writes.turn.update(fields)
             writes.transition = transition or writes.transition
-            writes.touch = writes.touch or transition in _TERMINAL
+            if transition in _TERMINAL:
+                writes.touch, writes.returning = True, row_columns(Turn)
             if delta:
                 writes.delta.add(delta)
             return

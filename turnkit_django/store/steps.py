@@ -71,6 +71,9 @@ class StepWrites:
     #: A background turn's terminal write sent without its lane's hand-off: the conversation's
     #: ``last_sequence`` as this worker's last step left it (see :func:`statement`).
     lane: int | None = None
+    #: The turn's columns its statement returns (a terminal write), and what it returned.
+    returning: str | None = None
+    returned: tuple[Any, ...] | None = None
 
 
 # --------------------------------------------------------------------------- SQL pieces
@@ -157,7 +160,7 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
     if turn_id == root_id and known is not None:
         where += " AND " + _ledger_guard(known, params, db)
     ctes.append(f"t AS (UPDATE {turn_table} SET {assignments} WHERE {where}{guard_source} "
-                "RETURNING 1)")
+                f"RETURNING {writes.returning or 1})")
     checks = ["(SELECT count(*) FROM t) = 1"]
     count = len(writes.messages)
     if count or writes.touch:
@@ -191,7 +194,9 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
         checks.append(f"NOT EXISTS ({buffered})")
         params += buffered_params
     last = "(SELECT last_sequence FROM s)" if count or writes.touch else "NULL::bigint"
-    text = (f"WITH {', '.join(ctes)} SELECT turnkit_step_guard({' AND '.join(checks)}), {last}")
+    text = f"WITH {', '.join(ctes)} SELECT turnkit_step_guard({' AND '.join(checks)}), {last}"
+    if writes.returning:  # one row, whether or not the guard holds (it raises if not)
+        text += ", t.* FROM (SELECT) AS one LEFT JOIN t ON true"
     return text, params
 
 
@@ -210,6 +215,8 @@ def send(turn_id: str, root_id: str, conversation_id: str, fence: int, known: Le
     if row is None:
         return False
     db = sql.db()
+    if writes.returning:
+        writes.returned = row[2:]
     last = row[1]
     first = 0 if last is None else int(last) - len(writes.messages) + 1
     for index, message in enumerate(writes.messages):

@@ -212,13 +212,25 @@ def reload(row: M) -> M:
     if found is None:
         raise model.DoesNotExist(  # type: ignore[attr-defined]
             f"{model.__name__} {row.pk!r} no longer exists")
-    for column, value in zip(reader.fields, _converted(model, found), strict=True):
+    return adopt(row, found)
+
+
+def adopt(row: M, values: Sequence[Any]) -> M:
+    """Set ``row`` to ``values`` (its :func:`row_columns`, read or returned by a write)."""
+    model = type(row)
+    for column, value in zip(_reader(model, connection.vendor).fields, _converted(model, values),
+                             strict=True):
         if column.is_relation and getattr(row, column.attname) != value \
                 and column.is_cached(row):  # type: ignore[attr-defined]
             column.delete_cached_value(row)  # type: ignore[attr-defined]
         setattr(row, column.attname, value)
     row._state.adding, row._state.db = False, connection.alias
     return row
+
+
+def row_columns(model: type[Model]) -> str:
+    """The columns of a row of ``model`` as :func:`adopt` takes them (quoted, in order)."""
+    return _reader(model, connection.vendor).columns
 
 
 def _converted(model: type[Model], values: Sequence[Any]) -> list[Any]:
@@ -390,6 +402,7 @@ def set_options(turn: Turn, **changes: JsonValue) -> None:
 __all__ = [
     "NewConversation",
     "NewTurn",
+    "adopt",
     "apply_transition",
     "build_conversation",
     "build_turn",
@@ -400,6 +413,7 @@ __all__ = [
     "release",
     "reload",
     "revoke",
+    "row_columns",
     "set_options",
     "submit",
     "touch",
