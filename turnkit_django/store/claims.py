@@ -45,7 +45,7 @@ from .locks import (
     read_ledger,
 )
 from .state import TurnState
-from .transcript import NewMessage, build_messages, insert_rows
+from .transcript import TAIL, NewMessage, build_messages, insert_rows, visible_tail
 from .turns import TURN_FIELDS as _TURN_FIELDS
 from .turns import NewTurn, apply_transition, build_turn, refuse_transition
 
@@ -159,8 +159,9 @@ def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None, root_id: 
     found = _CLAIMABLE_ROOT.rows(turn_id)
     if not found or (root_id is not None and found[0][_ROOT_AT] != root_id):
         return None if root_id is None else _UNDECIDED
-    *row, now, version = found[0]
+    *row, now, version, tail = found[0]
     turn, lane_blocked = _claimable(tuple(row))
+    vars(turn)[TAIL] = tail or []
     if turn.status in TERMINAL_TURN_STATUSES:
         return None
     if turn.status != TurnStatus.PENDING:
@@ -264,9 +265,9 @@ def _read_to_claim(turn_id: str) -> Any:
     version = RawSQL(f"{connection.ops.quote_name(Turn._meta.db_table)}.xmin::text",  # noqa: S611
                      ())  # (an identifier only)
     return Turn.objects.with_lane_blocked().filter(pk=turn_id).annotate(
-        db_now=Now(), version=version).values_list(
+        db_now=Now(), version=version, tail=visible_tail()).values_list(
         *_TURN_FIELDS, *(f"conversation__{f}" for f in _CONVERSATION_FIELDS), "lane_busy",
-        "lane_older", "db_now", "version")
+        "lane_older", "db_now", "version", "tail")
 
 
 _CLAIMABLE_ROOT = CompiledRead(_read_to_claim, 1)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import Q, Value
+from django.db.models import JSONField, Q, Value
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -124,22 +125,44 @@ def to_chat(message: Message) -> ChatMessage:
 #: What a turn reads of the messages it sees past ``after``: ``Message.objects.visible_to``,
 #: compiled once per process (:mod:`.compiled`). The sequences are expressions so that the ORM
 #: keeps them as parameters (an integer lookup would try to convert the placeholder).
+#: The attribute of a claimed turn's row holding its :func:`visible_tail` (a list).
+TAIL = "_visible_tail"
 _VISIBLE = CompiledRead(lambda conversation_id, upto, turn_id, after: Message.objects.filter(
     Q(sequence__lte=Value(upto)) | Q(turn_id=turn_id), conversation_id=conversation_id,
     sequence__gt=Value(after)).order_by("sequence").values_list(
     "role", "content", "kind", "sequence", "metadata"), 4)
 
 
+def visible_tail() -> RawSQL:
+    """A column of a read of turns: the messages a turn sees from its input's last message on
+    (that message and the turn's own) as a JSON array of ``[role, content, kind, sequence,
+    metadata]``, or null when there are none. A claim reads it with the row
+    (:func:`.claims.claim_turn`), so a turn whose earlier history this process holds reads no
+    message (:func:`visible_history`)."""
+    quote = connection.ops.quote_name
+    turn, message = quote(Turn._meta.db_table), quote(Message._meta.db_table)
+    return RawSQL(  # noqa: S611 (identifiers only)
+        "(SELECT jsonb_agg(jsonb_build_array(m.role, m.content, m.kind, m.sequence, "  # noqa: S608
+        f"m.metadata) ORDER BY m.sequence) FROM {message} m WHERE m.conversation_id = "
+        f"{turn}.conversation_id AND m.sequence >= {turn}.context_sequence AND (m.sequence = "
+        f"{turn}.context_sequence OR m.turn_id = {turn}.id))", (), output_field=JSONField())
+
+
 def visible_history(turn: Turn) -> History:
     """The messages ``turn`` sees, as the model sees them, in sequence order, with their facts.
 
     Reads only what this process has not read before (:mod:`.seen`): the input past the last
-    turn of the conversation it read, and the turn's own messages.
+    turn of the conversation it read, and the turn's own messages; nothing when the claim that
+    read ``turn`` brought its :func:`visible_tail` and this process holds what comes before.
     """
+    tail = vars(turn).pop(TAIL, None)  # what the claim read, once: it is stale after a step
+
     def read(after: int) -> list[ChatMessage]:
+        rows = ([r for r in tail if r[3] > after] if tail is not None
+                and after >= turn.context_sequence - 1 else _VISIBLE.rows(
+                    turn.conversation_id, turn.context_sequence, turn.pk, after))
         return [ChatMessage(role, tuple(load_parts(content)), kind, sequence, metadata or {})
-                for role, content, kind, sequence, metadata in _VISIBLE.rows(
-                    turn.conversation_id, turn.context_sequence, turn.pk, after)]
+                for role, content, kind, sequence, metadata in rows]
 
     return read_through(turn.conversation_id, turn.context_sequence, read)
 
