@@ -18,7 +18,8 @@ it was started for (its principal is the one the view gives) and to users with t
 
 A tree can span conversations of other principals (a delivery's continuation acts for the
 destination's principal inside the sender's tree): the stream shows only the events of the
-conversations the reader may read (:func:`readable`), each decided once per stream.
+conversations the reader may read (:func:`readable`), each decided when it appears and again when
+a turn acting for another principal joins it (a refused one stays refused).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _allowed(request: HttpRequest, run_id: str, principal: Any) -> Turn:
 
 
 def readable(request: HttpRequest, root: Turn, principal: Any) -> Readable:
-    """Which of the tree's conversations the stream shows, decided once per conversation.
+    """Which of the tree's conversations the stream shows (see :class:`Readable`).
 
     With a policy, its ``read_messages`` answer for each conversation. Without one, as for the
     run itself: a user with ``turnkit.view_transcript`` sees every conversation, any other user

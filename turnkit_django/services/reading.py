@@ -7,7 +7,8 @@ principal, inside the sender's tree (it shares the sender's budget). A read of t
 tree (before any query of the rows it returns, outside any transaction) and returns only the
 rows of the conversations it may read; the conversation the handle stands on must be readable,
 else :class:`AuthorizationError`. Without a policy every conversation is readable (a trusted
-single-tenant application), as before.
+single-tenant application), as before. A stream (:class:`Readable`) asks about a conversation
+when it appears and again when a turn acting for another principal joins it.
 
 :func:`tree_messages` is the transcript of the tree: the root's messages as it saw them (its
 conversation's history up to its input, and its own), and for every other turn of the tree the
@@ -22,7 +23,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.db.models import Min, OuterRef, Q, QuerySet, Subquery
 
 from ..authorization import is_allowed
 from ..conf import turnkit_settings
@@ -37,19 +38,30 @@ class TreeConversation:
     id: str
     principal: Any
     turn_principals: list[Any] = field(default_factory=list)
+    #: The canonical JSON of each of ``turn_principals`` (equal principals, one entry).
+    keys: set[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        principals, self.turn_principals, self.keys = self.turn_principals, [], set()
+        for principal in principals:
+            self.add(principal)
 
     def add(self, principal: Any) -> None:
         key = json.dumps(principal, sort_keys=True, default=str)
-        if key not in {json.dumps(p, sort_keys=True, default=str) for p in self.turn_principals}:
+        if key not in self.keys:
+            self.keys.add(key)
             self.turn_principals.append(principal)
 
 
 def tree_conversations(root_id: str, *, exclude: Collection[str] = ()) -> list[TreeConversation]:
-    """The distinct conversations of the tree's turns (but ``exclude``), first used first."""
+    """The distinct conversations of the tree's turns (but ``exclude``), first used first.
+
+    One query, one row per conversation and principal its turns act for (not one per turn)."""
     found: dict[str, TreeConversation] = {}
-    rows = Turn.objects.tree(root_id).exclude(conversation_id__in=list(exclude)).values_list(
-        "conversation_id", "conversation__principal", "principal")
-    for conversation_id, conversation_principal, turn_principal in rows:
+    rows = (Turn.objects.filter(root_turn_id=root_id).exclude(conversation_id__in=list(exclude))
+            .values_list("conversation_id", "conversation__principal", "principal")
+            .annotate(first=Min("created_at")).order_by("first"))
+    for conversation_id, conversation_principal, turn_principal, _first in rows:
         entry = found.setdefault(conversation_id,
                                  TreeConversation(conversation_id, conversation_principal))
         entry.add(turn_principal)
@@ -65,22 +77,29 @@ def may_read(root_id: str, conversation: TreeConversation, principal: Any) -> bo
 
 
 class Readable:
-    """The conversations of one tree a reader may read, decided once per conversation.
+    """The conversations of one tree a reader may read, as the tree grows.
 
     ``decide`` is the rule (by default the policy's ``read_messages``); :meth:`refresh` asks it
-    about conversations that joined the tree since (a stream reads them as they appear).
+    about conversations that joined the tree since (a stream reads them as they appear), and
+    again about an allowed one a turn acting for another principal joined since it was decided
+    (its ``turn_principals`` grew). A refused conversation stays refused, never asked again.
     """
 
     def __init__(self, root_id: str, principal: Any,
                  decide: Callable[[TreeConversation], bool] | None = None) -> None:
         self.root_id = root_id
         self.decided: dict[str, bool] = {}
+        self._decided_with: dict[str, set[str]] = {}  # the turn principals' keys it was asked
         self._decide = decide or (lambda conversation: may_read(root_id, conversation,
                                                                  principal))
 
     def refresh(self) -> set[str]:
-        for conversation in tree_conversations(self.root_id, exclude=self.decided):
+        refused = [pk for pk, allowed in self.decided.items() if not allowed]
+        for conversation in tree_conversations(self.root_id, exclude=refused):
+            if conversation.keys <= self._decided_with.get(conversation.id, set()):
+                continue  # decided with these principals already
             self.decided[conversation.id] = self._decide(conversation)
+            self._decided_with[conversation.id] = conversation.keys
         return self.allowed
 
     @property
