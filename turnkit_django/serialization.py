@@ -33,6 +33,11 @@ def decimal_text(value: Decimal) -> str:
     return format(value, "f")
 
 
+def decimal_json(value: Decimal | None) -> str | None:
+    """``value`` as a JSON payload writes it (a cost): :func:`decimal_text`, None when unknown."""
+    return None if value is None else decimal_text(value)
+
+
 def storable_text(text: str) -> str:
     """``text`` with NUL and lone surrogates replaced by U+FFFD (``text`` itself when clean)."""
     if _UNSTORABLE.search(text) is None:
@@ -189,5 +194,5 @@ def render_result(value: Any) -> str:
 
 
 __all__ = ["REPLACEMENT", "JsonMapping", "JsonObject", "JsonValue", "canonical", "checked_text",
-           "json_safe", "json_value", "maybe_unstorable", "render_result", "snapshot", "storable",
-           "storable_text", "to_json", "unstorable"]
+           "decimal_json", "decimal_text", "json_safe", "json_value", "maybe_unstorable",
+           "render_result", "snapshot", "storable", "storable_text", "to_json", "unstorable"]

@@ -21,7 +21,7 @@ from . import messages as m
 from .clients.base import Usage
 from .messages import ImagePart, MediaAnalysisPart, Part, ToolResultPart, load_parts
 from .models import Conversation, Message, ToolExecution, Turn
-from .serialization import JsonObject, JsonValue
+from .serialization import JsonObject, JsonValue, decimal_json, decimal_text
 from .states import ACTIVE_TURN_STATUSES, ToolStatus
 from .timeline_media import TranscriptItem, media_item
 
@@ -77,7 +77,7 @@ class Totals:
 
     def as_json(self) -> JsonObject:
         return {"turns": self.turns, "usage": {**self.usage.as_dict()},
-                "cost": None if self.cost is None else str(self.cost)}
+                "cost": decimal_json(self.cost)}
 
 
 def turn_cost(turn: Turn) -> Decimal | None:
@@ -95,7 +95,7 @@ def turn_summary(turn: Turn, *, private: bool = True) -> JsonObject:
         "conversation": turn.conversation_id, "depth": turn.depth,
         "parent_turn": turn.parent_turn_id, "root_turn": turn.root_turn_id,
         "usage": {**Usage.from_dict(turn.usage).as_dict()},
-        "cost": None if turn.cost_unknown else str(turn.cost),
+        "cost": None if turn.cost_unknown else decimal_text(turn.cost),
         "error": turn.error,
         "created_at": _iso(turn.created_at), "submitted_at": _iso(turn.submitted_at),
         "started_at": _iso(turn.started_at), "completed_at": _iso(turn.completed_at),

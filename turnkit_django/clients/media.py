@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..exceptions import ConfigurationError, MediaError
 from ..messages import ChatMessage, Part, TextPart
-from ..serialization import JsonObject, JsonValue
+from ..serialization import JsonObject, JsonValue, decimal_json
 from .base import ModelRequest, ModelResponse, Usage
 
 Capability = Literal["paint", "view_media"]
@@ -160,7 +160,7 @@ class ImageResult:
         """A JSON summary for tool results and output data: references, never bytes."""
         return {"type": "image", "message_id": self.message_id, "model": self.model,
                 "size": self.size, "images": [i.as_json() for i in self.images],
-                "cost": None if self.cost is None else str(self.cost)}
+                "cost": decimal_json(self.cost)}
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ class MediaAnalysis:
         """A JSON summary for tool results and output data."""
         return {"type": "media_analysis", "message_id": self.message_id, "text": self.text,
                 "data": self.data, "media": [*self.media], "model": self.model,
-                "cost": None if self.cost is None else str(self.cost)}
+                "cost": decimal_json(self.cost)}
 
 
 @runtime_checkable

@@ -35,7 +35,7 @@ from ..messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from ..serialization import JsonMapping
+from ..serialization import JsonMapping, decimal_json
 from . import internal
 from .context import TurnContext
 from .media_projection import describe
@@ -240,7 +240,7 @@ def compact_turn(ctx: TurnContext, options: CompactionOptions, estimated_tokens:
             metadata=summary_metadata(rng, options, model, None, True, turn_id=ctx.row.pk,
                                       estimated_tokens=estimated_tokens,
                                       usage=response.usage.as_dict(),
-                                      cost=None if cost is None else str(cost)),
+                                      cost=decimal_json(cost)),
         )
         ctx.fenced.record(charge=fee, delta=delta)
     ctx.row.usage = fee.usage

@@ -51,7 +51,15 @@ from ..clients.evaluation import (
     parse_answers,
 )
 from ..exceptions import AuthorizationError, EvaluationError
-from ..serialization import JsonMapping, JsonObject, JsonValue, canonical, json_value
+from ..serialization import (
+    JsonMapping,
+    JsonObject,
+    JsonValue,
+    canonical,
+    decimal_json,
+    decimal_text,
+    json_value,
+)
 from ..store import Charge, LedgerDelta
 from . import budget, internal
 from .context import TurnContext
@@ -146,7 +154,7 @@ def evaluate(ctx: TurnContext, **arguments: object) -> Evaluation:
             ctx.emit("evaluation.completed", receipt_id=rid, attempt=number,
                      model=evaluation.model, purpose=spec.purpose, status="completed",
                      http_status=reply.http_status, usage=reply.usage.as_dict(),
-                     cost=None if evaluation.cost is None else str(evaluation.cost),
+                     cost=decimal_json(evaluation.cost),
                      duration_ms=took)
             return evaluation
         now = _failed(ctx, rid, number, spec, outcome, took)
@@ -199,7 +207,7 @@ def _add(receipt: JsonObject, usage: Usage, cost: Decimal | None) -> None:
     receipt["usage"] = dict((Usage.from_dict(receipt.get("usage")) + usage).as_dict())
     known = receipt.get("cost")
     receipt["cost"] = (None if not isinstance(known, str) or cost is None
-                       else str(Decimal(known) + cost))
+                       else decimal_text(Decimal(known) + cost))
 
 
 def _write(ctx: TurnContext, rid: str, receipt: JsonObject, charge: Charge | None,
@@ -255,7 +263,7 @@ def _finish(ctx: TurnContext, rid: str, number: int, outcome: JsonObject, usage:
         attempts = _attempts(current)
         attempts[number - 1].update(outcome, finished_at=ledger.now.isoformat(),
                                     usage=dict(usage.as_dict()),
-                                    cost=None if cost is None else str(cost))
+                                    cost=decimal_json(cost))
         current.update(receipt, attempts=list[JsonValue](attempts))
         _add(current, usage, cost)
         _write(ctx, rid, current, charge, delta)

@@ -13,6 +13,7 @@ from ..clients import ModelRequest, ModelResponse, Usage
 from ..clients.accounting import add_call
 from ..clients.cost import response_cost
 from ..conf import turnkit_settings
+from ..serialization import decimal_json
 from ..store import Charge, Ledger, LedgerDelta
 from . import budget
 from .context import TurnContext
@@ -58,7 +59,7 @@ def completed(ctx: TurnContext, response: ModelResponse, model: str, cost: Decim
     """Emit ``model.completed`` for an internal call that was recorded."""
     ctx.emit("model.completed", model=response.model or model, purpose=purpose,
              tool_call_count=0, usage=response.usage.as_dict(),
-             cost=None if cost is None else str(cost))
+             cost=decimal_json(cost))
 
 
 __all__ = ["call", "charge", "charge_usage", "completed", "price"]

@@ -71,7 +71,7 @@ from ..exceptions import (
     MediaError,
 )
 from ..models import Message, Turn
-from ..serialization import JsonObject
+from ..serialization import JsonObject, decimal_json
 from ..states import TERMINAL_TURN_STATUSES, Phase, TurnStatus
 from ..store import Ledger, LedgerDelta, MediaCall, TurnState, claim_turn, worker_identity
 from ..store.media import delete_images
@@ -273,7 +273,7 @@ def _call_and_record(ctx: TurnContext, op: Operation[Result], key: str, link: di
                 "assistant", parts, kind=op.kind, tool_execution_id=link.get("tool_execution_id"),
                 metadata={**op.details(), "model": result.model, "provider": result.provider,
                           "usage": result.usage.as_dict(),
-                          "cost": None if cost is None else str(cost), "idempotency_key": key,
+                          "cost": decimal_json(cost), "idempotency_key": key,
                           "metadata": op.metadata, **link},
             )
             result = replace(result, message_id=message.pk, cost=cost)
@@ -293,7 +293,7 @@ def _call_and_record(ctx: TurnContext, op: Operation[Result], key: str, link: di
     ctx.row.usage = fee.usage  # committed: the next charge adds to it
     ctx.remember(message)
     ctx.emit(f"{op.event}.completed", key=key, message_id=message.pk, model=result.model,
-             usage=result.usage.as_dict(), cost=None if cost is None else str(cost))
+             usage=result.usage.as_dict(), cost=decimal_json(cost))
     if finish:
         ctx.emit("turn.completed", status=TurnStatus.COMPLETED, output_text=text)
     return result

@@ -21,6 +21,7 @@ from ..conf import turnkit_settings
 from ..exceptions import BudgetExceeded
 from ..messages import MEDIA_KINDS, ChatMessage, MessageKind, distinct_call_ids
 from ..models import Message
+from ..serialization import decimal_json
 from ..states import Phase, TurnStatus
 from ..store import Candidate, Charge, Ledger, TurnState
 from . import budget, completion, dynamic_context, internal
@@ -122,7 +123,7 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
             kind=MessageKind.TOOL_CALL if calls else MessageKind.TEXT,
             metadata={"model": response.model or ctx.row.model,
                       "usage": response.usage.as_dict(),
-                      "cost": None if cost is None else str(cost),
+                      "cost": decimal_json(cost),
                       "stop_reason": response.stop_reason,
                       "provider": response.provider},
         )
@@ -163,7 +164,7 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
         error = opened.error
     ctx.emit("model.completed", model=response.model or ctx.row.model,
              tool_call_count=len(calls), usage=response.usage.as_dict(),
-             cost=None if cost is None else str(cost))
+             cost=decimal_json(cost))
     if publish and ctx.state.phase == Phase.DONE:
         ctx.emit("turn.completed", status=TurnStatus.COMPLETED, output_text=response.text)
     return error

@@ -19,6 +19,7 @@ from ..runtime.compaction import (
     summary_request,
     summary_text,
 )
+from ..serialization import decimal_json
 from ..store import NewMessage, insert_messages, to_chat
 
 
@@ -55,7 +56,7 @@ def compact_conversation(conversation_id: str, agent: AgentDefinition, *,
         _refuse_if_busy(conversation_id)
         metadata = summary_metadata(rng, options, model, focus, False,
                                     usage=response.usage.as_dict(),
-                                    cost=None if cost is None else str(cost))
+                                    cost=decimal_json(cost))
         return insert_messages(conversation_id, [
             NewMessage("assistant", [TextPart(summary)], kind=SUMMARY_KIND, metadata=metadata)
         ])[0]
