@@ -51,7 +51,7 @@ class Decisions:
 
     def __call__(self, ledger: store.Ledger) -> Message:
         self.seen.append(ledger.iterations)
-        delta, _ = budget.reserve_next(ledger)
+        delta, _ = budget.reserve_next(ledger, None)
         message = self.fenced.append("assistant", [TextPart("note")])
         self.fenced.record(store.TurnState.from_json({"phase": "model"}), delta=delta)
         return message

@@ -90,14 +90,14 @@ def own_budget(options: Mapping[str, Any] | None, state: TurnState) -> OwnBudget
                      {str(k): int(v) for k, v in by_name.items()}, state)
 
 
-def reserve_next(ledger: Ledger, own: OwnBudget | None = None,
-                 ) -> tuple[LedgerDelta, Reservation]:
+def reserve_next(ledger: Ledger, own: OwnBudget | None) -> tuple[LedgerDelta, Reservation]:
     """Check time and money and reserve the next model call.
 
     Returns the delta and the reservation: granted, or the denial the model step raises. It is
     kept in the turn's state and written by the transaction that moves the turn to the model
     phase, so a resumed turn never reserves twice and a denial does not undo what that
-    transaction records. ``own``: the turn's own limits, checked after the tree's.
+    transaction records. ``own``: the turn's own limits (:func:`own_budget`), checked after the
+    tree's; required, so that no reservation forgets a sub-agent's own limits.
     """
     try:
         check_open(ledger)
@@ -123,7 +123,7 @@ def recheck(reservation: Reservation, ledger: Ledger) -> Reservation:
     return reservation
 
 
-def reserve_tool(ledger: Ledger, name: str, own: OwnBudget | None = None,
+def reserve_tool(ledger: Ledger, name: str, own: OwnBudget | None,
                  ) -> tuple[LedgerDelta, str | None]:
     """Reserve a tool slot; return the delta, or an empty one and the denial's reason.
 
