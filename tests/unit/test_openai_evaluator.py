@@ -173,3 +173,34 @@ def test_a_turn_evaluates_through_the_openai_evaluator_and_validates_strictly():
     # Both billed: the malformed answer's usage is kept and priced.
     assert run.cost_breakdown().by_model["gpt-5.4-mini-2026-03-01"].calls == 2
     assert run.cost is not None
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("answers", [ANSWERS, '{"safe": "yes"}'], ids=["answered", "malformed"])
+def test_a_reply_without_usage_leaves_the_cost_unknown_not_free(answers):
+    """An evaluator reply that reports no usage was never counted: its cost is unknown (the
+    turn's too), as for a model response, not a made-up zero that reads as a free call."""
+    body = completion(answers)
+    del body["usage"]
+    judge, _wire = evaluator((200, body))
+
+    @tool
+    def gate(ctx, text: str) -> str:
+        """Gate a reply."""
+        try:
+            ctx.turn.internal_evaluation(evaluator=judge, model="gpt-5.4-mini", purpose="gate",
+                                         questions=QUESTIONS, candidate=text)
+        except EvaluationError:
+            pass
+        return "checked"
+
+    rates = {"gpt-5.4-mini-2026-03-01": {"input": "1", "output": "1"},
+             "scripted": {"input": "0", "output": "0"}}
+    with override_turnkit(COST_RATES=rates):
+        run = Agent("gated-unknown", tools=[gate], client=ScriptedClient(
+            [[call("gate", text="a")], reply("ok")])).run("go")
+
+    assert run.status == "completed", run.error
+    assert run.cost is None
+    (receipt,) = load_turn(run.id).evaluation_receipts
+    assert receipt["attempts"][0]["cost"] is None

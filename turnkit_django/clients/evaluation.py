@@ -354,6 +354,9 @@ class EvaluatorReply:
     http_status: int | None = None
     #: The cost the provider reported, in USD, when it reports one.
     reported_cost: str | None = None
+    #: Whether the provider reported the usage: a reply without it leaves the cost unknown
+    #: (its zero tokens were never counted), unless it reported a cost.
+    usage_reported: bool = True
 
 
 @runtime_checkable

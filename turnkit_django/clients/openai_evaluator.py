@@ -165,6 +165,7 @@ class OpenAIEvaluator:
         if data is None:
             raise EvaluationError(f"{label} did not answer with a JSON object",
                                   status="malformed", http_status=status)
+        reported = isinstance(data.get("usage"), dict)
         usage = _usage(member(data, "usage"))
         model = str(data.get("model") or request.model)
         cost = _reported_cost(member(data, "usage"))
@@ -172,9 +173,9 @@ class OpenAIEvaluator:
             answers = self._answers(data)
         except (ModelError, ValueError, KeyError, TypeError, IndexError):
             raise EvaluationError(f"{label} answered outside the evaluation schema",
-                                  status="malformed", usage=usage, model=model,
-                                  http_status=status, reported_cost=cost) from None
-        return EvaluatorReply(answers, usage, model, status, cost)
+                                  status="malformed", usage=usage if reported else None,
+                                  model=model, http_status=status, reported_cost=cost) from None
+        return EvaluatorReply(answers, usage, model, status, cost, usage_reported=reported)
 
     @staticmethod
     def _answers(data: JsonObject) -> JsonValue:

@@ -182,8 +182,10 @@ def _dispatch(spec: Spec, request: EvaluationRequest) -> (
         return reply, parse_answers(spec.questions, reply.answers)
     except (TypeError, ValueError) as exc:
         return EvaluationError(f"the evaluation's answers are malformed: {exc}",
-                               status="malformed", usage=reply.usage, model=reply.model,
-                               http_status=reply.http_status, reported_cost=reply.reported_cost)
+                               status="malformed",
+                               usage=reply.usage if reply.usage_reported else None,
+                               model=reply.model, http_status=reply.http_status,
+                               reported_cost=reply.reported_cost)
 
 
 # --------------------------------------------------------------------------- receipts
@@ -273,7 +275,8 @@ def _finish(ctx: TurnContext, rid: str, number: int, outcome: JsonObject, usage:
 def _succeeded(ctx: TurnContext, rid: str, number: int, spec: Spec, reply: EvaluatorReply,
                answers: dict[str, Answer], took: int) -> Evaluation:
     model = reply.model or spec.model
-    cost = compute_cost(model, reply.usage, reply.reported_cost)
+    cost = None if not reply.usage_reported and reply.reported_cost is None else compute_cost(
+        model, reply.usage, reply.reported_cost)
     _finish(ctx, rid, number, {"status": "completed", "model": model,
                                "http_status": reply.http_status, "duration_ms": took},
             reply.usage, model, cost, True, status="completed",
@@ -288,7 +291,8 @@ def _failed(ctx: TurnContext, rid: str, number: int, spec: Spec, error: Evaluati
     usage = error.usage if isinstance(error.usage, Usage) else Usage()
     model = error.model or spec.model
     charged = error.status != "unavailable"
-    cost = compute_cost(model, usage, error.reported_cost) if error.usage is not None else None
+    cost = compute_cost(model, usage, error.reported_cost) if error.usage is not None \
+        or error.reported_cost is not None else None
     return _finish(ctx, rid, number, {"status": error.status, "model": model,
                                       "http_status": error.http_status, "error": str(error),
                                       "duration_ms": took},
