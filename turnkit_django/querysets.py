@@ -145,9 +145,9 @@ class MessageQuerySet(models.QuerySet):
 
     def deliveries_after(self, conversation_id: str | Combinable,
                          sequence: int | Combinable) -> MessageQuerySet:
-        """Delivered messages past ``sequence`` (buffered for the next turn), newest first."""
+        """Delivered messages past ``sequence`` (buffered for the next turn), oldest first."""
         return self.filter(conversation_id=conversation_id, sequence__gt=sequence, role="user",
-                           metadata__has_key="delivery_id").order_by("-sequence")
+                           metadata__has_key="delivery_id").order_by("sequence")
 
     def after(self, conversation_id: str, sequence: int) -> MessageQuerySet:
         """A cursor read: the conversation's messages with a greater sequence, in order."""

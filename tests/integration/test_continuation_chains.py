@@ -16,7 +16,7 @@ import pytest
 
 from tests.dispatch import clear, recorded
 from tests.orchestration import policy, tenant_policy
-from turnkit_django import Agent, services
+from turnkit_django import Agent, services, store
 from turnkit_django.models import Turn
 from turnkit_django.testing import FunctionClient, call, reply
 from turnkit_django.tools import launch_agent, send_message, wait_for
@@ -181,3 +181,45 @@ def test_an_application_callback_of_a_cancelled_job_still_wakes_its_listener(
 
     (continuation,) = conversation.turns()
     assert (continuation.status, continuation.root_turn_id) == ("completed", continuation.pk)
+
+
+def test_deliveries_from_two_trees_wake_one_continuation_in_the_oldest_senders_tree(
+        registered, django_capture_on_commit_callbacks):
+    """Messages two trees' turns sent to a busy conversation are answered together, once it is
+    free, by one continuation in the tree of the oldest message: its budget bounds the answer,
+    and the younger sender's tree gets no turn there (the docstring of deliveries._trigger)."""
+    seen: list[list[str]] = []
+
+    def listen(request: Any) -> Any:
+        seen.append([m.text for m in request.messages if m.role == "user"])
+        return reply("heard")
+
+    listener = registered(Agent("listener", client=FunctionClient(listen)))
+    inbox = listener.conversation()
+    holding = inbox.ask("hold", submit=True)
+    assert store.claim_turn(holding.id, "a-worker") is not None  # the inbox is busy
+
+    def sender(text: str) -> Agent:
+        def respond(request: Any) -> Any:
+            if request.last_message_is_tool_result():
+                return reply("sent")
+            return call("send_message", conversation_id=inbox.id, text=text)
+        return registered(Agent(f"sender-{text}", tools=[send_message],
+                                client=FunctionClient(respond)))
+
+    first = sender("first").submit("go")
+    second = sender("second").submit("go")
+    for run in (first, second):
+        with django_capture_on_commit_callbacks(execute=True):
+            assert services.run_turn(run.id)
+    assert inbox.turns().count() == 1  # both messages wait for the busy inbox
+
+    with django_capture_on_commit_callbacks(execute=True):
+        services.cancel(holding.id)  # the inbox's turn ends: its lane wakes for the messages
+    run_dispatched(django_capture_on_commit_callbacks)
+
+    (_held, continuation) = inbox.turns().order_by("created_at")
+    assert continuation.status == "completed"
+    assert continuation.root_turn_id == first.id  # the oldest message's tree
+    assert not Turn.objects.filter(root_turn_id=second.id, conversation_id=inbox.id).exists()
+    assert seen[-1][-2:] == ["first", "second"]  # one answer to both
