@@ -22,6 +22,7 @@ from turnkit_django import (
     InvalidTransition,
     KeyConflict,
     ToolContext,
+    load_turn,
     pending_approvals,
     services,
     tool,
@@ -373,3 +374,32 @@ def test_events_go_with_their_run_when_it_is_pruned(registered):
     assert Event.objects.filter(root_turn_id=run.id).exists()
     assert services.prune(before=timezone.now() + timedelta(days=1)) == 1
     assert not Event.objects.filter(root_turn_id=run.id).exists()
+
+
+def test_steering_that_arrives_while_the_output_is_reviewed_is_seen_before_the_publication(
+        registered):
+    """The publication after an output policy is one fenced step: a steer recorded while the
+    policy ran refuses its one statement, and under the lock the turn takes the steering
+    instead of publishing the reviewed (now stale) output."""
+    steered: list[str] = []
+
+    def review(output: Any) -> None:
+        if not steered:  # the application steers while the first output is being reviewed
+            steered.append(str(output))
+            load_turn(turn_ids[0]).steer("Say it in French.", key="steer-review")
+        return None
+
+    def respond(request: Any) -> Any:
+        texts = [p.text for m in request.messages if m.role == "user" for p in m.parts
+                 if hasattr(p, "text")]
+        return reply("bonjour" if "Say it in French." in texts else "hello")
+
+    turn_ids: list[str] = []
+    agent = registered(Agent("reviewed-steer", client=FunctionClient(respond),
+                             output_policy=review, output_policy_mode="report"))
+    run = agent.prepare("greet")
+    turn_ids.append(run.id)
+    run = run.execute()
+    assert run.status == "completed", run.error
+    assert steered == ["hello"]
+    assert run.output_text == "bonjour"

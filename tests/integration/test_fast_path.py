@@ -162,13 +162,20 @@ def fields_of(row: Turn) -> dict[str, Any]:
     return {f.attname: getattr(row, f.attname) for f in Turn._meta.concrete_fields}
 
 
-@pytest.mark.parametrize("ending", ["completed", "failed", "conversation"])
+def flag_done(output: Any) -> dict[str, str] | None:
+    """An output policy that always reports (the audit is written with the publication)."""
+    return {"rule": "flag_done", "message": "says done"}
+
+
+@pytest.mark.parametrize("ending", ["completed", "failed", "conversation", "audited"])
 def test_an_inline_run_reads_nothing_back_after_its_terminal_write(registered, ending):
     """The terminal statement returns the turn's row: the handle holds what is stored, with no
     read after the run (one statement to create and claim it, one per step; a conversation's
     ask also creates the conversation first)."""
     script = FunctionClient(five_steps)
-    limits = {"max_iterations": 1} if ending == "failed" else {}
+    limits: dict[str, Any] = {"max_iterations": 1} if ending == "failed" else {}
+    if ending == "audited":
+        limits = {"output_policy": flag_done, "output_policy_mode": "report"}
     agent = registered(Agent(f"fast-end-{ending}", tools=[probe], client=script, **limits))
     with CaptureQueriesContext(connection) as captured:
         if ending == "conversation":
@@ -180,5 +187,7 @@ def test_an_inline_run_reads_nothing_back_after_its_terminal_write(registered, e
     sent = [q["sql"] for q in captured.captured_queries
             if not q["sql"].upper().startswith(("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE"))]
     if ending != "failed":  # a failure is written under the lock, and the row read again
-        assert len(sent) == {"completed": 6, "conversation": 7}[ending], sent
+        # an output policy's publication is a step of its own
+        assert len(sent) == {"completed": 6, "conversation": 7, "audited": 7}[ending], sent
     assert fields_of(row) == fields_of(Turn.objects.get(pk=row.pk))
+    assert (row.audit is not None) == (ending == "audited")

@@ -23,7 +23,7 @@ from ..exceptions import LostClaim
 from ..messages import TextPart
 from ..serialization import JsonObject, JsonValue
 from ..states import Phase, TurnStatus
-from ..store import Charge, LedgerDelta, TurnState, repair
+from ..store import Charge, Ledger, LedgerDelta, TurnState, repair
 from ..store.fields import TerminalFields
 from . import budget, internal
 from .context import ControlPending, TurnContext
@@ -147,10 +147,16 @@ def publish(ctx: TurnContext, text: str, data: JsonValue,
     """The terminal write completing the turn with ``text`` and ``data``."""
     state = ctx.state.replace(phase=Phase.DONE)
     callback = callback_decision(ctx.row)  # the policy is asked before the lock is taken
-    with ctx.fenced.atomic():
-        if ctx.fenced.controls_pending:  # steering or a pause first: never a stale output
+
+    def step(_ledger: Ledger) -> None:
+        # Steering or a pause first: never a stale output. The one statement of a buffered
+        # step refuses while a control is pending, and the step is decided again under the
+        # lock, which sees it.
+        if ctx.fenced.controls_pending:
             raise ControlPending(ctx.row.pk)
         publish_locked(ctx, state, text, data, callback_allowed=callback, **extra)
+
+    ctx.fenced.step(step)
     ctx.state = state
     ctx.emit("turn.completed", status=TurnStatus.COMPLETED, output_text=text)
 
