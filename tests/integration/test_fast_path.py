@@ -191,3 +191,23 @@ def test_an_inline_run_reads_nothing_back_after_its_terminal_write(registered, e
         assert len(sent) == {"completed": 6, "conversation": 7, "audited": 7}[ending], sent
     assert fields_of(row) == fields_of(Turn.objects.get(pk=row.pk))
     assert (row.audit is not None) == (ending == "audited")
+
+
+class SnapshottingClient(FunctionClient):
+    """A client that takes the dynamic context as messages (as the OpenAI client does)."""
+
+    dynamic_context_in_history = True
+
+
+def test_a_dynamic_context_snapshot_is_one_statement_without_a_transaction(registered):
+    """A snapshot written before a model call is a fenced step of its own: one statement."""
+    agent = registered(Agent(
+        "fast-snapshot", client=SnapshottingClient(lambda request: reply("done")),
+        context_contributors=[lambda turn: {"name": "plan", "content": "gold"}]))
+    with CaptureQueriesContext(connection) as captured:
+        run = agent.run("go")
+    assert run.status == "completed", run.error
+    sent = [q["sql"] for q in captured.captured_queries]
+    assert not [s for s in sent if s.upper().startswith(("BEGIN", "SAVEPOINT"))], sent
+    assert len(sent) == 3, sent  # create and claim; the snapshot; the reply and publication
+    assert run.messages().filter(kind="dynamic_context").count() == 1

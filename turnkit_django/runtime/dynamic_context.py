@@ -65,12 +65,10 @@ def record(ctx: TurnContext) -> Prompt:
         compacted = SUMMARY_KIND in ctx.history.kinds
         text = pending(prompt, project(ctx.visible) if compacted else ctx.visible)
         if text is not None:
-            with ctx.fenced.atomic():
-                message = ctx.fenced.append(
-                    "user", [TextPart(text)], kind=DYNAMIC_CONTEXT,
-                    metadata={"source": "dynamic_context",
-                              "sections": [s.name for s in prompt.sections
-                                           if not s.stable and s.text]})
+            sections = [s.name for s in prompt.sections if not s.stable and s.text]
+            message = ctx.fenced.step(lambda _ledger: ctx.fenced.append(
+                "user", [TextPart(text)], kind=DYNAMIC_CONTEXT,
+                metadata={"source": "dynamic_context", "sections": sections}))
             ctx.remember(message)
     return prompt
 
