@@ -14,7 +14,7 @@ from ..agents.tool_policy import ToolCall, decide
 from ..authorization import is_allowed
 from ..errors import ErrorRecord, invalid_arguments, not_authorized
 from ..exceptions import BudgetExceeded
-from ..messages import ToolCallPart
+from ..messages import MEDIA_KINDS, ToolCallPart
 from ..states import ToolStatus
 from ..store import Terminal
 from ..tools.base import NAME_LENGTH, Tool, validation_error
@@ -41,6 +41,15 @@ def turn_tools(agent: AgentDefinition, turn_id: str) -> dict[str, Tool]:
     if not agent.available_skills:
         return agent.tool_table(loaded=())
     return agent.tool_table(loaded=loaded_keys(turn_id))
+
+
+def response_calls(ctx: TurnContext) -> list[ToolCallPart]:
+    """The tool calls of the persisted response: the turn's newest assistant message that is
+    not a tool's media (an image a tool made during the batch is an assistant message too)."""
+    for chat in reversed(ctx.visible):
+        if chat.role == "assistant" and chat.kind not in MEDIA_KINDS:
+            return chat.tool_calls
+    return []
 
 
 def unknown_tool(agent: AgentDefinition, name: str, active: dict[str, Tool]) -> ErrorRecord:
@@ -94,4 +103,4 @@ def _policy_refusal(ctx: TurnContext, tool: Tool, call: ToolCallPart,
                                    copy.deepcopy(context)))
 
 
-__all__ = ["CallOutcome", "precheck", "turn_tools", "unknown_tool"]
+__all__ = ["CallOutcome", "precheck", "response_calls", "turn_tools", "unknown_tool"]

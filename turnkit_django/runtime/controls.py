@@ -33,7 +33,7 @@ from ..store import Ledger
 from ..store.events import stamp
 from ..tools.base import Tool, ToolContext
 from . import budget
-from .calls import CallOutcome, precheck
+from .calls import CallOutcome, precheck, response_calls
 from .context import Suspended, TurnContext
 from .results import skip_locked
 
@@ -109,7 +109,7 @@ def _supersede(ctx: TurnContext, executions: dict[str, ToolExecution],
     """Every call of the current response that has not started gets a "superseded" result."""
     content = SUPERSEDED.for_model()
     written: list[Message] = []
-    for call in _response_calls(ctx):
+    for call in response_calls(ctx):
         execution = executions.get(call.id)
         if execution is None:
             written.append(skip_locked(ctx, call, "superseded by new guidance from the user"))
@@ -128,13 +128,6 @@ def _supersede(ctx: TurnContext, executions: dict[str, ToolExecution],
                 kind=MessageKind.TOOL_RESULT, tool_execution_id=execution.pk,
                 metadata={"interrupted": True}))
     return written
-
-
-def _response_calls(ctx: TurnContext) -> list[ToolCallPart]:
-    for chat in reversed(ctx.visible):
-        if chat.role == "assistant":
-            return chat.tool_calls
-    return []
 
 
 # --------------------------------------------------------------------------- approvals

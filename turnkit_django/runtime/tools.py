@@ -23,7 +23,7 @@ from ..agents import LOAD_SKILL, SubAgentTool
 from ..conf import turnkit_settings
 from ..errors import ErrorRecord, outcome_unknown
 from ..exceptions import LostClaim
-from ..messages import MEDIA_KINDS, ToolCallPart
+from ..messages import ToolCallPart
 from ..models import ToolExecution
 from ..serialization import to_json
 from ..states import FINISHED_TOOL_STATUSES, Phase, ToolStatus
@@ -31,18 +31,10 @@ from ..store import LedgerDelta, Terminal
 from ..tools.base import Tool, ToolContext
 from ..tools.coordination import CoordinationTool
 from . import budget, completion, coordination, delegation, fanout
-from .calls import CallOutcome, precheck, turn_tools, unknown_tool
+from .calls import CallOutcome, precheck, response_calls, turn_tools, unknown_tool
 from .context import ControlPending, ToolBinding, TurnContext
 from .controls import approval_gate
 from .results import Opened, Then, delegates, finish, leave, open_call, skip
-
-
-def response_calls(ctx: TurnContext) -> list[ToolCallPart]:
-    """The tool calls of the persisted response: the turn's newest assistant message."""
-    for chat in reversed(ctx.visible):
-        if chat.role == "assistant" and chat.kind not in MEDIA_KINDS:  # not a tool's media
-            return chat.tool_calls
-    return []
 
 
 def tools_step(ctx: TurnContext) -> None:
