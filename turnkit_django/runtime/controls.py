@@ -113,15 +113,18 @@ def _supersede(ctx: TurnContext, executions: dict[str, ToolExecution],
         execution = executions.get(call.id)
         if execution is None:
             written.append(skip_locked(ctx, call, "superseded by new guidance from the user"))
-        elif execution.status == ToolStatus.PENDING or execution.pk in idle:
+        elif execution.pk in idle or (execution.status == ToolStatus.PENDING
+                                      and execution.attempts == 0):
             ctx.fenced.move_execution(execution.pk, [ToolStatus.PENDING, ToolStatus.RUNNING],
                                       ToolStatus.CANCELLED, result=content)
             written.append(ctx.fenced.append(
                 "tool", [ToolResultPart(call.id, call.name, content, is_error=True)],
                 kind=MessageKind.TOOL_RESULT, tool_execution_id=execution.pk))
-        elif execution.status not in FINISHED_TOOL_STATUSES:  # its worker died mid-call
+        elif execution.status not in FINISHED_TOOL_STATUSES:
+            # Its worker died mid-call: still running, or a replay-safe call recovery reset
+            # to pending (attempts > 0). Either may have taken effect: never "not executed".
             unknown = outcome_unknown().for_model()
-            ctx.fenced.move_execution(execution.pk, [ToolStatus.RUNNING],
+            ctx.fenced.move_execution(execution.pk, [ToolStatus.PENDING, ToolStatus.RUNNING],
                                       ToolStatus.INTERRUPTED, error=unknown)
             written.append(ctx.fenced.append(
                 "tool", [ToolResultPart(call.id, call.name, unknown, is_error=True)],
