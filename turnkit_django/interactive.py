@@ -72,9 +72,9 @@ class TurnControls:
     def pending_approvals(self, *, principal: object = None) -> list[ToolExecution]:
         """The tool calls waiting for a decision that ``principal`` may take: the tree's for a
         run, the turn's own for a turn handle."""
-        return [e for e in approvals.pending_approvals(principal=principal)
-                if e.turn.root_turn_id == self.row.root_turn_id
-                and (self._approvals_of_tree or e.turn_id == self.row.pk)]
+        return approvals.pending_approvals(
+            principal=principal, root_id=self.row.root_turn_id,
+            turn_id=None if self._approvals_of_tree else self.row.pk)
 
     def pause(self, *, principal: object = None, cascade: bool = False) -> Self:
         """Pause at the next step boundary (at once when idle); the claim is released."""

@@ -157,15 +157,33 @@ def decide(root_id: str, call_id: str, state: str, *, principal: Any, reason: st
 
 
 def pending_approvals(*, principal: Any = None, limit: int | None = None,
+                      root_id: str | None = None, turn_id: str | None = None,
                       ) -> list[ToolExecution]:
-    """Tool calls waiting for a decision, oldest first, that ``principal`` may approve."""
+    """Tool calls waiting for a decision, oldest first, that ``principal`` may approve (in the
+    tree of ``root_id``, or of the turn ``turn_id``, if given): at most ``limit``.
+
+    The scope is a filter of the query and the policy is asked page by page until ``limit``
+    calls are allowed, so older requests of other runs, or of calls the principal may not
+    approve, never crowd out the ones asked for."""
     size = int(limit or turnkit_settings.MAINTENANCE_BATCH_SIZE)
-    rows = ToolExecution.objects.awaiting_approval().select_related("turn").order_by(
-        "created_at", "id")[:size]
-    return [r for r in rows if is_allowed(
-        "approve", principal=principal, turn_id=r.turn_id, conversation_id=r.turn.conversation_id,
-        turn_principal=r.turn.principal, tool=r.tool_name, call_id=r.tool_call_id,
-        arguments=r.arguments)]
+    scope = ToolExecution.objects.awaiting_approval().select_related("turn")
+    if root_id is not None:
+        scope = scope.filter(turn__root_turn_id=root_id)
+    if turn_id is not None:
+        scope = scope.filter(turn_id=turn_id)
+    scope = scope.order_by("created_at", "id")
+    allowed: list[ToolExecution] = []
+    start = 0
+    while len(allowed) < size:
+        page = list(scope[start:start + size])
+        allowed += [r for r in page if is_allowed(
+            "approve", principal=principal, turn_id=r.turn_id,
+            conversation_id=r.turn.conversation_id, turn_principal=r.turn.principal,
+            tool=r.tool_name, call_id=r.tool_call_id, arguments=r.arguments)]
+        if len(page) < size:
+            break
+        start += size
+    return allowed[:size]
 
 
 def expire_approvals() -> list[str]:
