@@ -16,7 +16,14 @@ from django.utils import timezone
 from tests.dispatch import background
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from tests.orchestration import DENIALS, policy, policy_calls, snapshot
-from turnkit_django import Agent, AuthorizationError, InvalidTransition, WaitError, services
+from turnkit_django import (
+    Agent,
+    AuthorizationError,
+    InvalidTransition,
+    WaitError,
+    load_turn,
+    services,
+)
 from turnkit_django.clients.base import ModelRequest
 from turnkit_django.handles import Run
 from turnkit_django.models import Message, Turn, Wait
@@ -252,3 +259,33 @@ def test_the_multi_tenant_policy_refuses_waiting_on_another_tenants_turn(agents)
     with policy("tests.orchestration.tenant_policy"), pytest.raises(AuthorizationError):
         mine.wait_for(theirs)
     assert not Wait.objects.exists()
+
+
+def test_waits_on_finished_targets_added_after_submit_still_give_their_results(agents):
+    # Waits attached to a submitted pending turn whose targets have all finished leave it
+    # pending (nothing to wait for), but their results are still its input: no release will
+    # come later to give them.
+    done = agents["worker"].run("early")
+    waiter = submitted(agents["joiner"], "combine")
+    assert waiter.wait_for(done).status == "pending"
+    assert services.run_turn(waiter.id)
+    (result,) = joined_results(agents["requests"][0])
+    assert result["turn_id"] == done.id and result["output_text"] == "result of early"
+
+
+def test_a_running_turn_that_waits_is_refused_as_started(agents, registered):
+    target = submitted(agents["worker"], "t")
+    refusals: list[str] = []
+
+    def attempt(request: ModelRequest) -> Any:
+        try:
+            load_turn(running.id).wait_for(target)
+        except WaitError as exc:
+            refusals.append(str(exc))
+        return reply("done")
+
+    running = submitted(registered(Agent("self_waiter", client=FunctionClient(attempt))), "go")
+    assert services.run_turn(running.id)
+    assert running.refresh().status == "completed"
+    assert len(refusals) == 1 and "already started" in refusals[0]
+    assert not Wait.objects.filter(waiter_id=running.id).exists()

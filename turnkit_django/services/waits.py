@@ -54,21 +54,28 @@ def add_wait(waiter: Turn, targets: Sequence[Any], *, principal: Any = _UNSET) -
     with transaction.atomic():
         lock_tree(waiter.root_turn_id)
         row = Turn.objects.get(pk=waiter.pk)
+        # A turn that has started (running, paused, or back to pending or waiting) is refused
+        # as started; only a finished one is an invalid transition.
+        if row.started_at is not None and row.status in ACTIVE_TURN_STATUSES:
+            raise WaitError(f"turn {row.pk!r} has already started; attach waits before it runs")
         if row.status not in (TurnStatus.PENDING, TurnStatus.WAITING):
             raise InvalidTransition(row.pk, row.status, "wait_for")
-        if row.started_at is not None:
-            raise WaitError(f"turn {row.pk!r} has already started; attach waits before it runs")
         found = {t.pk: t for t in Turn.objects.filter(pk__in=ids)}
         missing = [pk for pk in ids if pk not in found]
         if missing:
             raise WaitError(f"no turn {missing[0]!r} to wait for")
         add_edges(row, [found[pk] for pk in ids])
         blocked = any(found[pk].status in ACTIVE_TURN_STATUSES for pk in ids)
-        if blocked and row.status == TurnStatus.PENDING and row.submitted_at is not None:
-            apply_transition(row.pk, "wait")
-            row.status = TurnStatus.WAITING
-            emit("turn.waiting", turn_id=row.pk, conversation_id=row.conversation_id,
-                 targets=list(ids))
+        if row.status == TurnStatus.PENDING and row.submitted_at is not None:
+            if blocked:
+                apply_transition(row.pk, "wait")
+                row.status = TurnStatus.WAITING
+                emit("turn.waiting", turn_id=row.pk, conversation_id=row.conversation_id,
+                     targets=list(ids))
+            elif not unmet(row.pk):
+                # Nothing to wait for, so no release will give the results: give them now,
+                # before a worker claims the turn (submit does the same, submit_status).
+                join(row)
     return row
 
 
