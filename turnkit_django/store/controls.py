@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db.models import F
+from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from ..models import ToolExecution, Turn
 from ..serialization import JsonMapping, JsonObject
-from ..states import TurnStatus
+from ..states import ACTIVE_TURN_STATUSES, TurnStatus
 from .events import record_event, stamp
 from .turns import apply_transition
 
@@ -66,9 +66,15 @@ def resume(row: Turn, now: datetime) -> timedelta | None:
 
 
 def extend_deadline(root_id: str, by: timedelta) -> None:
-    """Move the tree's deadline later by ``by`` (paused time does not count against it)."""
+    """Move the tree's deadline later by ``by`` (paused time does not count against it).
+
+    Every active turn of the tree carries a copy of the root's deadline (taken when it was
+    created): maintenance releases a waiting turn past it and the heartbeat gives up a call
+    that outlives it, so the copies move with the root's. The root's own row moves even when
+    it has finished: it holds the deadline its still-active descendants are checked against."""
     if by > timedelta(0):
-        Turn.objects.filter(pk=root_id, deadline_at__isnull=False).update(
+        Turn.objects.filter(Q(pk=root_id) | Q(status__in=ACTIVE_TURN_STATUSES),
+                            root_turn_id=root_id, deadline_at__isnull=False).update(
             deadline_at=F("deadline_at") + by)
 
 
