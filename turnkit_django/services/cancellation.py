@@ -237,7 +237,6 @@ def cancel(turn: Turn | str, *, cascade: bool = False, principal: Any = None) ->
             changed = _execute(plan, report, principal, cascade, batch, asked)
         if changed is None:
             return report
-        report.status = TurnStatus.CANCELLED
         report.cancelled = [row.pk for row in changed]
         return report
     return report  # pragma: no cover - the last attempt always returns
@@ -259,6 +258,7 @@ def _execute(plan: _Plan, report: CancelReport, principal: Any, cascade: bool, b
     if active:
         cancel_row(target, _error(principal, target.pk, cascade=cascade, ancestor=False),
                    mark=cascade, callback_allowed=asked.get(target.pk))
+        report.status = TurnStatus.CANCELLED  # a finished target keeps the status it ended in
         changed.append(target)
     elif target.status == TurnStatus.CANCELLED and not (target.options or {}).get(
             "cancel_cascade"):
