@@ -15,7 +15,8 @@ A descendant is asked about with ``turn_principal`` set to the TARGET's principa
 acting for another principal (woken by a delivery from this tree) is cancelled with the tree
 that caused it and whose budget it spends.
 
-Bounded work: one call changes at most ``MAINTENANCE_BATCH_SIZE`` descendants. Every turn
+Bounded work: one call changes at most ``MAINTENANCE_BATCH_SIZE`` descendants, plus those
+running on a worker (only the fence move stops them; a claim check does not). Every turn
 cancelled by a cascade records ``options["cancel_cascade"] = True``, and :func:`cancel_sweep`
 (the beat task ``turnkit.cancel_sweep``) cancels active turns whose parent carries that mark, so a
 large cascade finishes over a few passes. Descendants the sweep could not find that way (an
@@ -249,9 +250,14 @@ def _execute(plan: _Plan, report: CancelReport, principal: Any, cascade: bool, b
     report.status = target.status
     unreachable = [row for row in plan.unreachable if row.pk in asked]
     reachable = [row for row in plan.reachable if row.pk in asked]
-    room = max(batch - len(unreachable) - (1 if active else 0), 0)
-    descendants = unreachable + reachable[:room]
-    report.remaining = len(plan.reachable) - min(room, len(reachable))
+    # A running descendant is never claimed again, so refusing claims does not stop it: only
+    # its fence moving does. It is cancelled now, past the batch if need be (there are at
+    # most as many as the tree has executions in flight); the sweep takes the rest.
+    running = [row for row in reachable if row.status == TurnStatus.RUNNING]
+    rest = [row for row in reachable if row.status != TurnStatus.RUNNING]
+    room = max(batch - len(unreachable) - len(running) - (1 if active else 0), 0)
+    descendants = unreachable + running + rest[:room]
+    report.remaining = len(plan.reachable) - len(running) - min(room, len(rest))
     if not active and not unreachable and not reachable:
         return None
     changed: list[Turn] = []
