@@ -21,7 +21,7 @@ from .events import EventCallback
 from .exceptions import InvalidTransition
 from .interactive import ConversationInputs, TreeControls, TurnControls
 from .media import MediaMethods
-from .messages import Part, TextPart
+from .messages import Part
 from .models import Conversation, Delivery, Message, ToolExecution, Turn
 from .options import ConversationOptions, RunOptions, TurnOptions, task_parts
 from .options import only as _only
@@ -32,7 +32,7 @@ from .runtime.running import RunningTurn
 from .serialization import JsonObject, snapshot
 from .services.costs import CostBreakdown
 from .states import TERMINAL_TURN_STATUSES, TurnStatus
-from .store import append_input, reload
+from .store import reload
 
 _UNSET: Any = object()
 
@@ -305,11 +305,7 @@ class ConversationHandle(ConversationInputs):
         """Append a user message; run nothing. With ``key``, once per key."""
         arguments.require_text(text, "the text of conv.say()")
         metadata = None if metadata is None else snapshot(metadata, "metadata")
-        if key is not None:
-            found = services.keyed_input(self.row, key, text)
-            if found is not None:
-                return found
-        return append_input(self.row.pk, [TextPart(text)], metadata=metadata, key=key)
+        return services.say(self.row, text, metadata=metadata, key=key)
 
     def prepare_turn(self, **options: Unpack[TurnOptions]) -> TurnHandle:
         """Create a pending turn over the messages so far."""
@@ -325,23 +321,19 @@ class ConversationHandle(ConversationInputs):
         (KeyConflict if the text differs), and appends nothing.
         """
         _only("ask", options, TurnOptions)
-        parts: list[Part] = [TextPart(arguments.require_text(text, "the text of conv.ask()"))]
-        if key is not None:
-            found = services.keyed_input(self.row, key, text)
-            taker = None if found is None else services.taker(found)
-            if taker is not None:
-                return TurnHandle(taker, self.agent)
-            if found is not None:  # said with this key, answered by no turn yet
-                parts, key = [], None
+        arguments.require_text(text, "the text of conv.ask()")
         if not submit:
             refuse_atomic_block("conversation.ask()")
-            row = execute_new(self.agent, parts, conversation=self.row,
-                              on_event=on_event, message_key=key, **options)
-            return TurnHandle(row, self.agent)
-        # The input and the turn handed to background execution, in one write.
-        row = services.new_turn(self.agent, parts, conversation=self.row, message_key=key,
-                                submit=True, **options)
-        return TurnHandle(row, self.agent)
+
+        def create(parts: list[Part], key: str | None) -> Turn:
+            if not submit:
+                return execute_new(self.agent, parts, conversation=self.row,
+                                   on_event=on_event, message_key=key, **options)
+            # The input and the turn handed to background execution, in one write.
+            return services.new_turn(self.agent, parts, conversation=self.row,
+                                     message_key=key, submit=True, **options)
+
+        return TurnHandle(services.answer_once(self.row, text, key, create), self.agent)
 
     def messages(self, after: int = 0, *, principal: Any = _UNSET,
                  include_private: bool = False) -> QuerySet[Message]:

@@ -24,6 +24,7 @@ from ..store import (
     create_claimed,
     create_conversation,
     create_turn,
+    keyed_write,
 )
 from ..store.claims import Prepare
 from .submission import dispatch
@@ -107,8 +108,9 @@ def new_turn(agent: AgentDefinition, parts: Sequence[Part] = (), *,
     :func:`turn_spec`.
     """
     conversation, spec = turn_spec(agent, **options)
-    turn = create_turn(spec, conversation, parts, message_metadata=message_metadata,
-                       message_key=message_key, submit=submit)
+    with keyed_write(message_key if parts else None):
+        turn = create_turn(spec, conversation, parts, message_metadata=message_metadata,
+                           message_key=message_key, submit=submit)
     if submit:
         dispatch(turn.pk)
     return turn
@@ -122,8 +124,9 @@ def new_claimed_turn(agent: AgentDefinition, parts: Sequence[Part], worker: str,
     """Create a root turn already claimed by ``worker`` (an inline run; see
     :func:`~turnkit_django.store.create_claimed`); ``options`` as for :func:`turn_spec`."""
     conversation, spec = turn_spec(agent, **options)
-    return create_claimed(spec, conversation, parts, worker, prepare=prepare,
-                          message_metadata=message_metadata, message_key=message_key)
+    with keyed_write(message_key if parts else None):
+        return create_claimed(spec, conversation, parts, worker, prepare=prepare,
+                              message_metadata=message_metadata, message_key=message_key)
 
 
 def turn_spec(

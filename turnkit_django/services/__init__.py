@@ -15,7 +15,7 @@ from .cancellation import CancelReport, cancel, cancel_sweep
 from .compaction import compact_conversation
 from .costs import CostBreakdown, TurnCost, cost_breakdown
 from .deliveries import deliver, send_message, wake
-from .inputs import InputStatus, input_status, keyed_input, post, taker
+from .inputs import InputStatus, answer_once, input_status, keyed_input, post, say, taker
 from .reading import Readable, readable_conversations, tree_messages
 from .recovery import ReconcileReport, drain, reconcile, release_waiting
 from .retention import prune
@@ -30,6 +30,7 @@ __all__ = [
     "ReconcileReport",
     "TurnCost",
     "add_wait",
+    "answer_once",
     "cancel",
     "cancel_sweep",
     "compact_conversation",
@@ -51,6 +52,7 @@ __all__ = [
     "reconcile",
     "release_waiting",
     "run_turn",
+    "say",
     "send_message",
     "submit",
     "taker",

@@ -10,15 +10,18 @@ a turn has taken the input yet, and which.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..arguments import idempotency_key
 from ..authorization import authorize
 from ..exceptions import DeliveryConflict, KeyConflict
-from ..messages import text_of
+from ..messages import Part, TextPart, text_of
 from ..models import Conversation, Delivery, Message, Turn
 from ..runtime.deliveries import send_message
+from ..serialization import JsonMapping
+from ..store import InputKeyTaken, append_input
 from ..store.transcript import to_chat
 
 
@@ -49,6 +52,45 @@ def keyed_input(conversation: Conversation, key: str, text: str) -> Message | No
     if found is not None and to_chat(found).text != text:
         raise KeyConflict(key, "input")
     return found
+
+
+def say(conversation: Conversation, text: str, *, metadata: JsonMapping | None = None,
+        key: str | None = None) -> Message:
+    """Append ``text`` as user input; with ``key``, once per key: a retry, even one racing
+    the first call, returns the message the first call appended (KeyConflict: other text)."""
+    if key is None:
+        return append_input(conversation.pk, [TextPart(text)], metadata=metadata)
+    found = keyed_input(conversation, key, text)
+    if found is not None:
+        return found
+    try:
+        return append_input(conversation.pk, [TextPart(text)], metadata=metadata, key=key)
+    except InputKeyTaken:
+        found = keyed_input(conversation, key, text)
+        if found is None:  # pragma: no cover - the key was taken by a committed input
+            raise
+        return found
+
+
+def answer_once(conversation: Conversation, text: str, key: str | None,
+                create: Callable[[list[Part], str | None], Turn]) -> Turn:
+    """The turn answering the input ``text``: ``create(parts, key)`` makes it; with ``key``,
+    once per key: a retry, even one racing the first call, gets the turn that took the input
+    (an input said with the key and answered by no turn yet is answered without appending)."""
+    if key is None:
+        return create([TextPart(text)], None)
+    try:
+        return _answer_keyed(conversation, text, key, create)
+    except InputKeyTaken:  # a racing call stored the input first: answer as its retry
+        return _answer_keyed(conversation, text, key, create)
+
+
+def _answer_keyed(conversation: Conversation, text: str, key: str,
+                  create: Callable[[list[Part], str | None], Turn]) -> Turn:
+    found = keyed_input(conversation, key, text)
+    if found is None:
+        return create([TextPart(text)], key)
+    return taker(found) or create([], None)
 
 
 def taker(message: Message) -> Turn | None:
@@ -96,4 +138,5 @@ def input_status(conversation: Conversation, key: str, *, principal: Any = None,
     return InputStatus(key, "applied", turn.pk, message.pk, text)
 
 
-__all__ = ["InputStatus", "input_status", "keyed_input", "post", "post_key", "taker"]
+__all__ = ["InputStatus", "answer_once", "input_status", "keyed_input", "post", "post_key",
+           "say", "taker"]

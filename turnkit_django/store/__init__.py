@@ -31,10 +31,12 @@ from .seen import History, Prefix, history_before, remember_history
 from .state import GRANTED, Candidate, MediaCall, Reservation, Terminal, TurnState
 from .transcript import (
     ClosedCall,
+    InputKeyTaken,
     NewMessage,
     allocate_sequences,
     append_input,
     insert_messages,
+    keyed_write,
     repair,
     to_chat,
     visible_chat,
@@ -60,6 +62,7 @@ __all__ = [
     "ClosedCall",
     "Fenced",
     "History",
+    "InputKeyTaken",
     "Ledger",
     "LedgerDelta",
     "MediaCall",
@@ -84,6 +87,7 @@ __all__ = [
     "heartbeat",
     "history_before",
     "insert_messages",
+    "keyed_write",
     "lease_of",
     "lock_conversation",
     "lock_tree",

@@ -9,11 +9,12 @@ turn stops without finishing its tool batch (failure, cancel, stale, dead-letter
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import JSONField, Q, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
@@ -108,10 +109,28 @@ def insert_messages(conversation_id: str, messages: Sequence[NewMessage]) -> lis
     return insert_rows(conversation_id, build_messages(conversation_id, messages))
 
 
+class InputKeyTaken(Exception):
+    """Another call stored an input with this key in the conversation first (they raced)."""
+
+
+@contextmanager
+def keyed_write(key: str | None) -> Iterator[None]:
+    """The write of an input keyed ``key``, in a savepoint: an input stored meanwhile with the
+    key raises InputKeyTaken and the caller's transaction goes on (the caller reads it)."""
+    if not key:
+        yield
+        return
+    try:
+        with transaction.atomic():
+            yield
+    except IntegrityError as exc:
+        raise InputKeyTaken(key) from exc
+
+
 def append_input(conversation_id: str, parts: Sequence[Part], *,
                  metadata: JsonMapping | None = None, key: str | None = None) -> Message:
     """Append application input (not owned by any claim) to a conversation."""
-    with transaction.atomic():
+    with keyed_write(key), transaction.atomic():
         return insert_messages(conversation_id, [NewMessage("user", parts, metadata=metadata,
                                                             key=key)])[0]
 
@@ -315,7 +334,7 @@ def repair(turn: Turn, *, reason: str, fence: int | None = None) -> list[ClosedC
     return _with_messages(closed, insert_messages(turn.conversation_id, messages))
 
 
-__all__ = ["ClosedCall", "NewMessage", "allocate_sequences", "append_input", "build_messages",
-           "insert_messages", "insert_rows",
-           "interrupt_running", "open_tool_calls", "repair", "to_chat", "visible_chat",
+__all__ = ["ClosedCall", "InputKeyTaken", "NewMessage", "allocate_sequences", "append_input",
+           "build_messages", "insert_messages", "insert_rows", "interrupt_running",
+           "keyed_write", "open_tool_calls", "repair", "to_chat", "visible_chat",
            "visible_history"]
