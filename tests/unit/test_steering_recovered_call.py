@@ -1,4 +1,9 @@
-"""Steering a turn whose replay-safe call was reset by recovery: "outcome unknown".
+"""Steering never reports a call that may have run as "not executed".
+
+A background delegation whose child finished while its parent waited ran: steering the parent
+before it joined keeps the child's result (the envelope the join would have recorded).
+
+Steering a turn whose replay-safe call was reset by recovery gives "outcome unknown".
 
 Recovery puts a replay-safe call that was running when its worker died back to ``pending``
 (same row, same key) for the resumed turn to run again. It may have taken effect already, so
@@ -12,10 +17,10 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.test_resume import Ledger, billing_agent, crash, submitted
-from turnkit_django import services
+from turnkit_django import Agent, services
 from turnkit_django.clients.base import ModelRequest
-from turnkit_django.models import ToolExecution
-from turnkit_django.testing import call, reply
+from turnkit_django.models import ToolExecution, Turn
+from turnkit_django.testing import FunctionClient, call, reply
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background", "invariants")]
 
@@ -50,4 +55,33 @@ def test_a_reset_replay_safe_call_superseded_by_steering_is_outcome_unknown(
     assert reset.error["error"] == "outcome_unknown"
     assert ToolExecution.objects.filter(turn_id=run.id).count() == 1
     assert ledger.keys == [reset.idempotency_key]  # one charge
+    valid_transcript(run.conversation_id)
+
+
+def test_a_delegation_whose_child_finished_keeps_its_result_when_steering_comes_first(
+        registered, valid_transcript):
+    def parent_respond(request: ModelRequest) -> object:
+        results = [p for m in request.messages if m.role == "tool" for p in m.tool_results]
+        if not results:
+            return call("kid", id="call_kid", task="go")
+        guidance = [m.text for m in request.messages if m.role == "user"][-1]
+        return reply(f"{guidance} | {results[-1].content.get('output_text')}")
+
+    kid = Agent("kid", client=FunctionClient(lambda r: reply("child did the work")))
+    parent = registered(Agent("boss", sub_agents=[kid], client=FunctionClient(parent_respond)))
+    run = parent.submit("start")
+    assert services.run_turn(run.id)
+    assert Turn.objects.get(pk=run.id).status == "waiting"
+    run.steer("Prefer blue.", key="steer-1")
+    (child,) = Turn.objects.filter(parent_turn_id=run.id)
+    assert services.run_turn(child.pk)
+    services.drain()  # releases the parent
+    assert services.run_turn(run.id)
+
+    run.refresh()
+    assert run.status == "completed", run.error
+    assert run.output_text == "Prefer blue. | child did the work"
+    (execution,) = ToolExecution.objects.filter(turn_id=run.id)
+    assert execution.status == "completed"
+    assert execution.result["turn_id"] == child.pk
     valid_transcript(run.conversation_id)

@@ -22,19 +22,21 @@ import copy
 from dataclasses import replace
 from datetime import timedelta
 
+from django.db.models.functions import Now
 from pydantic import ValidationError
 
 from ..errors import ErrorRecord, outcome_unknown
 from ..messages import MessageKind, TextPart, ToolCallPart, ToolResultPart
 from ..models import Message, ToolExecution, Turn
 from ..serialization import JsonObject
-from ..states import FINISHED_TOOL_STATUSES, Phase, ToolStatus
+from ..states import FINISHED_TOOL_STATUSES, TERMINAL_TURN_STATUSES, Phase, ToolStatus
 from ..store import Ledger
 from ..store.events import stamp
 from ..tools.base import Tool, ToolContext
 from . import budget
 from .calls import CallOutcome, precheck, response_calls
 from .context import Suspended, TurnContext
+from .delegation import child_outcome
 from .results import skip_locked
 
 SUPERSEDED = ErrorRecord(
@@ -109,10 +111,24 @@ def _supersede(ctx: TurnContext, executions: dict[str, ToolExecution],
     """Every call of the current response that has not started gets a "superseded" result."""
     content = SUPERSEDED.for_model()
     written: list[Message] = []
+    children = {c.parent_tool_execution_id: c for c in Turn.objects.filter(
+        parent_tool_execution_id__in=[e.pk for e in executions.values()
+                                      if e.status not in FINISHED_TOOL_STATUSES])}
     for call in response_calls(ctx):
         execution = executions.get(call.id)
+        child = None if execution is None else children.get(execution.pk)
         if execution is None:
             written.append(skip_locked(ctx, call, "superseded by new guidance from the user"))
+        elif child is not None and child.status in TERMINAL_TURN_STATUSES:
+            # A delegation whose child finished ran: it keeps its result (the join's).
+            outcome = child_outcome(child)
+            is_error = outcome.status != ToolStatus.COMPLETED
+            ctx.fenced.move_execution(execution.pk, [ToolStatus.PENDING, ToolStatus.RUNNING],
+                                      outcome.status, completed_at=Now(),
+                                      **{"error" if is_error else "result": outcome.content})
+            written.append(ctx.fenced.append(
+                "tool", [ToolResultPart(call.id, call.name, outcome.content, is_error=is_error)],
+                kind=MessageKind.TOOL_RESULT, tool_execution_id=execution.pk))
         elif execution.pk in idle or (execution.status == ToolStatus.PENDING
                                       and execution.attempts == 0):
             ctx.fenced.move_execution(execution.pk, [ToolStatus.PENDING, ToolStatus.RUNNING],
@@ -121,8 +137,9 @@ def _supersede(ctx: TurnContext, executions: dict[str, ToolExecution],
                 "tool", [ToolResultPart(call.id, call.name, content, is_error=True)],
                 kind=MessageKind.TOOL_RESULT, tool_execution_id=execution.pk))
         elif execution.status not in FINISHED_TOOL_STATUSES:
-            # Its worker died mid-call: still running, or a replay-safe call recovery reset
-            # to pending (attempts > 0). Either may have taken effect: never "not executed".
+            # Its worker died mid-call (still running, or a replay-safe call recovery reset to
+            # pending: attempts > 0), or its child still runs: it may have taken effect, so it
+            # is never "not executed".
             unknown = outcome_unknown().for_model()
             ctx.fenced.move_execution(execution.pk, [ToolStatus.PENDING, ToolStatus.RUNNING],
                                       ToolStatus.INTERRUPTED, error=unknown)
