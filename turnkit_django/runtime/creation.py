@@ -108,7 +108,7 @@ def new_turn(agent: AgentDefinition, parts: Sequence[Part] = (), *,
     :func:`turn_spec`.
     """
     conversation, spec = turn_spec(agent, **options)
-    with keyed_write(message_key if parts else None):
+    with keyed_write(conversation.pk, message_key if parts else None):
         turn = create_turn(spec, conversation, parts, message_metadata=message_metadata,
                            message_key=message_key, submit=submit)
     if submit:
@@ -124,7 +124,7 @@ def new_claimed_turn(agent: AgentDefinition, parts: Sequence[Part], worker: str,
     """Create a root turn already claimed by ``worker`` (an inline run; see
     :func:`~turnkit_django.store.create_claimed`); ``options`` as for :func:`turn_spec`."""
     conversation, spec = turn_spec(agent, **options)
-    with keyed_write(message_key if parts else None):
+    with keyed_write(conversation.pk, message_key if parts else None):
         return create_claimed(spec, conversation, parts, worker, prepare=prepare,
                               message_metadata=message_metadata, message_key=message_key)
 

@@ -114,9 +114,10 @@ class InputKeyTaken(Exception):
 
 
 @contextmanager
-def keyed_write(key: str | None) -> Iterator[None]:
+def keyed_write(conversation_id: str, key: str | None) -> Iterator[None]:
     """The write of an input keyed ``key``, in a savepoint: an input stored meanwhile with the
-    key raises InputKeyTaken and the caller's transaction goes on (the caller reads it)."""
+    key in the conversation raises InputKeyTaken and the caller's transaction goes on (the
+    caller reads it); any other integrity error is raised as it is."""
     if not key:
         yield
         return
@@ -124,13 +125,15 @@ def keyed_write(key: str | None) -> Iterator[None]:
         with transaction.atomic():
             yield
     except IntegrityError as exc:
+        if not Message.objects.filter(conversation_id=conversation_id, key=key).exists():
+            raise
         raise InputKeyTaken(key) from exc
 
 
 def append_input(conversation_id: str, parts: Sequence[Part], *,
                  metadata: JsonMapping | None = None, key: str | None = None) -> Message:
     """Append application input (not owned by any claim) to a conversation."""
-    with keyed_write(key), transaction.atomic():
+    with keyed_write(conversation_id, key), transaction.atomic():
         return insert_messages(conversation_id, [NewMessage("user", parts, metadata=metadata,
                                                             key=key)])[0]
 
