@@ -80,7 +80,7 @@ def run_inline_child(parent: TurnContext, tool: SubAgentTool, call: ToolCallPart
                      execution: ToolExecution, args: Any) -> CallOutcome:
     """Run a sub-agent synchronously and return its envelope as the tool result."""
     task = ""
-    refusal = launch_refusal(parent, tool.tool_name, call.arguments)
+    refusal = launch_refusal(parent, tool.agent.name, call.arguments)
     if refusal is None:
         refusal, task = child_task(tool, args)
     if refusal is not None:

@@ -129,7 +129,8 @@ def _precheck(ctx: TurnContext, tool: SubAgentTool,
     refusal, args = precheck(ctx, tool, call)
     if refusal is not None:
         return refusal, None
-    return launch_refusal(ctx, call.name, call.arguments), args
+    # ``agent`` is the agent the call starts (a typed tool's name is not its agent's).
+    return launch_refusal(ctx, tool.agent.name, call.arguments), args
 
 
 def _launch(ctx: TurnContext, call: ToolCallPart, tool: SubAgentTool) -> ToolExecution:
