@@ -18,7 +18,7 @@ from ..errors import ErrorRecord, budget_exceeded, not_authorized
 from ..exceptions import AuthorizationError, BudgetExceeded, LostClaim, WaitError
 from ..ids import new_id
 from ..messages import ToolCallPart
-from ..models import Conversation, ToolExecution, Turn
+from ..models import Conversation, Delivery, ToolExecution, Turn
 from ..states import ToolStatus
 from ..store.waits import add_edges
 from ..tools.coordination import CoordinationTool, LaunchAgent, SendMessage, WaitFor
@@ -41,6 +41,9 @@ def _failed(code: str, message: str) -> CallOutcome:
 def launch(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution,
            args: Any) -> CallOutcome:
     """``launch_agent``: start a sub-agent as a submitted child, without joining it."""
+    child = child_of(execution)
+    if child is not None:  # a replay: the launch was decided (and authorized) when it ran
+        return CallOutcome(ToolStatus.COMPLETED, {**child.envelope(), "callback": args.callback})
     agents = {agent.name: agent for agent in ctx.agent.sub_agents}
     agent = agents.get(args.agent)
     if agent is None:
@@ -50,24 +53,22 @@ def launch(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution,
     refusal = launch_refusal(ctx, agent.name, call.arguments)
     if refusal is not None:
         return CallOutcome.failed(refusal)
-    child = child_of(execution)
-    if child is None:
-        child_id = new_id("turn")
-        try:
-            if args.callback:  # asked before the transaction, for the child to be
-                authorize_callback(child_id, ctx.principal, ctx.conversation)
-            with ctx.fenced.atomic():
-                child = submit(create_child(ctx, agent, execution, args.task, turn_id=child_id),
-                               callback=ctx.conversation if args.callback else None,
-                               callback_authorized=True)
-        except AuthorizationError:
-            return CallOutcome.failed(not_authorized(
-                "You are not allowed to ask for a callback into this conversation."))
-        except BudgetExceeded as exc:
-            return CallOutcome.failed(budget_exceeded(exc.reason), error=exc)
-        ctx.emit("sub_agent.delegated", id=call.id, name=agent.name, child_turn_id=child.pk,
-                 child_conversation_id=child.conversation_id, task_chars=len(args.task),
-                 background=True)
+    child_id = new_id("turn")
+    try:
+        if args.callback:  # asked before the transaction, for the child to be
+            authorize_callback(child_id, ctx.principal, ctx.conversation)
+        with ctx.fenced.atomic():
+            child = submit(create_child(ctx, agent, execution, args.task, turn_id=child_id),
+                           callback=ctx.conversation if args.callback else None,
+                           callback_authorized=True)
+    except AuthorizationError:
+        return CallOutcome.failed(not_authorized(
+            "You are not allowed to ask for a callback into this conversation."))
+    except BudgetExceeded as exc:
+        return CallOutcome.failed(budget_exceeded(exc.reason), error=exc)
+    ctx.emit("sub_agent.delegated", id=call.id, name=agent.name, child_turn_id=child.pk,
+             child_conversation_id=child.conversation_id, task_chars=len(args.task),
+             background=True)
     return CallOutcome(ToolStatus.COMPLETED, {**child.envelope(), "callback": args.callback})
 
 
@@ -101,28 +102,30 @@ def wait(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution,
 def send(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution,
          args: Any) -> CallOutcome:
     """``send_message``: a durable message to another conversation, keyed by the execution."""
-    destination = Conversation.objects.filter(pk=args.conversation_id).first()
-    if destination is None:
-        return _failed("unknown_conversation", f"There is no conversation "
-                                               f"{args.conversation_id!r}.")
-    try:
-        principal = authorize_send(ctx.conversation, destination, args.text,
-                                   principal=ctx.principal, source_turn=ctx.row)
-    except AuthorizationError:
-        return CallOutcome.failed(not_authorized(
-            f"You are not allowed to send a message to conversation {destination.pk!r}."))
-    with ctx.fenced.atomic():
-        delivery = record_send(ctx.conversation, destination, args.text,
-                               key=f"turnkit:send:{execution.pk}", principal=principal,
-                               source_turn=ctx.row, deliver_now=False)
+    key = f"turnkit:send:{execution.pk}"
+    delivery = Delivery.objects.filter(key=key).first()
+    if delivery is None:  # else a replay: the message was authorized and stored when it ran
+        destination = Conversation.objects.filter(pk=args.conversation_id).first()
+        if destination is None:
+            return _failed("unknown_conversation", f"There is no conversation "
+                                                   f"{args.conversation_id!r}.")
+        try:
+            principal = authorize_send(ctx.conversation, destination, args.text,
+                                       principal=ctx.principal, source_turn=ctx.row)
+        except AuthorizationError:
+            return CallOutcome.failed(not_authorized(
+                f"You are not allowed to send a message to conversation {destination.pk!r}."))
+        with ctx.fenced.atomic():
+            delivery = record_send(ctx.conversation, destination, args.text, key=key,
+                                   principal=principal, source_turn=ctx.row, deliver_now=False)
     if delivery.delivered_at is None:
         try:
             delivery = deliver(delivery.pk)
         except Exception:  # it is stored: maintenance delivers it
             logger.warning("could not deliver %r yet", delivery.pk, exc_info=True)
-    return CallOutcome(ToolStatus.COMPLETED, {"delivery_id": delivery.pk,
-                                              "conversation_id": destination.pk,
-                                              "delivered": delivery.delivered_at is not None})
+    return CallOutcome(ToolStatus.COMPLETED, {
+        "delivery_id": delivery.pk, "conversation_id": delivery.destination_conversation_id,
+        "delivered": delivery.delivered_at is not None})
 
 
 EXECUTORS: dict[type[CoordinationTool], Executor] = {
