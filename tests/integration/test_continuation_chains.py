@@ -223,3 +223,20 @@ def test_deliveries_from_two_trees_wake_one_continuation_in_the_oldest_senders_t
     assert continuation.root_turn_id == first.id  # the oldest message's tree
     assert not Turn.objects.filter(root_turn_id=second.id, conversation_id=inbox.id).exists()
     assert seen[-1][-2:] == ["first", "second"]  # one answer to both
+
+
+def test_an_application_message_naming_its_source_turn_still_starts_a_fresh_root(registered):
+    """``conv.send_message(..., source_turn=...)`` records which turn the application sends for;
+    it is still application input (messages-and-waits.md, "Which budget"): a new root with the
+    destination's limits, not a turn of the named turn's tree, which may be exhausted or
+    cancelled."""
+    job = registered(Agent("job", client=FunctionClient(lambda request: reply("done"))))
+    source = job.conversation()
+    run = source.ask("work")  # finished
+    agent = registered(Agent("listener", client=FunctionClient(lambda request: reply("ok"))))
+    listener = agent.conversation(principal=TENANT)
+    source.send_message(listener, "the job is done", key="app-2", principal=None,
+                        source_turn=run)
+    (continuation,) = listener.turns()
+    assert continuation.root_turn_id == continuation.pk
+    assert continuation.options["limits"]["max_iterations"] == agent.limits().max_iterations

@@ -117,7 +117,8 @@ def send(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution,
                 f"You are not allowed to send a message to conversation {destination.pk!r}."))
         with ctx.fenced.atomic():
             delivery = record_send(ctx.conversation, destination, args.text, key=key,
-                                   principal=principal, source_turn=ctx.row, deliver_now=False)
+                                   principal=principal, source_turn=ctx.row, deliver_now=False,
+                                   from_model=True)
     if delivery.delivered_at is None:
         try:
             delivery = deliver(delivery.pk)

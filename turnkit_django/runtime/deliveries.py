@@ -92,12 +92,17 @@ def authorize_send(source: Conversation, destination: Conversation, text: str, *
 
 def record_send(source: Conversation, destination: Conversation, text: str, *, key: str,
                 principal: object, source_turn: Turn | None = None,
-                deliver_now: bool = True) -> Delivery:
-    """Store an authorized message once per ``key`` (and deliver it at once if asked)."""
+                deliver_now: bool = True, from_model: bool = False) -> Delivery:
+    """Store an authorized message once per ``key`` (and deliver it at once if asked).
+
+    ``from_model``: a model sent it (the ``send_message`` tool), so its continuation joins the
+    source turn's tree; the application's messages start new roots, ``source_turn`` or not."""
+    payload: dict[str, Any] = {"text": text, "sender_principal": principal}
+    if from_model:
+        payload["from_model"] = True
     delivery = deliveries.create(
         key=key, destination_id=destination.pk, source_id=source.pk,
-        source_turn_id=source_turn.pk if source_turn is not None else None,
-        payload={"text": text, "sender_principal": principal},
+        source_turn_id=source_turn.pk if source_turn is not None else None, payload=payload,
     )
     if deliver_now and delivery.delivered_at is None:
         deliver(delivery.pk)
@@ -378,10 +383,15 @@ def _sender(metadata: JsonMapping) -> str | None:
 
 
 def _in_tree(metadata: JsonMapping, senders: Mapping[str, Turn]) -> Turn | None:
-    """The turn whose tree the message continues; None for application input (no sender, or
-    the completion callback of a root, which only the application submits with one)."""
+    """The turn whose tree the message continues; None for application input: a message the
+    application sent (naming a ``source_turn`` or not), or the completion callback of a root,
+    which only the application submits with one."""
     sender = senders.get(_sender(metadata) or "")
-    return None if sender is None or (metadata.get("callback") and sender.is_root) else sender
+    if sender is None:
+        return None
+    if metadata.get("callback"):
+        return None if sender.is_root else sender
+    return sender if metadata.get("from_model") else None
 
 
 def _from_cancelled_tree(sender: Turn | None) -> bool:

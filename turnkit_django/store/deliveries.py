@@ -84,6 +84,8 @@ def append_delivered(delivery_id: str) -> tuple[Conversation, Delivery, Message 
     }
     if delivery.key.startswith(COMPLETION_PREFIX):
         metadata["callback"] = True
+    if payload.get("from_model"):  # sent by a model's send_message tool, not the application
+        metadata["from_model"] = True
     message = insert_messages(destination_id, [
         NewMessage("user", [TextPart(str(payload.get("text", "")))], metadata=metadata)])[0]
     delivered_at = timezone.now()
