@@ -395,7 +395,12 @@ def _in_tree(metadata: JsonMapping, senders: Mapping[str, Turn]) -> Turn | None:
 
 
 def _from_cancelled_tree(sender: Turn | None) -> bool:
-    return sender is not None and sender.root_turn.status == TurnStatus.CANCELLED
+    """Its root was cancelled, or the sender by a cascade (of a run that had already ended)."""
+    if sender is None:
+        return False
+    return sender.root_turn.status == TurnStatus.CANCELLED or (
+        sender.status == TurnStatus.CANCELLED and bool((sender.options or {}).get(
+            "cancel_cascade")))
 
 
 __all__ = [
