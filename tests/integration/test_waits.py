@@ -289,3 +289,19 @@ def test_a_running_turn_that_waits_is_refused_as_started(agents, registered):
     assert running.refresh().status == "completed"
     assert len(refusals) == 1 and "already started" in refusals[0]
     assert not Wait.objects.filter(waiter_id=running.id).exists()
+
+
+def test_a_turn_given_its_joined_results_refuses_new_waits_instead_of_losing_them(agents):
+    # The results are given once, in one message: a wait added after they were given would
+    # never reach the turn's input, so it is refused; waiting again for a target is a no-op.
+    done = agents["worker"].run("early")
+    waiter = agents["joiner"].prepare("combine").wait_for(done).submit()
+    assert "joined_message_id" in waiter.refresh().row.state
+    later = agents["worker"].run("late")
+    with pytest.raises(WaitError, match="already been given"):
+        waiter.wait_for(later)
+    waiter.wait_for(done)
+    assert list(Wait.objects.filter(waiter_id=waiter.id).values_list("target_id", flat=True)) \
+        == [done.id]
+    assert services.run_turn(waiter.id)
+    assert [r["turn_id"] for r in joined_results(agents["requests"][0])] == [done.id]

@@ -15,7 +15,7 @@ from django.db import transaction
 from ..authorization import authorize
 from ..events import emit
 from ..exceptions import InvalidTransition, WaitError
-from ..models import Turn
+from ..models import Turn, Wait
 from ..states import ACTIVE_TURN_STATUSES, TurnStatus
 from ..store import apply_transition, lock_tree
 from ..store.waits import add_edges, join, unmet
@@ -60,6 +60,12 @@ def add_wait(waiter: Turn, targets: Sequence[Any], *, principal: Any = _UNSET) -
             raise WaitError(f"turn {row.pk!r} has already started; attach waits before it runs")
         if row.status not in (TurnStatus.PENDING, TurnStatus.WAITING):
             raise InvalidTransition(row.pk, row.status, "wait_for")
+        if (row.state or {}).get("joined_message_id") and set(ids) - set(
+                Wait.objects.filter(waiter_id=row.pk).values_list("target_id", flat=True)):
+            # Given once, in one message (store.waits.join): a later target's result would
+            # never reach the turn's input.
+            raise WaitError(f"turn {row.pk!r} has already been given the results it waited "
+                            "for; add waits before they are given")
         found = {t.pk: t for t in Turn.objects.filter(pk__in=ids)}
         missing = [pk for pk in ids if pk not in found]
         if missing:
