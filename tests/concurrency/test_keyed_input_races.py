@@ -19,16 +19,22 @@ from turnkit_django.testing import FunctionClient, reply
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
 
 
-def test_an_ask_retried_at_the_same_moment_appends_once_and_both_get_its_turn(registered):
-    agent = registered(Agent("keyed", client=FunctionClient(lambda r: reply("ok"))))
+@pytest.mark.parametrize(("submit", "rounds"), [(True, 60), (False, 30)],
+                         ids=["submitted", "inline"])
+def test_an_ask_retried_at_the_same_moment_appends_once_and_both_get_its_turn(
+        registered, submit, rounds):
+    agent = registered(Agent(f"keyed-{submit}", client=FunctionClient(lambda r: reply("ok"))))
     conv = agent.conversation()
     with Race(2) as race:
-        for round_ in range(60):
-            ask = partial(conv.ask, f"question {round_}", key=f"req-{round_}", submit=True)
+        for round_ in range(rounds):
+            ask = partial(conv.ask, f"question {round_}", key=f"req-{round_}", submit=submit)
             first, second = race.round([ask, ask])
             assert first.id == second.id, f"round {round_}"
-    assert Message.objects.filter(conversation_id=conv.id, role="user").count() == 60
-    assert Turn.objects.filter(conversation_id=conv.id).count() == 60
+    assert Message.objects.filter(conversation_id=conv.id, role="user").count() == rounds
+    turns = Turn.objects.filter(conversation_id=conv.id)
+    assert turns.count() == rounds
+    if not submit:  # each ran once, inline
+        assert set(turns.values_list("status", flat=True)) == {"completed"}
 
 
 def test_a_say_retried_at_the_same_moment_appends_once(registered):
@@ -40,16 +46,3 @@ def test_a_say_retried_at_the_same_moment_appends_once(registered):
             first, second = race.round([say, say])
             assert first.pk == second.pk, f"round {round_}"
     assert Message.objects.filter(conversation_id=conv.id).count() == 60
-
-
-def test_an_inline_ask_retried_at_the_same_moment_runs_one_turn(registered):
-    agent = registered(Agent("inline-keyed", client=FunctionClient(lambda r: reply("ok"))))
-    conv = agent.conversation()
-    with Race(2) as race:
-        for round_ in range(30):
-            ask = partial(conv.ask, f"question {round_}", key=f"inline-{round_}")
-            first, second = race.round([ask, ask])
-            assert first.id == second.id, f"round {round_}"
-    assert Message.objects.filter(conversation_id=conv.id, role="user").count() == 30
-    assert set(Turn.objects.filter(conversation_id=conv.id).values_list(
-        "status", flat=True)) == {"completed"}
