@@ -9,6 +9,7 @@ deadline; the hung worker's late writes are fenced out.
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 
@@ -18,6 +19,8 @@ from tests.dispatch import override_turnkit
 from turnkit_django import Agent, services, tool
 from turnkit_django.errors import unknown_result
 from turnkit_django.models import Turn
+from turnkit_django.store.controls import extend_deadline
+from turnkit_django.store.locks import database_now
 from turnkit_django.testing import FunctionClient, call, reply
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
@@ -109,3 +112,35 @@ def test_a_call_within_its_timeout_keeps_its_lease(registered):
         run = agent.submit("go")
         assert services.run_turn(run.id, kind="test")
     assert Turn.objects.get(pk=run.id).recovery_attempts == 0
+
+
+def test_a_call_keeps_its_lease_when_the_trees_deadline_moved_later_meanwhile(registered):
+    """The deadline a worker holds in memory is the one its turn had when it was read; a pause's
+    resume or a decided approval elsewhere in the tree moves it later in the database
+    (``store.controls.extend_deadline``). A call still in flight past the old deadline keeps its
+    lease: the heartbeat reads the deadline again before it gives the call up."""
+    entered, release = threading.Event(), threading.Event()
+
+    def respond(request):
+        entered.set()
+        assert release.wait(TIMEOUT)
+        return reply("in time")
+
+    agent = registered(Agent("extended", client=FunctionClient(respond), timeout=0.5))
+    with override_turnkit(**FAST):
+        run = agent.submit("go")
+        stuck = Worker(services.run_turn, run.id, kind="test")
+        stuck.start()
+        try:
+            assert entered.wait(TIMEOUT)
+            first = Turn.objects.get(pk=run.id).deadline_at
+            extend_deadline(run.id, timedelta(hours=1))
+            # Past the old deadline and several leases after it, the turn is still held.
+            wait_until(lambda: database_now() > first + timedelta(seconds=2), timeout=10,
+                       what="the old deadline and a few leases to pass")
+            assert not recovered(run.id)
+        finally:
+            release.set()
+        assert stuck.outcome() is True
+    row = Turn.objects.get(pk=run.id)
+    assert (row.status, row.output_text, row.recovery_attempts) == ("completed", "in time", 0)

@@ -130,7 +130,12 @@ class TurnContext:
         deadline = self.row.deadline_at
         now = self.fenced.database_now()
         if deadline is not None and now is not None and now >= deadline:
-            return f"the turn's deadline passed during the {call.kind} call {call.name!r}"
+            # The deadline held in memory may have moved later since it was read (a resume or a
+            # decided approval elsewhere in the tree): read it again before giving up.
+            deadline = Turn.objects.filter(pk=self.row.pk).values_list(
+                "deadline_at", flat=True).first()
+            if deadline is not None and now >= deadline:
+                return f"the turn's deadline passed during the {call.kind} call {call.name!r}"
         return None
 
     def check_stop(self) -> None:
