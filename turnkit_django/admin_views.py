@@ -112,7 +112,12 @@ def log_cancel(request: HttpRequest, report: CancelReport) -> None:
     if not report.changed:
         return
     descendants = [pk for pk in report.cancelled if pk != report.turn_id]
-    if report.cascade:
+    if len(descendants) == len(report.cancelled):  # the target had finished: only below it
+        message = ngettext(
+            "Its descendants were cancelled (%(count)d turn); the turn itself had already "
+            "finished.", "Its descendants were cancelled (%(count)d turns); the turn itself "
+            "had already finished.", len(descendants)) % {"count": len(descendants)}
+    elif report.cascade:
         message = ngettext("Cancelled with descendants (%(count)d turn cancelled).",
                            "Cancelled with descendants (%(count)d turns cancelled).",
                            len(report.cancelled)) % {"count": len(report.cancelled)}

@@ -14,14 +14,15 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.dispatch import background
-from tests.helpers import _disarm_failpoints, verify_after_test
+from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from tests.orchestration import answering, policy, policy_calls, snapshot
 from turnkit_django import services
 from turnkit_django.handles import Run
 from turnkit_django.messages import TextPart
 from turnkit_django.models import Turn
 
-__all__ = ["_disarm_failpoints", "background", "policy_calls", "verify_after_test"]
+__all__ = ["_disarm_failpoints", "background", "policy_calls", "registered",
+           "verify_after_test"]
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background")]
 
@@ -132,3 +133,20 @@ def test_a_denied_cancel_is_reported_not_raised():
     (message,) = shown(response)
     assert message == f"1 turn could not be cancelled: {root.pk} (not authorized)."
     assert snapshot() == before
+
+
+def test_cancelling_the_descendants_of_a_finished_turn_logs_what_changed(registered):
+    root, child = family()
+    registered(answering("root"))  # the root's agent, as a worker process has it
+    assert services.run_turn(root.pk, kind="test")
+    assert (status(root), status(child)) == ("completed", "pending")
+    act(staff("view_turn", "cancel_turn"), "cancel_turns_with_descendants", root)
+    assert (status(root), status(child)) == ("completed", "cancelled")
+    logged = dict(LogEntry.objects.filter(action_flag=CHANGE).values_list("object_id",
+                                                                          "change_message"))
+    # The finished turn's history says its descendants were cancelled, not that it was.
+    assert logged == {
+        root.pk: "Its descendants were cancelled (1 turn); the turn itself had already "
+                 "finished.",
+        child.pk: f"Cancelled with its ancestor turn {root.pk}.",
+    }
