@@ -9,7 +9,10 @@ deadline; the hung worker's late writes are fenced out.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -32,6 +35,24 @@ def recovered(turn_id: str) -> bool:
     return turn_id in turnkit_django.reconcile().recovered
 
 
+@contextmanager
+def in_flight(agent: Agent, entered: threading.Event,
+              release: threading.Event) -> Iterator[tuple[Any, list[object]]]:
+    """Submit ``agent``'s turn and run it on a worker thread until its call is in flight
+    (``entered``); on exit release the call and keep the worker's outcome in the list."""
+    outcome: list[object] = []
+    with override_turnkit(**FAST):
+        run = agent.submit("go")
+        stuck = Worker(services.run_turn, run.id, kind="test")
+        stuck.start()
+        try:
+            assert entered.wait(TIMEOUT)
+            yield run, outcome
+        finally:
+            release.set()
+            outcome.append(stuck.outcome())
+
+
 def test_a_tool_past_its_timeout_is_recovered_with_an_unknown_outcome(registered):
     entered, release = threading.Event(), threading.Event()
     effects: list[str] = []
@@ -50,18 +71,11 @@ def test_a_tool_past_its_timeout_is_recovered_with_an_unknown_outcome(registered
         return call("hang", id="call_hang")
 
     agent = registered(Agent("hanger", tools=[hang], client=FunctionClient(respond)))
-    with override_turnkit(**FAST):
-        run = agent.submit("go")
-        stuck = Worker(services.run_turn, run.id, kind="test")
-        stuck.start()
-        try:
-            assert entered.wait(TIMEOUT)
-            wait_until(lambda: recovered(run.id), timeout=10,
-                       what="reconcile to take the hung turn back")
-            assert services.run_turn(run.id, kind="test")  # another worker resumes it
-        finally:
-            release.set()
-        assert stuck.outcome() is True  # the hung worker returns and writes nothing
+    with in_flight(agent, entered, release) as (run, outcome):
+        wait_until(lambda: recovered(run.id), timeout=10,
+                   what="reconcile to take the hung turn back")
+        assert services.run_turn(run.id, kind="test")  # another worker resumes it
+    assert outcome == [True]  # the hung worker returns and writes nothing
 
     row = Turn.objects.get(pk=run.id)
     assert (row.status, row.output_text) == ("completed", "outcome_unknown")
@@ -80,18 +94,10 @@ def test_a_model_call_hung_past_the_deadline_fails_the_turn_on_the_deadline(regi
 
     client = FunctionClient(respond)
     agent = registered(Agent("slowpoke", client=client, timeout=0.5))
-    with override_turnkit(**FAST):
-        run = agent.submit("go")
-        stuck = Worker(services.run_turn, run.id, kind="test")
-        stuck.start()
-        try:
-            assert entered.wait(TIMEOUT)
-            wait_until(lambda: recovered(run.id), timeout=10,
-                       what="reconcile to take the turn back after its deadline")
-            assert services.run_turn(run.id, kind="test")
-        finally:
-            release.set()
-        stuck.outcome()
+    with in_flight(agent, entered, release) as (run, _outcome):
+        wait_until(lambda: recovered(run.id), timeout=10,
+                   what="reconcile to take the turn back after its deadline")
+        assert services.run_turn(run.id, kind="test")
 
     row = Turn.objects.get(pk=run.id)
     assert row.status == "failed" and row.error["limit"] == "timeout"
@@ -127,20 +133,13 @@ def test_a_call_keeps_its_lease_when_the_trees_deadline_moved_later_meanwhile(re
         return reply("in time")
 
     agent = registered(Agent("extended", client=FunctionClient(respond), timeout=0.5))
-    with override_turnkit(**FAST):
-        run = agent.submit("go")
-        stuck = Worker(services.run_turn, run.id, kind="test")
-        stuck.start()
-        try:
-            assert entered.wait(TIMEOUT)
-            first = Turn.objects.get(pk=run.id).deadline_at
-            extend_deadline(run.id, timedelta(hours=1))
-            # Past the old deadline and several leases after it, the turn is still held.
-            wait_until(lambda: database_now() > first + timedelta(seconds=2), timeout=10,
-                       what="the old deadline and a few leases to pass")
-            assert not recovered(run.id)
-        finally:
-            release.set()
-        assert stuck.outcome() is True
+    with in_flight(agent, entered, release) as (run, outcome):
+        first = Turn.objects.get(pk=run.id).deadline_at
+        extend_deadline(run.id, timedelta(hours=1))
+        # Past the old deadline and several leases after it, the turn is still held.
+        wait_until(lambda: database_now() > first + timedelta(seconds=2), timeout=10,
+                   what="the old deadline and a few leases to pass")
+        assert not recovered(run.id)
+    assert outcome == [True]
     row = Turn.objects.get(pk=run.id)
     assert (row.status, row.output_text, row.recovery_attempts) == ("completed", "in time", 0)
