@@ -14,7 +14,7 @@ from django.db.models import Model
 
 from .exceptions import InputError, NotFound
 from .models import Conversation, Turn
-from .serialization import checked_text
+from .serialization import checked_text, unstorable
 
 M = TypeVar("M", bound=Model)
 
@@ -100,7 +100,10 @@ def _by_id(model: type[M], missing: type[NotFound], value: object, where: str, *
            kind: str, prefix: str, other: tuple[str, str, str]) -> M:
     """The ``model`` row ``value`` names; ``missing`` otherwise, with a hint when ``value`` is
     an id of the ``other`` kind (its prefix, its name and the loader that takes it)."""
-    found = model._default_manager.filter(pk=value).first() if isinstance(value, str) else None
+    # An id no database can store (a NUL, a lone surrogate) names no row: PostgreSQL would
+    # refuse the query itself (DataError) rather than find nothing.
+    found = model._default_manager.filter(pk=value).first() \
+        if isinstance(value, str) and unstorable(value) is None else None
     if found is not None:
         return found
     other_prefix, other_kind, loader = other

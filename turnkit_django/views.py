@@ -40,6 +40,7 @@ from django.views import View
 from .authorization import TRANSCRIPT_PERMISSION, is_allowed
 from .conf import turnkit_settings
 from .models import Event, Turn
+from .serialization import unstorable
 from .services.reading import Readable, TreeConversation
 
 
@@ -60,7 +61,9 @@ def _allowed(request: HttpRequest, run_id: str, principal: Any) -> Turn:
     """The run's root turn, if the user may read it (else 404: nothing is disclosed)."""
     if not request.user.is_authenticated:
         raise Http404("no such run")
-    root = Turn.objects.filter(pk=run_id, root_turn_id=run_id).first()
+    # An id no database can store names no run (PostgreSQL refuses the query: a 500).
+    root = None if unstorable(run_id) is not None \
+        else Turn.objects.filter(pk=run_id, root_turn_id=run_id).first()
     if root is None:
         raise Http404("no such run")
     if turnkit_settings.AUTHORIZATION_POLICY is None:  # no policy: the run's own user, or staff

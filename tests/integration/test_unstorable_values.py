@@ -5,10 +5,21 @@ them is refused before any write."""
 from __future__ import annotations
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import AsyncClient, Client
 
 from tests.unstorable import CASES, TOO_LONG, run_case
-from turnkit_django import Agent, ConfigurationError, InputError
+from turnkit_django import (
+    Agent,
+    ConfigurationError,
+    InputError,
+    NotFound,
+    load_conversation,
+    load_run,
+    load_turn,
+)
 from turnkit_django.models import Conversation, Message, Turn
 from turnkit_django.testing import ScriptedClient, reply
 
@@ -52,3 +63,22 @@ def test_context_and_metadata_that_cannot_be_stored_are_refused(value):
     with pytest.raises(ConfigurationError):
         agent.conversation(metadata={"s": value})
     assert not Conversation.objects.exists()
+
+
+@pytest.mark.parametrize("ident", ["turn_\x00", "conv_a\x00b", "turn_\ud800"])
+def test_an_id_that_cannot_be_stored_names_nothing(ident):
+    """PostgreSQL refused the query itself (DataError, a 500 in a view): such an id names no
+    row, so the loaders raise NotFound, as the views docs say, and as on SQLite."""
+    for load in (load_run, load_turn, load_conversation):
+        with pytest.raises(NotFound):
+            load(ident)
+
+
+@pytest.mark.parametrize("path", ["turn_%00/events", "turn_%00/", "a%00b/events"])
+def test_the_views_answer_an_id_holding_a_nul_with_404(path):
+    user = get_user_model().objects.create_user("reader", password="x")
+    client, streaming = Client(), AsyncClient()
+    client.force_login(user)
+    streaming.force_login(user)
+    get = async_to_sync(streaming.get) if path.endswith("events") else client.get
+    assert get(f"/turnkit/runs/{path}").status_code == 404
