@@ -32,7 +32,14 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connections, transaction
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseBase,
+    StreamingHttpResponse,
+)
 from django.shortcuts import render
 from django.urls import reverse
 from django.views import View
@@ -49,12 +56,17 @@ def principal_of(request: HttpRequest) -> Any:
     return {"user": request.user.pk}
 
 
-def _cursor(request: HttpRequest) -> int:
-    raw = request.headers.get("Last-Event-ID") or request.GET.get("after") or "0"
-    try:
-        return max(int(raw), 0)
-    except ValueError:
-        return 0
+#: The most digits a cursor may have (an event id is a bigint: at most 19).
+CURSOR_DIGITS = 30
+
+
+def _cursor(request: HttpRequest) -> int | None:
+    """The event id the client read last (``Last-Event-ID``, else ``?after=``, else 0); None
+    when it is not one: read as 0, it would send every event again."""
+    raw = (request.headers.get("Last-Event-ID") or request.GET.get("after") or "0").strip()
+    if raw.isascii() and raw.isdigit() and len(raw) <= CURSOR_DIGITS:
+        return int(raw)
+    return None
 
 
 def _allowed(request: HttpRequest, run_id: str, principal: Any) -> Turn:
@@ -140,13 +152,18 @@ class EventStream(View):
     def principal(self, request: HttpRequest) -> Any:
         return principal_of(request)
 
-    async def get(self, request: HttpRequest, run_id: str) -> StreamingHttpResponse:
+    async def get(self, request: HttpRequest, run_id: str) -> HttpResponseBase:
         user = await request.auser()
         request.user = user
         principal = self.principal(request)
         root = await sync_to_async(_allowed)(request, run_id, principal)
+        after = _cursor(request)
+        if after is None:
+            return HttpResponseBadRequest(
+                "Last-Event-ID (or ?after=) must be the id of an event: a non-negative "
+                "integer (0 for the start)", content_type="text/plain")
         shown = await sync_to_async(readable)(request, root, principal)
-        response = StreamingHttpResponse(self.stream(run_id, _cursor(request), shown),
+        response = StreamingHttpResponse(self.stream(run_id, after, shown),
                                          content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
