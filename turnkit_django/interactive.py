@@ -10,7 +10,7 @@ from typing import Any, Self
 
 from django.db.models import QuerySet
 
-from .arguments import cursor
+from .arguments import cursor, optional_count
 from .events import EventCallback
 from .models import Conversation, Delivery, Event, ToolExecution, Turn
 from .runtime import execute, refuse_atomic_block
@@ -22,6 +22,8 @@ from .states import TurnStatus
 from .store import reload
 
 _UNSET: object = object()
+#: The largest LIMIT every database takes (a bigint).
+MAX_LIMIT = 2**63 - 1
 
 
 class TurnControls:
@@ -107,14 +109,17 @@ class TurnControls:
         tree first: only the events of the conversations it may read are returned, and when it
         may not read this turn's conversation :class:`AuthorizationError` is raised.
         """
+        after = cursor(after, "run.events()")
+        limit = optional_count(limit, "run.events(): limit=")
         rows = Event.objects.filter(root_turn_id=self.row.root_turn_id,
-                                    id__gt=cursor(after, "run.events()")).order_by("id")
+                                    id__gt=after).order_by("id")
         if principal is not _UNSET:
             allowed = readable_conversations(self.row.root_turn_id, principal,
                                              required=self.row.conversation_id)
             if allowed is not None:
                 rows = rows.filter(conversation_id__in=sorted(allowed))
-        return rows[:limit] if limit is not None else rows
+        # A limit past any count the database takes (a bigint) is no limit at all.
+        return rows[:limit] if limit is not None and limit < MAX_LIMIT else rows
 
 
 class TreeControls(TurnControls):

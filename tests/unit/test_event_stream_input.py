@@ -7,7 +7,7 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
 from django.test import AsyncClient
 
-from turnkit_django import Agent
+from turnkit_django import Agent, InputError
 from turnkit_django.testing import FunctionClient, reply
 
 pytestmark = pytest.mark.django_db
@@ -51,3 +51,19 @@ def test_a_valid_cursor_resumes_after_it(streamed):
                                          headers={"Last-Event-ID": f" {ids[0]} "})
     body = b"".join(async_to_sync(_read)(response)).decode()
     assert f"id: {ids[0]}\n" not in body and f"id: {ids[1]}\n" in body and "event: end" in body
+
+
+@pytest.mark.parametrize("limit", [-1, "3", 2.5, True])
+def test_run_events_refuses_a_limit_that_is_not_a_count(streamed, limit):
+    """It raised what the queryset slice did (ValueError, TypeError), or nothing for True."""
+    run, _client = streamed
+    with pytest.raises(InputError, match="limit"):
+        run.events(limit=limit)
+
+
+def test_run_events_with_a_limit_beyond_any_count_returns_every_event(streamed):
+    """A LIMIT past a bigint failed in the database (IntegrityError on SQLite, DataError on
+    PostgreSQL)."""
+    run, _client = streamed
+    assert list(run.events(limit=10**30)) == list(run.events())
+    assert len(run.events(limit=2)) == 2 and not run.events(limit=0)
