@@ -75,3 +75,40 @@ def test_the_run_page_shows_a_pending_approval_and_the_live_transcript(
         expect(page.locator("#status")).to_have_attribute("data-ended", "1")
     assert errors == []
     assert load_run(run.id).status == "completed"
+
+
+def cancel(run_id: str, errors: list[BaseException]) -> None:
+    try:
+        load_run(run_id).cancel(cascade=True)
+    except BaseException as exc:  # reported by the test
+        errors.append(exc)
+    finally:
+        connection.close()
+
+
+def test_the_run_page_drops_an_approval_its_cancelled_turn_will_never_ask_again(
+        registered, tmp_path: Path) -> None:
+    """The page removed a pending approval on approval.approved/denied/expired only: after a
+    cancel (approval.cancelled) it still showed the call as pending."""
+    agent = registered(Agent("paged", tools=[issue_refund],
+                             client=FunctionClient(refund_then_report("issue_refund"))))
+    user = User.objects.create_user("reader", password="pw")
+    client = Client()
+    client.force_login(user)
+    session = client.cookies["sessionid"].value
+    run = agent.submit("refund order 42", principal={"user": user.pk})
+    assert services.run_turn(run.id)
+    call_id = ToolExecution.objects.awaiting_approval().get(turn_id=run.id).tool_call_id
+    errors: list[BaseException] = []
+
+    with serving() as base, chromium(tmp_path) as page:
+        page.context.add_cookies([{"name": "sessionid", "value": session, "url": base}])
+        page.goto(f"{base}/turnkit/runs/{run.id}/")
+        expect(page.locator(f"#approval-{call_id}")).to_contain_text("issue_refund")
+        canceller = threading.Thread(target=cancel, args=(run.id, errors))
+        canceller.start()
+        expect(page.locator("#status")).to_have_text("cancelled", timeout=30_000)
+        expect(page.locator(f"#approval-{call_id}")).to_have_count(0)
+        expect(page.locator("#no-approvals")).to_be_visible()
+        canceller.join(timeout=30)
+    assert errors == []
