@@ -153,6 +153,14 @@ class EventStream(View):
         return principal_of(request)
 
     async def get(self, request: HttpRequest, run_id: str) -> HttpResponseBase:
+        return await self._answer(request, run_id, stream=True)
+
+    async def head(self, request: HttpRequest, run_id: str) -> HttpResponseBase:
+        """The stream's status and headers, without running the stream (nobody reads it)."""
+        return await self._answer(request, run_id, stream=False)
+
+    async def _answer(self, request: HttpRequest, run_id: str, *,
+                      stream: bool) -> HttpResponseBase:
         user = await request.auser()
         request.user = user
         principal = self.principal(request)
@@ -162,9 +170,13 @@ class EventStream(View):
             return HttpResponseBadRequest(
                 "Last-Event-ID (or ?after=) must be the id of an event: a non-negative "
                 "integer (0 for the start)", content_type="text/plain")
-        shown = await sync_to_async(readable)(request, root, principal)
-        response = StreamingHttpResponse(self.stream(run_id, after, shown),
-                                         content_type="text/event-stream")
+        response: HttpResponseBase
+        if stream:
+            shown = await sync_to_async(readable)(request, root, principal)
+            response = StreamingHttpResponse(self.stream(run_id, after, shown),
+                                             content_type="text/event-stream")
+        else:
+            response = HttpResponse(content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
         return response

@@ -67,3 +67,16 @@ def test_run_events_with_a_limit_beyond_any_count_returns_every_event(streamed):
     run, _client = streamed
     assert list(run.events(limit=10**30)) == list(run.events())
     assert len(run.events(limit=2)) == 2 and not run.events(limit=0)
+
+
+def test_head_answers_the_streams_headers_without_streaming(streamed):
+    """HEAD ran the stream itself (``View`` answers HEAD with ``get``): a poll of the event
+    table for up to ``max_seconds`` whose body nobody reads (a TypeError in Django's test
+    client)."""
+    run, client = streamed
+    response = async_to_sync(client.head)(f"/turnkit/runs/{run.id}/events")
+    assert response.status_code == 200 and not response.streaming
+    assert response["Content-Type"] == "text/event-stream" and response.content == b""
+    assert async_to_sync(client.head)("/turnkit/runs/turn_missing/events").status_code == 404
+    bad = async_to_sync(client.head)(f"/turnkit/runs/{run.id}/events", {"after": "x"})
+    assert bad.status_code == 400
