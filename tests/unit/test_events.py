@@ -9,9 +9,10 @@ import pytest
 from django.db import transaction
 from django.dispatch import Signal
 
-from turnkit_django import Agent, events, tool
+from turnkit_django import Agent, events, services, tool
 from turnkit_django.events import Event, event, turn_completed
-from turnkit_django.testing import ScriptedClient, call, reply
+from turnkit_django.models import Turn
+from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply
 
 pytestmark = pytest.mark.django_db
 
@@ -104,3 +105,43 @@ def test_the_events_reference_lists_every_signal_module_attribute():
                   if isinstance(value, Signal) and value is not events.event}
     assert listed == attributes
     assert all(getattr(events, name) in events.signals.values() for name in attributes)
+
+
+@pytest.mark.usefixtures("background")
+def test_a_cascaded_pause_and_resume_name_each_turns_own_conversation(
+        registered, django_capture_on_commit_callbacks):
+    """The signals of a cascade carried the target's conversation_id for every turn, though
+    each sub-agent turn has a conversation of its own (the docs: "those of the turn the event
+    is about")."""
+    def kid_answer(request):
+        return reply("done")
+
+    kids = [Agent(name, description=name, client=FunctionClient(kid_answer))
+            for name in ("alpha", "beta")]
+
+    def boss_respond(request):
+        if request.messages[-1].role == "tool":
+            return reply("joined")
+        return [call(name, id=f"call_{name}", task=f"task {name}") for name in ("alpha", "beta")]
+
+    boss = registered(Agent("boss", sub_agents=kids, client=FunctionClient(boss_respond)))
+    run = boss.submit("go")
+    assert services.run_turn(run.id)  # fans out: the root waits, the children are pending
+    seen: list[Event] = []
+
+    def receive(sender, event, **kwargs):
+        if event.type in ("turn.pause_requested", "turn.resumed"):
+            seen.append(event)
+
+    events.event.connect(receive)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            run.pause(cascade=True)
+            run.resume(cascade=True)
+    finally:
+        events.event.disconnect(receive)
+    conversations = dict(Turn.objects.filter(root_turn_id=run.id)
+                         .values_list("pk", "conversation_id"))
+    assert len(conversations) == 3 and len(seen) == 6
+    assert [(e.turn_id, e.conversation_id) for e in seen] == [
+        (e.turn_id, conversations[e.turn_id]) for e in seen]

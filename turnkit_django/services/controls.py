@@ -66,15 +66,15 @@ def pause(target: Turn, *, principal: Any = None, cascade: bool = False) -> list
     worker's next step boundary; return the ids it changed. Pausing twice is a no-op."""
     rows = selected(target, cascade=cascade)
     _authorize("pause", rows, principal, cascade=cascade)
-    changed: list[str] = []
+    changed: list[Turn] = []
     with transaction.atomic():
         now = lock_tree(target.root_turn_id).now
         for row in _locked(rows):
             if controls.request_pause(row, now):
-                changed.append(row.pk)
-    for turn_id in changed:
-        emit("turn.pause_requested", turn_id=turn_id, conversation_id=target.conversation_id)
-    return changed
+                changed.append(row)
+    for row in changed:  # each turn's own conversation: a sub-agent has one of its own
+        emit("turn.pause_requested", turn_id=row.pk, conversation_id=row.conversation_id)
+    return [row.pk for row in changed]
 
 
 def resume(target: Turn, *, principal: Any = None, cascade: bool = False) -> list[str]:
@@ -89,7 +89,7 @@ def resume(target: Turn, *, principal: Any = None, cascade: bool = False) -> lis
     awaiting = approvals.awaiting([r.pk for r in rows])
     if target.pk in awaiting:
         raise InvalidTransition(target.pk, "waiting for an approval", "resume")
-    resumed: list[str] = []
+    resumed: list[Turn] = []
     with transaction.atomic():
         now = lock_tree(target.root_turn_id).now
         longest = timedelta(0)
@@ -100,13 +100,13 @@ def resume(target: Turn, *, principal: Any = None, cascade: bool = False) -> lis
             if paused is None:
                 continue
             longest = max(longest, paused)
-            resumed.append(row.pk)
+            resumed.append(row)
             if row.submitted_at is not None and row.status == TurnStatus.PENDING:
                 dispatch(row.pk)
         controls.extend_deadline(target.root_turn_id, longest)
-    for turn_id in resumed:
-        emit("turn.resumed", turn_id=turn_id, conversation_id=target.conversation_id)
-    return resumed
+    for row in resumed:
+        emit("turn.resumed", turn_id=row.pk, conversation_id=row.conversation_id)
+    return [row.pk for row in resumed]
 
 
 def steer(target: Turn, text: str, *, key: str, principal: Any = None,
