@@ -30,6 +30,7 @@ from .exceptions import ConfigurationError
 
 try:  # optional SDK: the Celery checks are skipped without it
     import celery
+    import celery.app.routes
     import celery.local
     import celery.signals
 except ImportError:  # pragma: no cover - celery is an optional extra
@@ -355,15 +356,17 @@ def check_celery_app(app_configs: Sequence[Any] | None = None,
     return messages
 
 
-ROUTED = ("turnkit.*", "turnkit.reconcile", "turnkit.maintain")
+ROUTED = ("turnkit.reconcile", "turnkit.maintain")
 
 
 def routes_to(routes: Any, queue: str | None) -> bool | None:
     """Whether ``task_routes`` sends turnkit's tasks to ``queue``; None when it cannot be told.
 
     Celery takes a dict, or a list or tuple of routers: dicts, callables and import paths of
-    callables. Only the dicts can be read; a callable or a path may route anything, so when
-    one is present and no dict routes our tasks the answer is None (and no warning is given).
+    callables. Only the dicts can be read, and they are read as Celery reads them: keys are
+    task names, globs (``"turnkit.*"``, ``"*"``) or compiled regexes, and a route's queue is a
+    name or a kombu ``Queue``. A callable or a path may route anything, so when one is present
+    and no dict routes our tasks the answer is None (and no warning is given).
     """
     routers = routes if isinstance(routes, list | tuple) else [routes] if routes else []
     unreadable = False
@@ -371,11 +374,15 @@ def routes_to(routes: Any, queue: str | None) -> bool | None:
         if not isinstance(router, dict):
             unreadable = True
             continue
-        for key in ROUTED:
-            route = router.get(key)
-            target = route if isinstance(route, str) else (
-                route.get("queue") if isinstance(route, dict) else None)
-            if target == queue:
+        try:
+            match = celery.app.routes.MapRoute(router)
+            found = [match(name) for name in ROUTED]
+        except Exception:  # a dict Celery itself could not use: not ours to judge
+            unreadable = True
+            continue
+        for route in found:
+            target = route.get("queue") if isinstance(route, dict) else None
+            if getattr(target, "name", target) == queue:
                 return True
     return None if unreadable else False
 

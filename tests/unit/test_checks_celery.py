@@ -5,6 +5,7 @@ broker can be loaded (W006-W008); beat reconciles and tasks reach our queue (dep
 from __future__ import annotations
 
 import pathlib
+import re
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ import pytest
 from celery import Celery
 from django.core.checks import run_checks
 from django.test import override_settings
+from kombu import Queue
 
 from tests.dispatch import DISPATCHER
 from turnkit_django.celery import beat_schedule
@@ -241,3 +243,20 @@ def test_routers_that_cannot_be_read_give_no_warning(make_app, router):
     assert "turnkit.W002" not in ids(deploy=True)
     app.conf.task_routes = router
     assert "turnkit.W002" not in ids(deploy=True)
+
+
+@pytest.mark.parametrize("routes", [
+    {"*": {"queue": "turnkit"}},
+    {"turnkit.r*": "turnkit", "turnkit.m*": "turnkit"},
+    {re.compile(r"^turnkit\."): {"queue": "turnkit"}},
+    {"turnkit.*": {"queue": Queue("turnkit")}},
+], ids=["catch-all-glob", "narrower-globs", "regex", "queue-object"])
+def test_routes_celery_matches_by_pattern_or_queue_object_count(make_app, routes):
+    """Celery matches dict keys as globs or compiled regexes, and takes a kombu Queue as a
+    route's queue: each of these sends turnkit's tasks to QUEUE, so W002 must stay silent."""
+    app = make_app(imports=["turnkit_django.tasks"])
+    app.conf.beat_schedule = beat_schedule()
+    app.conf.task_routes = routes
+    assert "turnkit.W002" not in ids(deploy=True)
+    app.conf.task_routes = {key: {"queue": Queue("agents")} for key in routes}
+    assert "turnkit.W002" in ids(deploy=True)
