@@ -229,12 +229,14 @@ def _names(value: Any) -> list[str]:
 def worker_task_modules(app: Any) -> set[str] | None:
     """The task modules a worker of ``app`` imports at start, or None if that cannot be told.
 
-    That is ``imports`` and ``include``, and ``<package>.<related_name>`` for every
-    ``app.autodiscover_tasks()`` call (packages default to the installed Django apps). Nothing is
-    imported: this only reads the app's configuration.
+    That is ``imports`` and ``include``, ``<package>.<related_name>`` for every
+    ``app.autodiscover_tasks()`` call (packages default to the installed Django apps), and the
+    modules an ``autodiscover_tasks(force=True)`` call already imported (the loader's
+    ``task_modules``). Nothing is imported: this only reads the app's configuration.
     """
     modules = set(_names(app.conf.imports)) | set(_names(app.conf.include))
     try:
+        modules.update(str(name) for name in app.loader.task_modules)
         signal: Any = celery.signals.import_modules
         autodiscover: Any = celery.Celery._autodiscover_tasks  # type: ignore[attr-defined]
         for receiver in signal._live_receivers(app):

@@ -75,11 +75,13 @@ def test_an_app_that_loads_no_turnkit_module_is_a_warning(make_app):
         lambda app: app.autodiscover_tasks(),
         lambda app: app.autodiscover_tasks(lambda: ["tests.testapp", "turnkit_django"]),
         lambda app: app.autodiscover_tasks(["turnkit_django"], force=False),
+        lambda app: app.autodiscover_tasks(["turnkit_django"], force=True),
+        lambda app: app.autodiscover_tasks(force=True),
         lambda app: app.conf.update(imports=["turnkit_django.celery"]),
         lambda app: app.conf.update(include=("turnkit_django.tasks",)),
     ],
-    ids=["autodiscover", "autodiscover-callable", "autodiscover-list", "imports-alias",
-         "include"],
+    ids=["autodiscover", "autodiscover-callable", "autodiscover-list", "autodiscover-forced",
+         "autodiscover-forced-installed-apps", "imports-alias", "include"],
 )
 def test_an_app_whose_workers_import_our_tasks_passes(make_app, configure):
     app = make_app()
