@@ -143,3 +143,24 @@ def test_a_cost_too_large_for_a_column_is_returned_unrounded_for_the_charge_to_r
     with override_settings(TURNKIT={"COST_RATES": {"m": {"input": "1e20"}}}):
         assert compute_cost("m", Usage(input_tokens=82)) == Decimal("8.2e15")
     assert compute_cost("m", Usage(), reported="1e30") == Decimal("1e30")
+
+
+@pytest.mark.parametrize("threshold", ["2e5", "200000.0", 2e5])
+def test_a_band_threshold_the_check_accepts_prices_the_call(threshold: object) -> None:
+    """E006 reads a threshold as a number ("2e5" passes), so pricing must read it the same way
+    instead of raising ValueError from int() at every call of the model."""
+    rates = {"m": {"input": "1", "long_prompt": {"threshold": threshold, "input": "2"}}}
+    assert validate_rates(rates) == []
+    with override_settings(TURNKIT={"COST_RATES": rates}):
+        assert compute_cost("m", Usage(input_tokens=10**5)) == Decimal("0.1")
+        assert compute_cost("m", Usage(input_tokens=3 * 10**5)) == Decimal("0.6")
+
+
+@pytest.mark.parametrize("band", [{"input": "2"}, {"threshold": "x", "input": "2"},
+                                  {"threshold": float("inf"), "input": "2"}])
+def test_an_unchecked_band_without_a_usable_threshold_gives_an_unknown_cost(band: dict) -> None:
+    """A worker runs no system checks: a band E006 refuses makes the cost unknown (logged),
+    like an unchecked rate, instead of raising KeyError or ValueError at every call."""
+    assert validate_rates({"m": {"input": "1", "long_prompt": band}})
+    with override_settings(TURNKIT={"COST_RATES": {"m": {"input": "1", "long_prompt": band}}}):
+        assert compute_cost("m", Usage(input_tokens=10)) is None

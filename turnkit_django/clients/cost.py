@@ -235,8 +235,19 @@ def compute_cost(model: str, usage: Usage, reported: str | None = None) -> Decim
     if rates is None:
         return None
     band = rates.get(BAND_KEY)
-    if isinstance(band, Mapping) and _prompt_tokens(usage) > int(band["threshold"]):
-        rates = band
+    if isinstance(band, Mapping):
+        try:  # read as E006 reads it: any number ("2e5" too); a band it refuses prices nothing
+            threshold = Decimal(str(band["threshold"]))
+            if not threshold.is_finite():
+                raise ArithmeticError(threshold)
+            long_prompt = _prompt_tokens(usage) > threshold
+        except (KeyError, ArithmeticError):
+            logger.error("TURNKIT['COST_RATES'] has a long_prompt band without a numeric "
+                         "threshold for model %r: %r (see check turnkit.E006); cost unknown",
+                         model, band)
+            return None
+        if long_prompt:
+            rates = band
     counts = {
         "input": usage.input_tokens,
         "output": usage.output_tokens,
