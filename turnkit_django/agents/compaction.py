@@ -56,8 +56,17 @@ def check_options(value: object, where: str) -> dict[str, object] | None:
             raise ConfigurationError(f"{where}: compaction {key} must be an integer >= 0")
         counts[key] = number
     threshold = value.get("threshold", DEFAULTS["threshold"])
-    if not isinstance(threshold, int | float) or not 0 < threshold <= 1:
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) \
+            or not 0 < threshold <= 1:
         raise ConfigurationError(f"{where}: compaction threshold must be in (0, 1]")
+    # merged_options would read "false" as on and a model that is no name as None: refuse both.
+    if not isinstance(value.get("enabled", True), bool):
+        raise ConfigurationError(f"{where}: compaction enabled must be True or False; "
+                                 f"got {value['enabled']!r}")
+    model = value.get("model")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise ConfigurationError(f"{where}: compaction model must be None or a model name; "
+                                 f"got {model!r}")
     if counts["context_limit"] <= counts["reserved_tokens"]:
         raise ConfigurationError(f"{where}: compaction context_limit must exceed reserved_tokens")
     return dict(value)
