@@ -191,6 +191,17 @@ def test_a_bad_global_compaction_setting_is_a_system_check_error() -> None:
     assert not [m for m in check_settings() if m.id == "turnkit.E020"]
 
 
+def test_unknown_options_of_mixed_key_types_are_named_not_a_type_error() -> None:
+    """sorted() of {1, "x"} raised TypeError out of the system check (and out of Agent())."""
+    from turnkit_django.checks import check_settings
+
+    with override_settings(TURNKIT={**settings.TURNKIT, "COMPACTION": {1: 2, "x": 3}}):
+        (error,) = [m for m in check_settings() if m.id == "turnkit.E020"]
+    assert "unknown compaction options [1, 'x']" in error.msg
+    with pytest.raises(ConfigurationError, match=r"unknown compaction options \[1, 'x'\]"):
+        Agent("bad", compaction={1: 2, "x": 3})
+
+
 def test_crash_after_a_summary_resumes_without_summarising_again(
     registered: Any, background: None
 ) -> None:

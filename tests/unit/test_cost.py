@@ -164,3 +164,13 @@ def test_an_unchecked_band_without_a_usable_threshold_gives_an_unknown_cost(band
     assert validate_rates({"m": {"input": "1", "long_prompt": band}})
     with override_settings(TURNKIT={"COST_RATES": {"m": {"input": "1", "long_prompt": band}}}):
         assert compute_cost("m", Usage(input_tokens=10)) is None
+
+
+def test_unknown_rate_keys_of_mixed_types_are_named_not_a_type_error() -> None:
+    """sorted() of {1, "x"} raised TypeError out of the system check E006."""
+    assert validate_rates({"m": {1: "2", "x": "3"}})[0] == (
+        "COST_RATES['m'] has unknown keys [1, 'x']")
+    assert validate_rates({"m": {"long_prompt": {1: 2, "threshold": 5}}})[0] == (
+        "COST_RATES['m']['long_prompt'] has unknown keys [1]")
+    assert validate_rates({"m": {"long_prompt": {1: 2, "a": 1, "threshold": 5}}})[0] == (
+        "COST_RATES['m']['long_prompt'] has unknown keys [1, 'a']")

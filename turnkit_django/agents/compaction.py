@@ -46,9 +46,8 @@ def check_options(value: object, where: str) -> dict[str, object] | None:
         raise ConfigurationError(f"{where}: compaction must be True, False or a dict of options")
     unknown = set(value) - set(DEFAULTS)
     if unknown:
-        raise ConfigurationError(
-            f"{where}: unknown compaction options {sorted(unknown)}; use {sorted(DEFAULTS)}"
-        )
+        raise ConfigurationError(f"{where}: unknown compaction options "
+                                 f"{sorted(unknown, key=str)}; use {sorted(DEFAULTS)}")
     counts: dict[str, int] = {}
     for key in ("context_limit", "reserved_tokens", "tail_messages", "tool_output_max_chars"):
         number = value.get(key, _DEFAULTS[key])

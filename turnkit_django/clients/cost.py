@@ -290,7 +290,7 @@ def _rate_problems(where: str, entry: object, *, band_allowed: bool) -> list[str
     allowed = set(RATE_KEYS) | ({BAND_KEY} if band_allowed else {"threshold"})
     unknown = set(entry) - allowed
     if unknown:
-        problems.append(f"{where} has unknown keys {sorted(unknown)}")
+        problems.append(f"{where} has unknown keys {sorted(unknown, key=str)}")
     for key, value in entry.items():
         if key == BAND_KEY and band_allowed:
             problems += _rate_problems(f"{where}[{key!r}]", value, band_allowed=False)
