@@ -229,10 +229,9 @@ def _names(value: Any) -> list[str]:
 def worker_task_modules(app: Any) -> set[str] | None:
     """The task modules a worker of ``app`` imports at start, or None if that cannot be told.
 
-    That is ``imports`` and ``include``, ``<package>.<related_name>`` for every
-    ``app.autodiscover_tasks()`` call (packages default to the installed Django apps), and the
-    modules an ``autodiscover_tasks(force=True)`` call already imported (the loader's
-    ``task_modules``). Nothing is imported: this only reads the app's configuration.
+    That is ``imports``, ``include``, ``<package>.<related_name>`` for every lazy
+    ``app.autodiscover_tasks()`` call (packages default to the installed Django apps) and what a
+    forced one imported (``app.loader.task_modules``). Nothing is imported here.
     """
     modules = set(_names(app.conf.imports)) | set(_names(app.conf.include))
     try:
@@ -291,7 +290,8 @@ FILESYSTEM_HINT = (
 def filesystem_problem(app: Any) -> str | None:
     """Why the app's ``filesystem://`` broker would fail or lose messages, or None.
 
-    kombu creates none of its folders: a worker started without them crashes with
+    kombu creates none of its folders but the control folder (not its parents, so for it the
+    parent must exist): a worker started without them crashes with
     ``FileNotFoundError: 'data_in'``. Every process reads the same settings, so messages written
     to ``data_folder_out`` are read from ``data_folder_in`` only when both name one folder.
     """
@@ -313,8 +313,9 @@ def filesystem_problem(app: Any) -> str | None:
     defaults = {"control_folder": "control", "processed_folder": "processed"}
     for key in folders:
         folder = str(options.get(key) or defaults[key])
-        if not os.path.isdir(folder):
-            return f"the {key} {folder!r} does not exist (kombu does not create it)"
+        needed = os.path.dirname(os.path.abspath(folder)) if key == "control_folder" else folder
+        if not os.path.isdir(needed):
+            return f"the {key} {needed!r} does not exist (kombu does not create it)"
     return None
 
 

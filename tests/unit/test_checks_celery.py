@@ -191,6 +191,18 @@ def test_a_processed_folder_is_needed_only_to_store_processed_messages(make_app,
     assert "processed_folder" in text and str(tmp_path / "gone") in text
 
 
+def test_a_control_folder_kombu_can_create_passes(make_app, tmp_path):
+    """kombu creates the control folder when it binds a queue (``mkdir(exist_ok=True)``), so
+    only a control folder whose parent is missing is a problem (celery.md's folder table)."""
+    options = filesystem_options(tmp_path, control_folder=str(tmp_path / "not-yet"))
+    make_app(broker_url="filesystem://", imports=["turnkit_django.tasks"],
+             broker_transport_options=options)
+    assert "turnkit.W008" not in ids()
+    options["control_folder"] = str(tmp_path / "no-parent" / "control")
+    (text,) = messages("turnkit.W008")
+    assert "control_folder" in text and str(tmp_path / "no-parent") in text
+
+
 # --------------------------------------------------------------------------- deploy
 
 
