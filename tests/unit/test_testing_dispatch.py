@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pathlib
+import re
+
 import pytest
 
 from turnkit_django import Agent
@@ -63,3 +66,26 @@ def test_a_turn_that_keeps_ringing_is_stopped_with_an_error():
         recorder("turn_missing")
     with pytest.raises(RuntimeError, match="more than 2 doorbells"):
         recorder.run_dispatched(limit=2)
+
+
+def _unreachable_broker(turn_id: str) -> None:
+    raise ConnectionRefusedError(111, "Connection refused")
+
+
+def test_a_failed_doorbell_is_logged_on_the_logger_the_docs_name(model, registered, settings,
+                                                                 caplog,
+                                                                 django_capture_on_commit_callbacks):
+    """deployment.md and celery.md tell operators which logger to watch for `could not
+    dispatch turn ...`; the warning must come from that logger, and submit() must not fail."""
+    docs = pathlib.Path(__file__).resolve().parents[2] / "docs" / "howto"
+    named = {m.group(1) for page in ("deployment.md", "celery.md")
+             for m in re.finditer(r"could not dispatch turn[^`]*`[^(]*\(logger\s+`([\w.]+)`\)",
+                                  (docs / page).read_text(encoding="utf-8"))}
+    assert len(named) == 1, named
+    settings.TURNKIT = {**settings.TURNKIT, "DISPATCHER": _unreachable_broker}
+    agent = registered(Agent("dispatch_down"))
+    with caplog.at_level("WARNING"), django_capture_on_commit_callbacks(execute=True):
+        run = agent.submit("a task")
+    assert run.refresh().status == "pending"
+    (record,) = [r for r in caplog.records if "could not dispatch turn" in r.getMessage()]
+    assert record.name == named.pop()
