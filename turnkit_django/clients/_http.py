@@ -138,11 +138,14 @@ def client_secrets(
     """Return every credential a client holds, for :func:`redact`.
 
     The key; the values of headers whose names look secret (and the credentials after an
-    ``Authorization`` scheme such as ``Bearer``); the password, user name and query values of
+    ``Authorization`` scheme such as ``Bearer``), the ``Basic`` header made of ``base_url``'s
+    userinfo among them; the password, user name and query values of
     ``base_url``.
     """
     found = [api_key]
-    for name, value in headers.items():
+    # The ``Authorization: Basic`` header made of base_url's userinfo is sent, so it is one too.
+    sent = {**split_userinfo(base_url)[1], **headers} if base_url else headers
+    for name, value in sent.items():
         if any(word in name.lower() for word in SECRET_HEADER_WORDS):
             found += [value, value.partition(" ")[2]]
     if base_url:
