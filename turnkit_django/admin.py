@@ -157,7 +157,7 @@ class TurnAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
     actions = ("cancel_turns", "cancel_turns_with_descendants")
     private_fields = frozenset({"principal", "options", "state", "error", "output_text",
-                                "output_data", "audit"})
+                                "output_data", "audit", "controls"})  # steering text, principals
     console_template = "turnkit_django/admin/turn_console.html"
     fold_stored_fields = True
 

@@ -255,6 +255,16 @@ def test_delivery_payloads_need_view_transcript():
                                  delivery.pk)
 
 
+def test_steering_text_and_its_principal_need_view_transcript():
+    """A steering receipt (in ``controls``) is what the turn was given: private, as the docs say."""
+    agent = Agent("console_steered", client=FunctionClient(lambda request: reply("ok")))
+    run = agent.prepare("Classify later")
+    run.steer("Prefer the covert plan.", key="steer-1", principal={"user": "mallory-7"})
+    body = turn_page(staff("view_turn"), run.id)
+    assert "covert plan" not in body and "mallory-7" not in body
+    assert "covert plan" in turn_page(staff("view_turn", "view_transcript"), run.id)
+
+
 # --------------------------------------------------------------------------- bounded queries
 
 
