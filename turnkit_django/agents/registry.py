@@ -22,6 +22,9 @@ def register(agent: A) -> A:
     Registering the same object twice is harmless; another definition under a taken name raises
     :class:`ConfigurationError`.
     """
+    if not isinstance(agent, AgentDefinition):
+        raise TypeError(f"register() takes an Agent (register(Agent(name=..., ...))), got "
+                        f"{agent!r:.60}")
     with _lock:
         items: list[AgentDefinition] = [agent, *agent.reachable_agents()]
         for item in items:

@@ -165,7 +165,12 @@ def pending_approvals(*, principal: Any = None, limit: int | None = None,
     The scope is a filter of the query and the policy is asked page by page until ``limit``
     calls are allowed, so older requests of other runs, or of calls the principal may not
     approve, never crowd out the ones asked for."""
-    size = int(limit or turnkit_settings.MAINTENANCE_BATCH_SIZE)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InputError(f"pending_approvals(): limit= must be None or an int >= 1, got "
+                         f"{limit!r:.40}")
+    root_id = optional_text(root_id, "pending_approvals(): root_id= (a run's turn id)")
+    turn_id = optional_text(turn_id, "pending_approvals(): turn_id= (a turn id)")
+    size = limit or int(turnkit_settings.MAINTENANCE_BATCH_SIZE)
     scope = ToolExecution.objects.awaiting_approval().select_related("turn")
     if root_id is not None:
         scope = scope.filter(turn__root_turn_id=root_id)
