@@ -8,17 +8,73 @@ from __future__ import annotations
 import base64
 import email.utils
 import json
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
 import httpx
 
-from ..exceptions import ModelError
+from ..exceptions import ConfigurationError, ModelError
 from ..serialization import JsonMapping, JsonObject, JsonValue
 from .base import ModelRequest
 
 #: Longest provider error message copied into a ``ModelError``; provider bodies can be large.
 MAX_PROVIDER_MESSAGE = 500
+
+
+def _seconds(value: object, floor_ok: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    return value >= 0 if floor_ok else value > 0
+
+
+def _text_or_none(value: object) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _headers(value: object) -> bool:
+    return value is None or (isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()))
+
+
+def _count(value: object, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+#: What each constructor option of a provider client takes: (is it usable, what to pass).
+_OPTIONS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "model": (_text_or_none, "a model name (str) or None"),
+    "api_key": (_text_or_none, "the key as a str, or None to read the environment"),
+    "base_url": (_text_or_none, "a URL (str) such as 'http://localhost:11434/v1', or None"),
+    "organization": (_text_or_none, "a str or None"),
+    "timeout": (lambda v: _seconds(v, False), "a number of seconds above 0, such as 60.0"),
+    "image_timeout": (lambda v: _seconds(v, False), "a number of seconds above 0"),
+    "backoff": (lambda v: _seconds(v, True), "a number of seconds >= 0, such as 0.5"),
+    "max_backoff": (lambda v: _seconds(v, True), "a number of seconds >= 0, such as 30.0"),
+    "max_retries": (lambda v: _count(v, 0), "a whole number >= 0, such as 2"),
+    "max_tokens": (lambda v: v is None or _count(v, 1), "a whole number >= 1, or None"),
+    "max_tokens_field": (lambda v: v in ("max_completion_tokens", "max_tokens"),
+                         "'max_completion_tokens' or 'max_tokens'"),
+    "extra_headers": (_headers, "a dict of str header names to str values, or None"),
+    "default_headers": (_headers, "a dict of str header names to str values, or None"),
+    "strict_output": (lambda v: isinstance(v, bool), "True or False"),
+    "prompt_caching": (lambda v: isinstance(v, bool), "True or False"),
+}
+
+
+def check_options(client: str, options: Mapping[str, object]) -> None:
+    """Refuse an unusable constructor option of ``client`` with a ``ConfigurationError``.
+
+    ``options`` may hold more names (``self``, transports ...): only those in ``_OPTIONS`` are
+    checked. The message shows the value's type, never the value: it may be a key.
+    """
+    for name, (usable, expected) in _OPTIONS.items():
+        if name in options and not usable(options[name]):
+            value = options[name]
+            shown = f" ({value!r:.40})" if isinstance(value, int | float | str) and name not in (
+                "api_key", "base_url") else ""  # keys and URLs may hold secrets
+            raise ConfigurationError(f"{client}({name}=...) takes {expected}; got a "
+                                     f"{type(value).__name__}{shown}")
 
 
 def json_text(value: object) -> str:

@@ -42,6 +42,7 @@ from ..messages import (
 from ..serialization import JsonObject, JsonValue
 from . import _wire
 from ._http import (
+    check_options,
     client_secrets,
     error_message,
     json_object,
@@ -95,6 +96,7 @@ class AnthropicClient(BaseClient):
         prompt_caching: bool = True,
         default_headers: dict[str, str] | None = None,
     ) -> None:
+        check_options("AnthropicClient", locals())
         self.model = model
         self.base_url = base_url
         self.timeout = timeout

@@ -48,6 +48,7 @@ from ..messages import (
 from ..serialization import JsonMapping, JsonObject
 from . import _wire, openai_media
 from ._http import (
+    check_options,
     client_secrets,
     content_text,
     error_message,
@@ -118,6 +119,7 @@ class OpenAIClient(OpenAIHTTP, BaseClient):
         image_model: str = openai_media.DEFAULT_IMAGE_MODEL,
         image_timeout: float = 300.0,
     ) -> None:
+        check_options("OpenAIClient", locals())
         self.model = model
         self.timeout = timeout
         self.max_retries = max_retries
