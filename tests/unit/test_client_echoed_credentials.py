@@ -54,3 +54,24 @@ def test_anthropic_error_echoing_the_basic_header_is_redacted() -> None:
         client.complete(ModelRequest(model="claude-sonnet-5-5", messages=(user("hi"),)))
     assert "you sent" in str(info.value)
     assert BASIC not in str(info.value)
+
+
+def test_anthropic_base_url_from_the_environment_is_split_and_redacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # providers.md: base_url defaults to the SDK's, which honours ANTHROPIC_BASE_URL.
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", BASE)
+    http = anthropic_httpx()
+    seen: list[Any] = []
+
+    def handler(request: Any) -> Any:
+        seen.append(request)
+        return http.Response(400, json={"error": {
+            "type": "invalid_request_error", "message": "bad gw-pass-SECRET"}})
+
+    client = AnthropicClient("claude-sonnet-5-5", api_key="sk-ant-key-123456", max_retries=0,
+                             http_client=http.Client(transport=http.MockTransport(handler)))
+    with pytest.raises(ModelError) as info:
+        client.complete(ModelRequest(model="claude-sonnet-5-5", messages=(user("hi"),)))
+    assert "gw-pass-SECRET" not in str(seen[0].url)
+    assert "gw-pass-SECRET" not in str(info.value) and "bad [redacted]" in str(info.value)

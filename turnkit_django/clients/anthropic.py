@@ -98,7 +98,9 @@ class AnthropicClient(BaseClient):
     ) -> None:
         check_options("AnthropicClient", locals())
         self.model = model
-        self.base_url = base_url
+        # Read ANTHROPIC_BASE_URL here rather than leave it to the SDK: its credentials must be
+        # split into a header and redacted like those of base_url=.
+        self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
         self.timeout = timeout
         self.max_retries = max_retries
         self.max_tokens = max_tokens
