@@ -57,6 +57,22 @@ def idempotency_key(value: object, what: str) -> str:
     return checked_text(value, f"{what}: key=")
 
 
+#: The longest model name the ``model`` columns hold.
+MODEL_LENGTH = 200
+
+
+def model_problem(value: object) -> str | None:
+    """What is wrong with ``value`` as a model name (None or a non-blank str of at most
+    ``MODEL_LENGTH`` characters), or None when nothing is."""
+    if value is None or (isinstance(value, str) and value.strip()
+                         and len(value) <= MODEL_LENGTH):
+        return None
+    shown = f"{len(value)} characters" if isinstance(value, str) and value.strip() else (
+        _kind(value))
+    return (f"must be a model name (a non-blank str of at most {MODEL_LENGTH} characters, "
+            f"such as 'claude-sonnet-5-5') or None for the default, got {shown}")
+
+
 def optional_count(value: object, what: str) -> int | None:
     """``value`` if it is None or an int >= 0 (not a bool); InputError otherwise."""
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
@@ -145,6 +161,7 @@ def callback_row(value: object) -> Conversation | None:
 
 __all__ = [
     "KEY_LENGTH",
+    "MODEL_LENGTH",
     "ConversationNotFound",
     "TurnNotFound",
     "callback_row",
@@ -152,6 +169,7 @@ __all__ = [
     "conversation_row",
     "cursor",
     "idempotency_key",
+    "model_problem",
     "optional_count",
     "optional_text",
     "require_subject",

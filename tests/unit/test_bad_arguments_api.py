@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from turnkit_django import Agent, InputError, pending_approvals, register, tool
+from turnkit_django import (
+    Agent,
+    ConfigurationError,
+    InputError,
+    pending_approvals,
+    register,
+    tool,
+)
+from turnkit_django.models import Conversation, Turn
 from turnkit_django.testing import FunctionClient, reply
 
 pytestmark = pytest.mark.django_db
@@ -41,3 +49,24 @@ def test_register_refuses_what_is_no_agent(value: object) -> None:
 def test_register_returns_the_agent() -> None:
     agent = Agent("registered_c", client=FunctionClient(lambda request: reply("ok")))
     assert register(agent) is agent
+
+
+@pytest.mark.parametrize("model", [5, "", "  ", "m" * 201, ["claude"]])
+def test_an_agent_refuses_a_model_that_is_no_model_name(model: object) -> None:
+    with pytest.raises(ConfigurationError, match=r"agent 'modelled_c': model"):
+        Agent("modelled_c", model=model)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("model", [5, "", "m" * 201])
+def test_a_run_refuses_a_model_that_is_no_model_name_before_writing(model: object) -> None:
+    agent = Agent("modelled_run_c", client=FunctionClient(lambda request: reply("ok")))
+    with pytest.raises(InputError, match="model="):
+        agent.run("hi", model=model)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="model="):
+        agent.conversation(model=model)  # type: ignore[arg-type]
+    assert not Turn.objects.exists() and not Conversation.objects.exists()
+
+
+def test_a_model_name_is_kept() -> None:
+    agent = Agent("modelled_ok_c", model="claude-x", client=FunctionClient(lambda r: reply("ok")))
+    assert agent.run("hi", model="gpt-y").turn.row.model == "gpt-y"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from ..arguments import model_problem
 from ..clients import Client, default_client
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError, InputError
@@ -138,6 +139,8 @@ class AgentDefinition:
         self.name = check_name(name)
         self.instructions = instructions
         self.description = description
+        if problem := model_problem(model):
+            raise ConfigurationError(f"agent {name!r}: model {problem}")
         self.model = model
         self.tools = list(tools)
         self.sub_agents = list(sub_agents)

@@ -11,7 +11,8 @@ from ..agents import AgentDefinition, schema_json
 from ..agents.compaction import check_options as check_compaction
 from ..agents.definition import Schema, check_thinking
 from ..agents.prompting import check_options
-from ..arguments import require_subject
+from ..arguments import model_problem, require_subject
+from ..exceptions import InputError
 from ..messages import Part
 from ..models import Conversation, Message, ToolExecution, Turn
 from ..serialization import JsonMapping, JsonObject, JsonValue, json_value, snapshot
@@ -47,6 +48,13 @@ def new_conversation(
         model=model, parent=parent, parent_execution=parent_execution))
 
 
+def check_model(model: object) -> None:
+    """Refuse a ``model=`` option that is no model name, before anything is written."""
+    problem = model_problem(model)
+    if problem:
+        raise InputError(f"model= {problem}")
+
+
 def conversation_spec(
     agent: AgentDefinition,
     *,
@@ -59,6 +67,7 @@ def conversation_spec(
     parent_execution: ToolExecution | None = None,
 ) -> NewConversation:
     """What :func:`new_conversation` creates, checked."""
+    check_model(model)
     checked = json_value(principal, "principal")
     subject = require_subject(subject)
     subject_prompt = ""
@@ -159,6 +168,7 @@ def turn_spec(
     if conversation is not None and (metadata is not None or subject is not None):
         raise TypeError("metadata and subject describe a new conversation; set them when the "
                         "conversation is created (agent.conversation(metadata=..., subject=...))")
+    check_model(model)
     checked = json_value(principal, "principal")
     turn_config = turn_options(agent, output_schema=output_schema, thinking=thinking,
                                prompt_mode=prompt_mode, compaction=compaction,
