@@ -57,6 +57,13 @@ def idempotency_key(value: object, what: str) -> str:
     return checked_text(value, f"{what}: key=")
 
 
+def flag(value: object, what: str) -> bool:
+    """``value`` if it is True or False; InputError otherwise (``cascade="no"`` is no False)."""
+    if isinstance(value, bool):
+        return value
+    raise InputError(f"{what} must be True or False, got {repr(value)[:40]}")
+
+
 #: The longest model name the ``model`` columns hold.
 MODEL_LENGTH = 200
 
@@ -168,6 +175,7 @@ __all__ = [
     "conversation_by_id",
     "conversation_row",
     "cursor",
+    "flag",
     "idempotency_key",
     "model_problem",
     "optional_count",

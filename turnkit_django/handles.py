@@ -322,6 +322,7 @@ class ConversationHandle(ConversationInputs):
         """
         _only("ask", options, TurnOptions)
         arguments.require_text(text, "the text of conv.ask()")
+        arguments.flag(submit, "conv.ask(): submit=")
         if not submit:
             refuse_atomic_block("conversation.ask()")
 

@@ -70,3 +70,19 @@ def test_a_run_refuses_a_model_that_is_no_model_name_before_writing(model: objec
 def test_a_model_name_is_kept() -> None:
     agent = Agent("modelled_ok_c", model="claude-x", client=FunctionClient(lambda r: reply("ok")))
     assert agent.run("hi", model="gpt-y").turn.row.model == "gpt-y"
+
+
+def test_flags_are_true_or_false_not_any_truthy_value() -> None:
+    """``cancel(cascade="no")`` cascaded and ``ask(..., submit="no")`` submitted: refused."""
+    agent = Agent("flagged_c", client=FunctionClient(lambda request: reply("ok")))
+    run = agent.prepare("later")
+    for attempt in (lambda: run.cancel(cascade="no"), lambda: run.pause(cascade=1),
+                    lambda: run.resume(cascade="no"),
+                    lambda: run.steer("t", key="k", descendants="no")):
+        with pytest.raises(InputError, match="True or False"):
+            attempt()
+    assert Turn.objects.get(pk=run.id).status == "pending"
+    conversation = agent.conversation()
+    with pytest.raises(InputError, match="submit= must be True or False"):
+        conversation.ask("hi", submit="no")  # type: ignore[arg-type]
+    assert not conversation.turns().exists()

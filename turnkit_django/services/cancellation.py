@@ -39,6 +39,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
+from ..arguments import flag
 from ..authorization import authorize
 from ..conf import turnkit_settings
 from ..errors import ErrorRecord
@@ -218,6 +219,7 @@ def cancel(turn: Turn | str, *, cascade: bool = False, principal: Any = None) ->
     again, and when a turn appeared meanwhile (a child launched by a racing worker) the call
     asks about it and tries again. Past the last attempt a newcomer is left to the sweep.
     """
+    flag(cascade, "cancel(): cascade=")
     turn_id = turn.pk if isinstance(turn, Turn) else turn
     batch = max(int(turnkit_settings.MAINTENANCE_BATCH_SIZE), 1)
     root_id = Turn.objects.filter(pk=turn_id).values_list("root_turn_id", flat=True).first()

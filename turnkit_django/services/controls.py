@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import transaction
 
-from ..arguments import idempotency_key, require_text
+from ..arguments import flag, idempotency_key, require_text
 from ..authorization import authorize
 from ..conf import turnkit_settings
 from ..events import emit
@@ -36,7 +36,7 @@ def selected(target: Turn, *, cascade: bool) -> list[Turn]:
     """``target`` and, with ``cascade``, its active descendants (parents first; at most
     ``MAINTENANCE_BATCH_SIZE`` of them)."""
     rows = [target]
-    if not cascade:
+    if not flag(cascade, "cascade= (descendants= of steer)"):
         return rows
     limit = int(turnkit_settings.MAINTENANCE_BATCH_SIZE)
     frontier = [target.pk]
