@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.dispatch import override_turnkit
-from turnkit_django import Agent, ApprovalError, ToolContext, services, tool
+from turnkit_django import Agent, ApprovalError, AuthorizationError, ToolContext, services, tool
 from turnkit_django.handles import load_turn
 from turnkit_django.models import Event, ToolExecution, Turn
 from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply
@@ -95,6 +95,25 @@ def test_a_call_id_two_turns_of_the_tree_parked_is_refused_and_names_the_candida
     assert "execution id" in message
     assert approval_state(run.id) == approval_state(child.pk) == "requested"
     assert ledger == []
+
+
+def test_an_ambiguous_call_id_names_only_the_candidates_the_caller_may_decide(registered):
+    run, child = both_parked(registered)
+
+    def root_only(action: str, *, principal: Any, turn_id: str = "", **_: Any) -> bool:
+        return action != "approve" or (principal == {"user": 1} and turn_id == run.id)
+
+    with override_turnkit(AUTHORIZATION_POLICY=root_only):
+        with pytest.raises(ApprovalError) as caught:
+            run.approve("call_0", principal={"user": 1})
+        assert requested_execution(run.id) in str(caught.value)
+        assert child.pk not in str(caught.value)
+        assert requested_execution(child.pk) not in str(caught.value)
+
+        with pytest.raises(AuthorizationError) as refused:  # may decide neither: no ids
+            run.approve("call_0", principal={"user": 2})
+        assert child.pk not in str(refused.value) and "call_0" not in str(refused.value)
+    assert approval_state(run.id) == approval_state(child.pk) == "requested"
 
 
 def test_the_execution_id_of_the_requested_event_picks_the_call(registered):

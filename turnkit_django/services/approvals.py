@@ -18,6 +18,7 @@ deciding a call whose turn ended before it ran (cancelling the turn closes the r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,13 +50,16 @@ class Decision:
     execute_inline: bool
 
 
-def find(root_id: str, call_id: str, *, turn_id: str | None = None) -> ToolExecution:
+def find(root_id: str, call_id: str, *, turn_id: str | None = None,
+         may_see: Callable[[ToolExecution], bool] = lambda execution: True) -> ToolExecution:
     """The tool execution ``call_id`` names in the tree (or only in ``turn_id``).
 
     An execution id names its execution. A tool call id is the model's and only unique per
     turn (local servers send ``call_0`` in every response), so when it names the approval
     requests of more than one turn of the tree, this raises ApprovalError naming the
     candidates instead of picking one: a decision must land on the call the person reviewed.
+    The refusal names only the candidates ``may_see`` allows (the caller's own); when it
+    allows none, the first is returned for the caller's authorization to refuse.
     """
     scope = ToolExecution.objects.select_related("turn").filter(turn__root_turn_id=root_id)
     if turn_id is not None:
@@ -66,7 +70,10 @@ def find(root_id: str, call_id: str, *, turn_id: str | None = None) -> ToolExecu
     matches = list(scope.filter(tool_call_id=call_id).order_by("created_at", "id"))
     asked = [m for m in matches if m.approval is not None]
     if len(asked) > 1:
-        raise ApprovalError(_ambiguous(call_id, root_id, asked))
+        visible = [m for m in asked if may_see(m)]
+        if not visible:
+            return asked[0]
+        raise ApprovalError(_ambiguous(call_id, root_id, visible))
     if asked or matches:
         return (asked or matches)[-1]
     where = f"turn {turn_id!r}" if turn_id is not None else f"run {root_id!r}"
@@ -79,10 +86,20 @@ def _ambiguous(call_id: str, root_id: str, candidates: list[ToolExecution]) -> s
     """The refusal of an ambiguous call id: the candidates by id and state, no arguments."""
     named = "; ".join(f"execution {c.pk!r} of turn {c.turn_id!r} "
                       f"({(c.approval or {}).get('state')})" for c in candidates)
-    return (f"tool call id {call_id!r} names {len(candidates)} approval requests in run "
+    return (f"tool call id {call_id!r} names more than one approval request in run "
             f"{root_id!r}: {named}. Nothing was decided; pass the execution id instead (the "
             "approval.requested event's execution_id, or .id of a pending_approvals() entry), "
             "or decide through the handle of the turn (load_turn(turn_id).approve(call_id))")
+
+
+def _resources(execution: ToolExecution, arguments: Any = None) -> dict[str, Any]:
+    """What the authorization policy is told about deciding ``execution`` (with ``arguments``
+    when a decision edits them)."""
+    turn = execution.turn
+    return {"turn_id": turn.pk, "conversation_id": turn.conversation_id,
+            "turn_principal": turn.principal, "tool": execution.tool_name,
+            "call_id": execution.tool_call_id,
+            "arguments": execution.arguments if arguments is None else arguments}
 
 
 def _validated(execution: ToolExecution, arguments: object) -> JsonObject:
@@ -111,14 +128,12 @@ def decide(root_id: str, call_id: str, state: str, *, principal: Any, reason: st
     a tool call id, see :func:`find`; ``turn_id`` limits it to one turn of the tree); see the
     module docstring."""
     reason = optional_text(reason, "the reason of a decision") or ""
-    execution = find(root_id, call_id, turn_id=turn_id)
-    row = execution.turn
     action = "approve" if state == "approved" else "deny"
+    execution = find(root_id, call_id, turn_id=turn_id, may_see=lambda candidate: system or
+                     is_allowed(action, principal=principal, **_resources(candidate)))
+    row = execution.turn
     if not system:
-        authorize(action, principal=principal, turn_id=row.pk,
-                  conversation_id=row.conversation_id, turn_principal=row.principal,
-                  tool=execution.tool_name, call_id=execution.tool_call_id,
-                  arguments=execution.arguments if arguments is None else arguments)
+        authorize(action, principal=principal, **_resources(execution, arguments))
     edited = None if arguments is None else _validated(execution, arguments)
     with transaction.atomic():
         now = lock_tree(row.root_turn_id).now
@@ -181,10 +196,8 @@ def pending_approvals(*, principal: Any = None, limit: int | None = None,
     start = 0
     while len(allowed) < size:
         page = list(scope[start:start + size])
-        allowed += [r for r in page if is_allowed(
-            "approve", principal=principal, turn_id=r.turn_id,
-            conversation_id=r.turn.conversation_id, turn_principal=r.turn.principal,
-            tool=r.tool_name, call_id=r.tool_call_id, arguments=r.arguments)]
+        allowed += [r for r in page
+                    if is_allowed("approve", principal=principal, **_resources(r))]
         if len(page) < size:
             break
         start += size
