@@ -108,7 +108,7 @@ def test_the_events_reference_lists_every_signal_module_attribute():
 
 
 @pytest.mark.usefixtures("background")
-def test_a_cascaded_pause_and_resume_name_each_turns_own_conversation(
+def test_a_cascaded_pause_resume_and_steer_signal_each_turn_with_its_own_conversation(
         registered, django_capture_on_commit_callbacks):
     """The signals of a cascade carried the target's conversation_id for every turn, though
     each sub-agent turn has a conversation of its own (the docs: "those of the turn the event
@@ -130,7 +130,7 @@ def test_a_cascaded_pause_and_resume_name_each_turns_own_conversation(
     seen: list[Event] = []
 
     def receive(sender, event, **kwargs):
-        if event.type in ("turn.pause_requested", "turn.resumed"):
+        if event.type in ("turn.pause_requested", "turn.resumed", "turn.steer_requested"):
             seen.append(event)
 
     events.event.connect(receive)
@@ -138,10 +138,12 @@ def test_a_cascaded_pause_and_resume_name_each_turns_own_conversation(
         with django_capture_on_commit_callbacks(execute=True):
             run.pause(cascade=True)
             run.resume(cascade=True)
+            run.steer("be brief", key="k1", descendants=True)  # every turn it steers, too
     finally:
         events.event.disconnect(receive)
     conversations = dict(Turn.objects.filter(root_turn_id=run.id)
                          .values_list("pk", "conversation_id"))
-    assert len(conversations) == 3 and len(seen) == 6
+    assert len(conversations) == 3 and len(seen) == 9
+    assert {e.turn_id for e in seen if e.type == "turn.steer_requested"} == set(conversations)
     assert [(e.turn_id, e.conversation_id) for e in seen] == [
         (e.turn_id, conversations[e.turn_id]) for e in seen]

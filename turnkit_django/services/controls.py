@@ -125,6 +125,7 @@ def steer(target: Turn, text: str, *, key: str, principal: Any = None,
     rows = selected(target, cascade=descendants)
     _authorize("steer", rows, principal, descendants=descendants)
     receipt: JsonObject | None = None
+    steered: list[Turn] = []
     with transaction.atomic():
         now = lock_tree(target.root_turn_id).now
         for row in _locked(rows):
@@ -137,12 +138,14 @@ def steer(target: Turn, text: str, *, key: str, principal: Any = None,
                 found = {"id": new_id("steer"), "key": key, "turn_id": row.pk, "text": text,
                          "principal": principal, "at": stamp(now), "message_id": None}
                 controls.add_steering(row, found)
+            steered.append(row)
             if row.pk == target.pk:
                 receipt = found
     if receipt is None:  # pragma: no cover - the target is always selected
         raise InvalidTransition(target.pk, target.status, "steer")
-    emit("turn.steer_requested", turn_id=target.pk, conversation_id=target.conversation_id,
-         key=key)
+    for row in steered:  # every turn given the guidance, each with its own conversation
+        emit("turn.steer_requested", turn_id=row.pk, conversation_id=row.conversation_id,
+             key=key)
     return receipt
 
 
