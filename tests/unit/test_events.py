@@ -11,6 +11,7 @@ from django.dispatch import Signal
 
 from turnkit_django import Agent, events, services, tool
 from turnkit_django.events import Event, event, turn_completed
+from turnkit_django.models import Event as EventRow
 from turnkit_django.models import Turn
 from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply
 
@@ -130,7 +131,7 @@ def test_a_cascaded_pause_resume_and_steer_signal_each_turn_with_its_own_convers
     seen: list[Event] = []
 
     def receive(sender, event, **kwargs):
-        if event.type in ("turn.pause_requested", "turn.resumed", "turn.steer_requested"):
+        if event.type.startswith("turn.") and event.type != "turn.started":
             seen.append(event)
 
     events.event.connect(receive)
@@ -145,5 +146,9 @@ def test_a_cascaded_pause_resume_and_steer_signal_each_turn_with_its_own_convers
                          .values_list("pk", "conversation_id"))
     assert len(conversations) == 3 and len(seen) == 9
     assert {e.turn_id for e in seen if e.type == "turn.steer_requested"} == set(conversations)
+    # The idle turns paused at once: the signal is the recorded event, turn.paused.
+    assert [e.type for e in seen[:3]] == ["turn.paused"] * 3
+    assert [e.type for e in seen[:3]] == list(EventRow.objects.filter(
+        root_turn_id=run.id, type__startswith="turn.pause").values_list("type", flat=True))
     assert [(e.turn_id, e.conversation_id) for e in seen] == [
         (e.turn_id, conversations[e.turn_id]) for e in seen]

@@ -73,7 +73,11 @@ def pause(target: Turn, *, principal: Any = None, cascade: bool = False) -> list
             if controls.request_pause(row, now):
                 changed.append(row)
     for row in changed:  # each turn's own conversation: a sub-agent has one of its own
-        emit("turn.pause_requested", turn_id=row.pk, conversation_id=row.conversation_id)
+        if row.status == TurnStatus.PAUSED:  # an idle turn paused at once, as recorded
+            emit("turn.paused", turn_id=row.pk, conversation_id=row.conversation_id,
+                 status=TurnStatus.PAUSED)
+        else:
+            emit("turn.pause_requested", turn_id=row.pk, conversation_id=row.conversation_id)
     return [row.pk for row in changed]
 
 
