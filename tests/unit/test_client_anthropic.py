@@ -352,6 +352,20 @@ def test_401_is_a_model_access_error_with_a_hint_and_no_retry() -> None:
     assert len(wire.requests) == 1
 
 
+def test_403_keeps_what_the_key_may_not_do_without_the_key() -> None:
+    """Anthropic's 403 says what the key may not do (a model, a workspace): the text helps and is
+    kept, with the key redacted; a 401's text (a rejected key) is left out."""
+    body = {"type": "error", "error": {"type": "permission_error", "message":
+            f"key {KEY} may not use model claude-opus-5-5 in this workspace"}}
+    client, wire = make((403, body))
+    with pytest.raises(ModelAccessError) as info:
+        client.complete(request(user("hi")))
+    text = str(info.value)
+    assert info.value.status == 403 and not info.value.retryable
+    assert "may not use model claude-opus-5-5" in text and "ANTHROPIC_API_KEY" in text
+    assert KEY not in text and len(wire.requests) == 1
+
+
 @pytest.mark.parametrize(
     ("status", "name", "words"),
     [
