@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.expressions import Combinable
 from django.db.models.query import ModelIterable
 
@@ -78,9 +78,10 @@ class TurnQuerySet(models.QuerySet):
 
     def lease_expired(self, before: datetime) -> TurnQuerySet:
         """Running turns whose last heartbeat is older than ``before`` (their worker may be
-        dead), oldest first."""
-        return self.running().filter(Q(lease__heartbeat_at__lt=before)
-                                     | Q(lease__isnull=True)).order_by("lease__heartbeat_at")
+        dead), oldest first: one without a lease row first, on every database."""
+        return self.running().filter(
+            Q(lease__heartbeat_at__lt=before) | Q(lease__isnull=True)
+        ).order_by(F("lease__heartbeat_at").asc(nulls_first=True), "id")
 
     def queued_in_lane(self) -> TurnQuerySet:
         """Submitted pending turns, in the order their lane runs them."""

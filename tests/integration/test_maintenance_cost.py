@@ -187,3 +187,17 @@ def test_reconcile_recovers_a_batch_per_pass(agent: Agent) -> None:
     assert recovered[0] == ids[::-1][:BATCH], "oldest heartbeat first"
     assert all(t.status == TurnStatus.PENDING and t.recovery_attempts == 1 and t.fence == 2
                for t in Turn.objects.filter(pk__in=ids))
+
+
+def test_a_running_turn_without_a_lease_is_recovered_first_on_every_database(
+        agent: Agent) -> None:
+    """No heartbeat is older than any: the turn sorts first (PostgreSQL put NULLs last, SQLite
+    first, so which turns a full batch recovered depended on the database)."""
+    ids = stale_running(BATCH)
+    (orphan,) = stale_running(1)
+    Lease.objects.filter(turn_id=orphan).delete()
+
+    with override_turnkit(MAINTENANCE_BATCH_SIZE=BATCH):
+        first = services.reconcile().recovered
+
+    assert first[0] == orphan and first[1:] == ids[::-1][:BATCH - 1]
