@@ -213,21 +213,24 @@ def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "i
         history = History.of([*(before.messages if before else ()), to_chat(message)], before)
     else:
         history = visible_history(row)
-    ended = _run_claimed(claim, row, ledger, agent, client, on_event, history).fenced.ended
+    ended = _run_claimed(claim, row, ledger, agent, client, on_event, history,
+                         keep_row=True).fenced.ended
     # The row as the run left it: as its terminal statement returned it, or read again.
     return reload(row) if ended is None else adopt(row, ended)
 
 
 def _run_claimed(claim: Claim, row: Turn, ledger: Ledger, agent: AgentDefinition | None,
                  client: Client | None, on_event: EventCallback | None,
-                 history: History) -> TurnContext:
-    """Run a claimed turn; return its context."""
+                 history: History, *, keep_row: bool = False) -> TurnContext:
+    """Run a claimed turn; return its context (``keep_row``: its terminal write returns the
+    turn's row, ``fenced.ended``)."""
     resolved = agent if agent is not None and agent.name == row.agent_name else get_agent(
         row.agent_name)
     # A worker rebuilding a sub-agent's turn finds the client of its parent's agent.
     chosen = client or inherited_client(row, resolved) or resolved.resolved_client()
     ctx = context(claim, row, resolved, client=chosen, on_event=on_event, ledger=ledger,
                   history=history)
+    ctx.fenced.keep_row = keep_row
     ctx.emit("turn.started", status=TurnStatus.RUNNING, model=row.model)
     try:
         with shutdown.executing(), Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL),

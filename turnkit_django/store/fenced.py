@@ -2,10 +2,9 @@
 
 :meth:`Fenced.atomic` opens a short transaction, takes the tree lock, re-reads the fence, and
 raises :class:`LostClaim` when it changed; nothing inside the block is written then.
-:meth:`Fenced.step` decides a step first against the ledger the worker last saw and sends it as
-one guarded statement (:mod:`.steps`), falling back to ``atomic()`` when the guard does not
-hold. Every owned write (messages, tool executions, the turn's state, its terminal status) is a
-method of :class:`Fenced`, used inside one of them.
+:meth:`Fenced.step` sends a step as one statement guarded by the ledger the worker last saw
+(:mod:`.steps`), falling back to ``atomic()`` when the guard does not hold. Every owned write
+(messages, tool executions, the turn's state and status) is a method of :class:`Fenced`.
 """
 
 from __future__ import annotations
@@ -86,8 +85,10 @@ class Fenced:
         #: The conversation's ``last_sequence`` as the claim read it or this worker's last
         #: buffered step left it (None: not known, or written under the lock since).
         self._last_sequence = last_sequence
-        #: The turn's row as this worker's last step, a terminal write, returned it (else None).
+        #: The turn's row as this worker's last step, a terminal write, returned it (else None;
+        #: only when ``keep_row``: an inline run adopts it, a background worker has no use).
         self.ended: tuple[Any, ...] | None = None
+        self.keep_row = False
         if ledger is not None:
             self._remember(ledger, time.monotonic())
 
@@ -336,7 +337,8 @@ class Fenced:
             writes.turn.update(fields)
             writes.transition = transition or writes.transition
             if transition in _TERMINAL:
-                writes.touch, writes.returning = True, row_columns(Turn)
+                writes.touch = True
+                writes.returning = row_columns(Turn) if self.keep_row else None
             if delta:
                 writes.delta.add(delta)
             return
