@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from tests.dispatch import clear, recorded
 from tests.orchestration import policy, tenant_policy
@@ -240,3 +242,42 @@ def test_an_application_message_naming_its_source_turn_still_starts_a_fresh_root
     (continuation,) = listener.turns()
     assert continuation.root_turn_id == continuation.pk
     assert continuation.options["limits"]["max_iterations"] == agent.limits().max_iterations
+
+
+
+def test_waking_a_continuation_into_a_tree_takes_no_tree_lock_after_the_conversation_lock(
+        registered, django_capture_on_commit_callbacks):
+    """Lock order is tree, then conversation. When a busy conversation's turn ends with a
+    message from another tree buffered, its terminal transaction holds the conversation lock and
+    wakes a continuation joining the sender's tree: submitting it locked that tree's root row,
+    the reverse order (a worker of that tree delivering to the conversation deadlocks with it).
+    The continuation is created submitted instead, in the same write."""
+    listener = registered(Agent("listener", client=FunctionClient(lambda r: reply("heard"))))
+    with policy("tests.orchestration.tenant_policy"):
+        busy = listener.submit("first", principal=TENANT)  # pending: the conversation is busy
+
+        def respond(request: Any) -> Any:
+            if request.last_message_is_tool_result():
+                return reply("sent")
+            return call("send_message", conversation_id=busy.conversation_id, text="psst")
+
+        sender = registered(Agent("sender", tools=[send_message],
+                                  client=FunctionClient(respond)))
+        with django_capture_on_commit_callbacks(execute=True):
+            run = sender.submit("go", principal=TENANT)
+            assert services.run_turn(run.id)  # its message is buffered behind the busy turn
+        clear()
+        with CaptureQueriesContext(connection) as queries, \
+                django_capture_on_commit_callbacks(execute=True):
+            assert services.run_turn(busy.id)
+
+    (continuation,) = Turn.objects.filter(conversation_id=busy.conversation_id).exclude(
+        pk=busy.id)
+    assert continuation.root_turn_id == run.id and continuation.submitted_at is not None
+    assert continuation.pk in recorded()  # its doorbell rang
+    sql = [q["sql"] for q in queries.captured_queries]
+    conversation_lock = max(i for i, s in enumerate(sql) if "FOR NO KEY UPDATE" in s
+                            and 'FROM "turnkit_conversation"' in s)
+    turn_locks_after = [s for s in sql[conversation_lock:] if "FOR NO KEY UPDATE" in s
+                        and 'FROM "turnkit_turn"' in s]
+    assert turn_locks_after == [], turn_locks_after

@@ -18,7 +18,8 @@ inline turn it is left prepared (pending, not submitted) for the application to 
 an inline conversation is driven by the application, not by workers.
 
 Lock order: a caller holding a tree lock may deliver or wake (tree lock, then conversation lock);
-delivering takes no tree lock of its own except the brand-new continuation's.
+delivering and waking take no tree lock of their own: a continuation is created submitted in the
+write that creates it.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from ..store.compiled import CompiledRead
 from ..store.deliveries import COMPLETION_PREFIX
 from ..store.turns import set_options
 from .creation import new_turn
-from .submission import dispatch, submit
+from .submission import dispatch
 
 logger = logging.getLogger("turnkit_django.deliveries")
 
@@ -345,12 +346,12 @@ def _wake_locked(row: Conversation) -> Turn | None:
                        "registered in this process; not waking it", row.pk, row.agent_name)
         return None
     message_id, delivery_id, tree = trigger
-    turn = new_turn(agent, conversation=row, principal=row.principal, tree=tree,
+    # Created submitted (after a background turn) in the same write: submitting it after would
+    # take the tree lock under the conversation lock, the reverse of the lock order.
+    return new_turn(agent, conversation=row, principal=row.principal, tree=tree,
+                    submit=latest is None or latest["submitted_at"] is not None,
                     options={"woken_by": {"message_id": message_id,
                                           "delivery_id": delivery_id}})
-    if latest is None or latest["submitted_at"] is not None:
-        turn = submit(turn)
-    return turn
 
 
 def _trigger(conversation_id: str, consumed: int) -> tuple[str, str, Turn | None] | None:
