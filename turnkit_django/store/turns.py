@@ -126,10 +126,9 @@ def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part]
     """Create a pending turn over ``conversation`` (saved first when it is new), with
     ``parts`` as its new user input (idempotent by ``message_key``).
 
-    With ``submit``, a root turn or a continuation joining a tree is handed to background
-    execution as it is created (what :func:`submit` would write for a turn without waits or
-    callback; no other session sees the row before the commit, so no tree lock: a wake holds
-    the conversation lock, which comes after it); the caller rings its doorbell."""
+    With ``submit``, a root or a continuation joining a tree is handed to background execution
+    as it is created (what :func:`submit` writes for a turn without waits or callback, with no
+    tree lock: a wake holds the conversation lock); the caller rings its doorbell."""
     if submit and spec.parent is not None:
         raise ValueError("a child turn is submitted by its launch, not created submitted")
     message = None
