@@ -76,7 +76,8 @@ def check_thinking(value: object, where: str) -> None:
     unknown = set(value) - THINKING_KEYS
     if unknown:
         raise ConfigurationError(
-            f"{where}: unknown thinking options {sorted(unknown)}; use {sorted(THINKING_KEYS)}"
+            f"{where}: unknown thinking options {sorted(unknown, key=repr)}; "
+            f"use {sorted(THINKING_KEYS)}"
         )
     budget = value.get("budget")
     if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)

@@ -248,7 +248,7 @@ class AnthropicClient(BaseClient):
         unknown = set(config) - _THINKING_KEYS
         if unknown:
             raise ModelError(
-                f"unknown thinking options {sorted(unknown)} for Anthropic; use budget, "
+                f"unknown thinking options {sorted(unknown, key=repr)} for Anthropic; use budget, "
                 "adaptive, effort, display, or the API's own form with a 'type' key"
             )
         thinking: JsonObject | None = None

@@ -232,7 +232,7 @@ def analysis_request(request: MediaRequest, parts: Sequence[Part]) -> ModelReque
     """The chat request of a ``view_media`` call: the media ``parts``, then the objective."""
     unknown = set(request.params) - _VIEW_PARAMS
     if unknown:
-        raise ConfigurationError(f"unknown view_media params {sorted(unknown)}; use "
+        raise ConfigurationError(f"unknown view_media params {sorted(unknown, key=repr)}; use "
                                  f"{sorted(_VIEW_PARAMS)}")
     max_tokens, thinking = request.params.get("max_tokens"), request.params.get("thinking")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
