@@ -19,6 +19,7 @@ from .authorization import authorize
 from .clients import ModelRequest, Usage
 from .events import EventCallback
 from .exceptions import InvalidTransition
+from .ids import new_id
 from .interactive import ConversationInputs, TreeControls, TurnControls
 from .media import MediaMethods
 from .messages import Part
@@ -29,7 +30,8 @@ from .runtime import execute, execute_new, preview, refuse_atomic_block
 from .runtime.context import ToolBinding
 from .runtime.handles import provide
 from .runtime.running import RunningTurn
-from .serialization import JsonObject, snapshot
+from .runtime.submission import authorize_callback
+from .serialization import JsonObject, json_value, snapshot
 from .services.costs import CostBreakdown
 from .states import TERMINAL_TURN_STATUSES, TurnStatus
 from .store import reload
@@ -72,8 +74,12 @@ class Agent(AgentDefinition):
         _only("submit", options, RunOptions)
         if callback is None:  # created submitted: one write
             return Run.create(self, task, _submitted=True, **options)
-        target = arguments.callback_row(callback)  # refused before the run exists
-        return Run.create(self, task, **options).submit(callback=target)
+        target = arguments.conversation_row(callback, "submit(callback=...)")  # before the run
+        turn_id = new_id("turn")  # the callback is asked before the run exists too
+        authorize_callback(turn_id, json_value(options.get("principal"), "principal"), target)
+        run = Run.create(self, task, _turn_id=turn_id, **options)
+        run.row = services.submit(run.row, callback=target, callback_authorized=True)
+        return run
 
     def conversation(self, **options: Unpack[ConversationOptions]) -> ConversationHandle:
         """Start a conversation with this agent."""
@@ -213,6 +219,7 @@ class Run(TreeControls, TurnHandle):
         on_event: EventCallback | None = None,
         prompt_mode: str | None = None,
         _submitted: bool = False,
+        _turn_id: str | None = None,
         **options: Unpack[TurnOptions | ConversationOptions],  # type: ignore[misc]
     ) -> Run:
         _only("Run.create", {**options, "input": input, "on_event": on_event,
@@ -221,7 +228,7 @@ class Run(TreeControls, TurnHandle):
         # Runs default to task mode unless the agent chose its own mode.
         mode = prompt_mode or agent.prompt_mode or "task"
         row = services.new_turn(agent, task_parts(task, validated), prompt_mode=mode,
-                                submit=_submitted, **options)
+                                submit=_submitted, turn_id=_turn_id, **options)
         run = cls(row, agent)
         run._on_event = on_event
         return run
