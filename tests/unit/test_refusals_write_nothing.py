@@ -8,7 +8,9 @@ authorization guide documents.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from django.apps import apps
 
 from tests.dispatch import override_turnkit
 from turnkit_django import Agent, AuthorizationError, ToolContext, pending_approvals, services, tool
+from turnkit_django.authorization import ACTIONS
 from turnkit_django.events import event
 from turnkit_django.testing import FunctionClient, call, reply
 
@@ -24,9 +27,10 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background")]
 OWNER = {"tenant": "acme", "user": 1}
 INTRUDER = {"tenant": "globex", "user": 2}
 POLICY = "tests.unit.test_refusals_write_nothing.refuse"
-#: The actions docs/howto/authorization.md and human-in-the-loop.md document.
-DOCUMENTED = {"tool", "launch_agent", "cancel", "send_message", "wait", "callback",
-              "read_messages", "evaluate", "approve", "deny", "pause", "resume", "steer"}
+GUIDE = Path(__file__).parents[2] / "docs" / "howto" / "authorization.md"
+#: The actions the table of the authorization guide documents.
+DOCUMENTED = {name for cell in re.findall(r"^\| (`[^|]+) \|", GUIDE.read_text(), re.MULTILINE)
+              for name in re.findall(r"`(\w+)`", cell)}
 asked: list[tuple[str, Any, dict[str, Any]]] = []
 
 
@@ -133,3 +137,7 @@ def test_pending_approvals_lists_nothing_the_policy_refuses(world: dict[str, Any
         assert pending_approvals(principal=INTRUDER) == []
         assert world["parked"].pending_approvals(principal=INTRUDER) == []
     assert {action for action, _p, _r in asked} == {"approve"}
+
+
+def test_the_guide_documents_every_action_the_policy_is_asked() -> None:
+    assert DOCUMENTED == ACTIONS
