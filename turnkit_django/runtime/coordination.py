@@ -20,6 +20,7 @@ from ..ids import new_id
 from ..messages import ToolCallPart
 from ..models import Conversation, Delivery, ToolExecution, Turn
 from ..states import ToolStatus
+from ..store.deliveries import TOOL_PREFIX
 from ..store.waits import add_edges
 from ..tools.coordination import CoordinationTool, LaunchAgent, SendMessage, WaitFor
 from .calls import CallOutcome
@@ -102,7 +103,7 @@ def wait(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution,
 def send(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution,
          args: Any) -> CallOutcome:
     """``send_message``: a durable message to another conversation, keyed by the execution."""
-    key = f"turnkit:send:{execution.pk}"
+    key = f"{TOOL_PREFIX}send:{execution.pk}"
     delivery = Delivery.objects.filter(key=key).first()
     if delivery is None:  # else a replay: the message was authorized and stored when it ran
         destination = Conversation.objects.filter(pk=args.conversation_id).first()

@@ -1,10 +1,30 @@
 """Durable messages between conversations, as use cases.
 
-The logic is in :mod:`turnkit_django.runtime.deliveries` (turns deliver and wake too).
+The logic is in :mod:`turnkit_django.runtime.deliveries` (turns deliver and wake too). The
+application's :func:`send_message` refuses the keys of turnkit's own namespaces first.
 """
 
 from __future__ import annotations
 
-from ..runtime.deliveries import deliver, send_message, wake
+from ..exceptions import InputError
+from ..models import Conversation, Delivery, Turn
+from ..runtime import deliveries
+from ..runtime.deliveries import deliver, wake
+from ..store.deliveries import RESERVED_PREFIXES
+
+
+def send_message(source: Conversation, destination: Conversation, text: str, *, key: str,
+                 principal: object, source_turn: Turn | None = None) -> Delivery:
+    """``conv.send_message``: :func:`turnkit_django.runtime.deliveries.send_message` with an
+    application key, which may not start with a prefix turnkit reserves (completion
+    callbacks, ``post``, the ``send_message`` tool): keys are store-wide, and one taken first
+    would fail another turn's callback or another conversation's ``post``."""
+    if isinstance(key, str) and key.startswith(RESERVED_PREFIXES):
+        reserved = next(prefix for prefix in RESERVED_PREFIXES if key.startswith(prefix))
+        raise InputError(f"delivery key {key[:60]!r} starts with {reserved!r}, which turnkit "
+                         "reserves for its own deliveries; choose a key without it")
+    return deliveries.send_message(source, destination, text, key=key, principal=principal,
+                                   source_turn=source_turn)
+
 
 __all__ = ["deliver", "send_message", "wake"]

@@ -22,11 +22,12 @@ from ..models import Conversation, Delivery, Message, Turn
 from ..runtime.deliveries import send_message
 from ..serialization import JsonMapping
 from ..store import InputKeyTaken, append_input
+from ..store.deliveries import POST_PREFIX
 from ..store.transcript import to_chat
 
 
 def post_key(conversation_id: str, key: str) -> str:
-    return f"post:{conversation_id}:{key}"
+    return f"{POST_PREFIX}{conversation_id}:{key}"
 
 
 def _checked(key: str) -> str:

@@ -22,6 +22,13 @@ from .locks import lock_conversation
 from .transcript import NewMessage, insert_messages
 
 COMPLETION_PREFIX = "completion:"
+#: ``conv.post``'s keys (``post:<conversation id>:<key>``).
+POST_PREFIX = "post:"
+#: The ``send_message`` tool's keys (``turnkit:send:<execution id>``).
+TOOL_PREFIX = "turnkit:"
+#: The namespaces of the keys turnkit makes itself: an application's key in one of them could
+#: take another turn's callback key, or another conversation's post key, first.
+RESERVED_PREFIXES = (COMPLETION_PREFIX, POST_PREFIX, TOOL_PREFIX)
 
 
 @dataclass(frozen=True)
