@@ -141,3 +141,53 @@ def test_pending_approvals_lists_nothing_the_policy_refuses(world: dict[str, Any
 
 def test_the_guide_documents_every_action_the_policy_is_asked() -> None:
     assert DOCUMENTED == ACTIONS
+
+
+denied_turns: set[str] = set()
+
+
+def refuse_turns(action: str, *, principal: Any, **resources: Any) -> bool:
+    asked.append((action, principal, resources))
+    return resources.get("turn_id") not in denied_turns
+
+
+def parent_respond(request: Any) -> Any:
+    if request.last_message_is_tool_result():
+        return reply("done")
+    return call("helper", task="help")
+
+
+@pytest.fixture
+def tree(registered: Any) -> Iterator[dict[str, Any]]:
+    helper = Agent("helper", description="Helps.", client=FunctionClient(lambda r: reply("ok")))
+    boss = registered(Agent("boss", sub_agents=[helper], client=FunctionClient(parent_respond)))
+    run = boss.submit("delegate", principal=OWNER)
+    services.run_turn(run.id)
+    (child,) = [t for t in run.turns() if t.pk != run.id]
+    assert child.status == "pending" and run.refresh().status == "waiting"
+    denied_turns.clear()
+    denied_turns.add(child.pk)
+    yield {"run": run, "child": child}
+    denied_turns.clear()
+
+
+CASCADES: dict[str, Callable[[Any], Any]] = {
+    "cancel": lambda run: run.cancel(cascade=True, principal=OWNER),
+    "pause": lambda run: run.pause(cascade=True, principal=OWNER),
+    "resume": lambda run: run.resume(cascade=True, principal=OWNER),
+    "steer": lambda run: run.steer("shorter", key="k", descendants=True, principal=OWNER),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASCADES))
+def test_a_cascade_refused_for_one_descendant_writes_nothing(
+        name: str, tree: dict[str, Any], django_capture_on_commit_callbacks: Any) -> None:
+    before = snapshot()
+    asked.clear()
+    with override_turnkit(AUTHORIZATION_POLICY="tests.unit.test_refusals_write_nothing."
+                                               "refuse_turns"), \
+            django_capture_on_commit_callbacks(execute=True) as callbacks, \
+            pytest.raises(AuthorizationError):
+        CASCADES[name](tree["run"])
+    assert snapshot() == before and callbacks == []
+    assert {r["turn_id"] for _a, _p, r in asked} >= {tree["child"].pk}
