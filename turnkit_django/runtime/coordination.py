@@ -107,15 +107,25 @@ def send(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution,
     delivery = Delivery.objects.filter(key=key).first()
     if delivery is None:  # else a replay: the message was authorized and stored when it ran
         destination = Conversation.objects.filter(pk=args.conversation_id).first()
+        refused = CallOutcome.failed(not_authorized(
+            f"You are not allowed to send a message to conversation {args.conversation_id!r}."))
         if destination is None:
+            # Asked like any destination, its owner unknown: the policy's refusal reads the
+            # same whether the id exists or not, so a model cannot probe for conversations.
+            if not is_allowed("send_message", principal=ctx.principal,
+                              source_conversation_id=ctx.conversation.pk,
+                              destination_conversation_id=args.conversation_id,
+                              source_turn_id=ctx.row.pk,
+                              source_principal=ctx.conversation.principal,
+                              destination_principal=None):
+                return refused
             return _failed("unknown_conversation", f"There is no conversation "
                                                    f"{args.conversation_id!r}.")
         try:
             principal = authorize_send(ctx.conversation, destination, args.text,
                                        principal=ctx.principal, source_turn=ctx.row)
         except AuthorizationError:
-            return CallOutcome.failed(not_authorized(
-                f"You are not allowed to send a message to conversation {destination.pk!r}."))
+            return refused
         with ctx.fenced.atomic():
             delivery = record_send(ctx.conversation, destination, args.text, key=key,
                                    principal=principal, source_turn=ctx.row, deliver_now=False,
