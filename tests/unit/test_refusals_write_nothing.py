@@ -191,3 +191,17 @@ def test_a_cascade_refused_for_one_descendant_writes_nothing(
         CASCADES[name](tree["run"])
     assert snapshot() == before and callbacks == []
     assert {r["turn_id"] for _a, _p, r in asked} >= {tree["child"].pk}
+
+
+@pytest.mark.parametrize("call_id", ["call_missing", "te_missing"])
+def test_a_refused_principal_cannot_probe_which_calls_a_run_made(
+        call_id: str, world: dict[str, Any]) -> None:
+    """An id naming no call of the run is refused like one that does, when the policy refuses
+    the principal the run: the error does not tell which calls another principal's run made."""
+    asked.clear()
+    with override_turnkit(AUTHORIZATION_POLICY=POLICY):
+        with pytest.raises(AuthorizationError):
+            world["parked"].approve(call_id, principal=INTRUDER)
+        with pytest.raises(AuthorizationError):
+            world["parked"].turn.deny(call_id, principal=INTRUDER)
+    assert {action for action, _p, _r in asked} <= {"approve", "deny"}

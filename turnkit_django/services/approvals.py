@@ -31,13 +31,17 @@ from ..authorization import authorize, is_allowed
 from ..conf import turnkit_settings
 from ..events import emit
 from ..exceptions import ApprovalError, ConfigurationError, InputError
-from ..models import ToolExecution
+from ..models import ToolExecution, Turn
 from ..runtime.calls import turn_tools
 from ..runtime.submission import dispatch
 from ..serialization import JsonObject, json_safe, json_value
 from ..states import TERMINAL_TURN_STATUSES, TurnStatus
 from ..store import controls, database_now, lock_tree
 from ..store.events import stamp
+
+
+class UnknownCall(ApprovalError):
+    """The call id names no tool call of the run (or turn)."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ def find(root_id: str, call_id: str, *, turn_id: str | None = None,
     if asked or matches:
         return (asked or matches)[-1]
     where = f"turn {turn_id!r}" if turn_id is not None else f"run {root_id!r}"
-    raise ApprovalError(f"no tool call {call_id!r} in {where}; pass the execution id an "
+    raise UnknownCall(f"no tool call {call_id!r} in {where}; pass the execution id an "
                         "approval.requested event (execution_id) or pending_approvals() (.id) "
                         "gave")
 
@@ -129,8 +133,18 @@ def decide(root_id: str, call_id: str, state: str, *, principal: Any, reason: st
     module docstring."""
     reason = optional_text(reason, "the reason of a decision") or ""
     action = "approve" if state == "approved" else "deny"
-    execution = find(root_id, call_id, turn_id=turn_id, may_see=lambda candidate: system or
-                     is_allowed(action, principal=principal, **_resources(candidate)))
+    try:
+        execution = find(root_id, call_id, turn_id=turn_id, may_see=lambda candidate: system or
+                         is_allowed(action, principal=principal, **_resources(candidate)))
+    except UnknownCall:
+        # Asked about the turn it was looked for in, so a principal refused there cannot
+        # learn which calls another principal's run made (or did not make).
+        turn = Turn.objects.filter(pk=turn_id or root_id).first()
+        if not system and turn is not None:
+            authorize(action, principal=principal, turn_id=turn.pk,
+                      conversation_id=turn.conversation_id, turn_principal=turn.principal,
+                      tool=None, call_id=call_id, arguments=None)
+        raise
     row = execution.turn
     if not system:
         authorize(action, principal=principal, **_resources(execution, arguments))
@@ -230,4 +244,5 @@ def awaiting(turn_ids: list[str]) -> set[str]:
                .values_list("turn_id", flat=True))
 
 
-__all__ = ["Decision", "awaiting", "decide", "expire_approvals", "find", "pending_approvals"]
+__all__ = ["Decision", "UnknownCall", "awaiting", "decide", "expire_approvals", "find",
+           "pending_approvals"]
