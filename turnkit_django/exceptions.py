@@ -13,6 +13,7 @@
     ├── InputError              unusable input to a public entry point (also a ValueError):
     │                           run input against the input schema, text, an id, a cursor
     ├── NotFound                no turn or conversation has the id (also the model's DoesNotExist)
+    │   └── InputNotFound       no input has the key (input_status; also a LookupError)
     ├── MediaError              media input is unusable: unknown type, too large, unreadable
     ├── WaitError               a wait edge was refused (cycle, self-wait, bad target)
     ├── CompactionError         a manual compaction could not summarise (e.g. empty summary)
@@ -107,7 +108,23 @@ class NotFound(TurnkitError, ObjectDoesNotExist):
     ``Turn.DoesNotExist``); ``load_conversation``, and the methods taking a conversation id,
     raise :class:`~turnkit_django.arguments.ConversationNotFound` (also a
     ``Conversation.DoesNotExist``), so code catching the model's ``DoesNotExist`` keeps working.
+    ``input_status`` of a key no input has raises :class:`InputNotFound`.
     """
+
+
+class InputNotFound(NotFound, LookupError):
+    """A conversation has no input with the given key (``input_status``).
+
+    Also a ``LookupError``, which ``input_status`` raised before this class existed.
+    """
+
+    def __init__(self, conversation_id: str, key: str) -> None:
+        self.conversation_id = conversation_id
+        self.key = key
+        super().__init__(
+            f"conversation {conversation_id!r} has no input with key {key!r}; pass the key "
+            "given to post(key=...) or ask(key=...) on this conversation (an input without a "
+            "key has no receipt)")
 
 
 class MediaError(TurnkitError):
@@ -236,6 +253,7 @@ __all__ = [
     "EvaluationError",
     "IdempotencyConflict",
     "InputError",
+    "InputNotFound",
     "InvalidTransition",
     "KeyConflict",
     "LostClaim",

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..arguments import idempotency_key
 from ..authorization import authorize
-from ..exceptions import DeliveryConflict, KeyConflict
+from ..exceptions import DeliveryConflict, InputNotFound, KeyConflict
 from ..messages import Part, TextPart, text_of
 from ..models import Conversation, Delivery, Message, Turn
 from ..runtime.deliveries import send_message
@@ -116,7 +116,8 @@ def input_status(conversation: Conversation, key: str, *, principal: Any = None,
                  check: bool = False) -> InputStatus:
     """The receipt of the input ``key`` (posted or asked) of ``conversation``.
 
-    Raises LookupError when the conversation has no input with that key.
+    Raises InputNotFound (also a LookupError) when the conversation has no input with that
+    key.
     """
     if check:
         authorize("read_messages", principal=principal, conversation_id=conversation.pk,
@@ -127,7 +128,7 @@ def input_status(conversation: Conversation, key: str, *, principal: Any = None,
         delivery = Delivery.objects.filter(key=post_key(conversation.pk, key),
                                            destination_conversation_id=conversation.pk).first()
         if delivery is None:
-            raise LookupError(f"conversation {conversation.pk!r} has no input with key {key!r}")
+            raise InputNotFound(conversation.pk, key)
         text = str((delivery.payload or {}).get("text") or "")
         if delivery.message_id is None:
             return InputStatus(key, "pending", text=text)
