@@ -211,11 +211,13 @@ def _storage_alias(key: str, value: object) -> str | None:
 
 
 def _compaction(key: str, value: object) -> bool | Mapping[str, object]:
-    if value is None:
-        return True
+    # None is refused like every setting whose default is not None (E003 for TIMEOUT): here it
+    # was read as True, so COMPACTION = None meant to switch compaction off left it on.
     if not isinstance(value, bool | Mapping):
         raise _invalid("turnkit.E020", key, value, "True, False or a dict of options",
-                       "For example {'context_limit': 128000, 'threshold': 0.75}.")
+                       "For example {'context_limit': 128000, 'threshold': 0.75}; use False "
+                       "to switch compaction off, or leave COMPACTION out for the default "
+                       "(True).")
     return value
 
 

@@ -191,6 +191,25 @@ def test_a_bad_global_compaction_setting_is_a_system_check_error() -> None:
     assert not [m for m in check_settings() if m.id == "turnkit.E020"]
 
 
+def test_a_global_compaction_of_none_is_refused_not_read_as_on() -> None:
+    """None was read as True: ``COMPACTION = None`` written to switch it off left it on. Like
+    every setting whose default is not None, None is an error (E020), and a run fails saying
+    so before its first model call; an agent's ``compaction=None`` still means the setting's."""
+    from turnkit_django.checks import check_settings
+
+    with override_settings(TURNKIT={**settings.TURNKIT, "COMPACTION": None}):
+        (error,) = [m for m in check_settings() if m.id == "turnkit.E020"]
+        assert "TURNKIT['COMPACTION'] must be True, False or a dict" in error.msg
+        assert "got None" in error.msg and "use False" in (error.hint or "")
+        client = ScriptedClient([reply("unused")])
+        run = Agent("none", client=client).run("Read")
+        assert run.status == "failed" and run.error["type"] == "InvalidSetting"
+        assert client.requests == []
+        assert "TURNKIT['COMPACTION'] must be True, False or a dict" in run.error["message"]
+    model = Model(pages(4))
+    Agent("unset", tools=[fetch_page], compaction=None, client=model.client).run("Read")
+
+
 def test_unknown_options_of_mixed_key_types_are_named_not_a_type_error() -> None:
     """sorted() of {1, "x"} raised TypeError out of the system check (and out of Agent())."""
     from turnkit_django.checks import check_settings

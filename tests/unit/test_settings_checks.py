@@ -201,6 +201,7 @@ BAD_VALUES = [
     ("COST_CALCULATOR", "no.such.price", "turnkit.E007"),
     ("COST_CALCULATOR", 7, "turnkit.E013"),
     ("COMPACTION", "yes", "turnkit.E020"),
+    ("COMPACTION", None, "turnkit.E020"),
     ("PROMPT_DATA_MAX_CHARS", 0, "turnkit.E003"),
     ("TOOL_TIMEOUT", 0, "turnkit.E003"),
     ("TOOL_TIMEOUT", "30", "turnkit.E003"),

@@ -37,7 +37,8 @@ _DEFAULTS: Mapping[str, object] = DEFAULTS
 
 
 def check_options(value: object, where: str) -> dict[str, object] | None:
-    """Validate a compaction setting (True, False, None or a dict); return the dict or None."""
+    """Validate a compaction option (True, False, a dict, or an agent's None: the setting's);
+    return the dict or None. ``TURNKIT["COMPACTION"] = None`` is refused before this (E020)."""
     if value is None or value is True:
         return {}
     if value is False:
