@@ -193,6 +193,16 @@ def _text(key: str, value: object) -> str:
     return value
 
 
+def _queue(key: str, value: object) -> str:
+    name = _text(key, value)
+    if any(char.isspace() or char == "," for char in name):
+        raise _invalid("turnkit.E012", key, value, "a queue name without spaces or commas",
+                       "Workers consume it with `celery worker -Q <queue>`, where a comma "
+                       "separates queues and a shell splits at spaces; use a name such as "
+                       "'turnkit' (the default).")
+    return name
+
+
 def _mapping(id_: str, hint: str) -> Callable[[str, object], Mapping[str, object]]:
     def clean(key: str, value: object) -> Mapping[str, object]:
         if not isinstance(value, Mapping):
@@ -258,7 +268,7 @@ CLEANERS: dict[str, Callable[[str, object], object]] = {
     **dict.fromkeys(OPTIONAL_SECONDS, _optional_seconds),
     **dict.fromkeys(COUNTS, _count),
     "DEFAULT_MODEL": _text,
-    "QUEUE": _text,
+    "QUEUE": _queue,
     "CLIENT": _client,
     "AUTHORIZATION_POLICY": _callable("For example 'myapp.policies.allow' taking "
                                       "(action, *, principal, **resources)."),
