@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from .agents.compaction import check_options as check_compaction
 from .agents.registry import registered_agents
+from .beat import beat_problem
 from .clients import default_client
 from .clients.cost import validate_rates
 from .conf import problems, turnkit_settings
@@ -398,15 +399,12 @@ def check_celery(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> lis
     app = _celery_app()
     if _is_fallback(app) and not app.conf.get("beat_schedule"):
         return []  # no project Celery app configured in this process (W006 says so)
-    messages: list[CheckMessage] = []
-    tasks = {entry.get("task") for entry in (app.conf.beat_schedule or {}).values()}
-    if "turnkit.reconcile" not in tasks:
-        messages.append(Warning(
-            "The Celery beat schedule has no turnkit.reconcile entry.",
-            hint="Merge turnkit_django.celery.beat_schedule() into app.conf.beat_schedule, or "
-                 "run `manage.py turnkit_reconcile --loop`; without it turns whose worker died "
-                 "are never recovered.",
-            id="turnkit.W001"))
+    messages: list[CheckMessage] = [Warning(
+        f"The Celery beat schedule {problem}.",
+        hint="Merge turnkit_django.celery.beat_schedule() into app.conf.beat_schedule (a dict "
+             "of name -> entry dict), or run `manage.py turnkit_reconcile --loop`; without it "
+             "turns whose worker died are never recovered.",
+        id="turnkit.W001") for problem in [beat_problem(app.conf.beat_schedule)] if problem]
     queue = _setting("QUEUE")
     routed = routes_to(app.conf.task_routes, queue)
     if queue and routed is False and app.conf.task_default_queue != queue:

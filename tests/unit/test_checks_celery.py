@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from celery import Celery
+from celery.beat import ScheduleEntry
 from django.core.checks import run_checks
 from django.test import override_settings
 from kombu import Queue
@@ -210,6 +211,31 @@ def test_missing_beat_entry_and_route_are_deploy_warnings(make_app):
     make_app(imports=["turnkit_django.tasks"])
     assert {"turnkit.W001", "turnkit.W002"} <= ids(deploy=True)
     assert not {"turnkit.W001", "turnkit.W002"} & ids()
+
+
+@pytest.mark.parametrize(("schedule", "fragment"), [
+    ({**beat_schedule(), "nightly": "myapp.tasks.nightly"}, "entry 'nightly' is a str, not a dict"),
+    ({**beat_schedule(), "broken": None}, "entry 'broken' is a NoneType, not a dict"),
+    ([beat_schedule()], "is a list, not a dict of entries"),
+    ({"x": {"task": ["turnkit.reconcile"]}}, "has no turnkit.reconcile entry"),
+], ids=["str-entry", "none-entry", "list", "unhashable-task"])
+def test_a_beat_schedule_beat_cannot_read_is_w001_not_a_crash(make_app, schedule, fragment):
+    """``entry.get("task")`` raised AttributeError out of ``manage.py check --deploy`` for an
+    entry that is not a dict; beat itself cannot start on one, so reconcile never runs."""
+    app = make_app(imports=["turnkit_django.tasks"])
+    app.conf.beat_schedule = schedule
+    app.conf.task_routes = {"turnkit.*": {"queue": "turnkit"}}
+    (message,) = [m for m in run_checks(tags=[TAG], include_deployment_checks=True)
+                  if m.id == "turnkit.W001"]
+    assert fragment in message.msg and "beat_schedule()" in message.hint
+
+
+def test_a_schedule_entry_object_counts_as_the_reconcile_entry(make_app):
+    """Beat takes ``ScheduleEntry`` objects as entries as well as dicts."""
+    app = make_app(imports=["turnkit_django.tasks"])
+    entry = beat_schedule()["turnkit-reconcile"]
+    app.conf.beat_schedule = {"reconcile": ScheduleEntry(name="reconcile", **entry, app=app)}
+    assert "turnkit.W001" not in ids(deploy=True)
 
 
 def test_recommended_configuration_passes(make_app):
