@@ -64,6 +64,14 @@ def flag(value: object, what: str) -> bool:
     raise InputError(f"{what} must be True or False, got {repr(value)[:40]}")
 
 
+def event_callback(value: object) -> None:
+    """Refuse an ``on_event=`` that is neither None nor callable (InputError), before a write:
+    the events would otherwise go to a callback that fails each time, logged and unheard."""
+    if value is not None and not callable(value):
+        raise InputError(f"on_event= must be a callable receiving each Event (or None), got "
+                         f"{_kind(value)}")
+
+
 #: The longest model name the ``model`` columns hold.
 MODEL_LENGTH = 200
 
@@ -175,6 +183,7 @@ __all__ = [
     "conversation_by_id",
     "conversation_row",
     "cursor",
+    "event_callback",
     "flag",
     "idempotency_key",
     "model_problem",

@@ -177,6 +177,7 @@ class TurnHandle(TurnControls, RunningTurn, MediaMethods):
 
     def execute(self, *, on_event: EventCallback | None = None) -> Self:
         """Execute the pending turn inline, in this process, and return it finished."""
+        arguments.event_callback(on_event)
         refuse_atomic_block("turn.execute()")
         self.refresh()
         if self.row.status != TurnStatus.PENDING:
@@ -224,6 +225,7 @@ class Run(TreeControls, TurnHandle):
     ) -> Run:
         _only("Run.create", {**options, "input": input, "on_event": on_event,
                              "prompt_mode": prompt_mode}, RunOptions)
+        arguments.event_callback(on_event)
         validated = agent.validate_input(input)
         # Runs default to task mode unless the agent chose its own mode.
         mode = prompt_mode or agent.prompt_mode or "task"
@@ -240,6 +242,7 @@ class Run(TreeControls, TurnHandle):
         """Create the run claimed by this process and execute it inline (``agent.run``)."""
         _only("Run.start", {**options, "input": input, "on_event": on_event,
                             "prompt_mode": prompt_mode}, RunOptions)
+        arguments.event_callback(on_event)
         parts = task_parts(task, agent.validate_input(input))
         mode = prompt_mode or agent.prompt_mode or "task"
         return cls(execute_new(agent, parts, on_event=on_event, prompt_mode=mode, **options),
@@ -330,6 +333,7 @@ class ConversationHandle(ConversationInputs):
         _only("ask", options, TurnOptions)
         arguments.require_text(text, "the text of conv.ask()")
         arguments.flag(submit, "conv.ask(): submit=")
+        arguments.event_callback(on_event)
         if not submit:
             refuse_atomic_block("conversation.ask()")
 

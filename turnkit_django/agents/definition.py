@@ -167,6 +167,9 @@ class AgentDefinition:
         self.prompt_mode = prompt_mode or ("task" if orchestrator else None)
         self.tool_policy = check_tool_policy(name, tool_policy)
         self.system_prompt = system_prompt
+        if on_event is not None and not callable(on_event):
+            raise ConfigurationError(f"agent {name!r}: on_event must be a callable receiving "
+                                     f"each Event, or None; got {repr(on_event)[:40]}")
         self.on_event = on_event
         self.skills = as_skills(skills, agent=name, option="skills")
         self.available_skills = as_skills(available_skills, agent=name, option="available_skills")

@@ -1,0 +1,42 @@
+"""``on_event=`` must be callable: a non-callable one was accepted, and every event then went
+to a callback that failed each time, logged and unheard."""
+
+from __future__ import annotations
+
+import pytest
+
+from turnkit_django import Agent, ConfigurationError, InputError
+from turnkit_django.models import Conversation, Message, Turn
+from turnkit_django.testing import ScriptedClient, reply
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("invariants")]
+
+
+def _counts() -> tuple[int, ...]:
+    return tuple(model.objects.count() for model in (Conversation, Turn, Message))
+
+
+@pytest.mark.parametrize("bad", [5, "myapp.events.log", ["x"]])
+@pytest.mark.parametrize("entry", [
+    lambda agent, conv, pending, bad: agent.run("go", on_event=bad),
+    lambda agent, conv, pending, bad: agent.prepare("go", on_event=bad),
+    lambda agent, conv, pending, bad: agent.submit("go", on_event=bad),
+    lambda agent, conv, pending, bad: conv.ask("hi", on_event=bad),
+    lambda agent, conv, pending, bad: pending.execute(on_event=bad),
+], ids=["run", "prepare", "submit", "ask", "execute"])
+def test_an_on_event_that_is_not_callable_is_refused_before_any_write(entry, bad):
+    agent = Agent("quiet", client=ScriptedClient([reply("ok")] * 3))
+    conv, pending = agent.conversation(), agent.prepare("set up")
+    before = _counts()
+    with pytest.raises(InputError, match="on_event= must be a callable") as raised:
+        entry(agent, conv, pending, bad)
+    assert type(bad).__name__ in str(raised.value)
+    assert _counts() == before
+    assert pending.refresh().status == "pending"  # execute refused before claiming
+    assert pending.execute(on_event=lambda event: None).status == "completed"
+
+
+def test_an_agent_with_an_on_event_that_is_not_callable_is_a_configuration_error():
+    with pytest.raises(ConfigurationError, match="agent 'quiet': on_event must be a callable"):
+        Agent("quiet", on_event=5)
+    assert Agent("quiet", on_event=print).on_event is print
