@@ -300,7 +300,10 @@ def test_only_the_running_turn_can_evaluate_or_set_output_metadata():
 
 @pytest.mark.parametrize(("options", "problem"), [
     ({"max_attempts": 4}, "max_attempts must be 1, 2 or 3"),
-    ({"timeout": 0}, "timeout must be a positive number"),
+    ({"timeout": 0}, "timeout must be a finite positive number"),
+    ({"timeout": float("inf")}, "timeout must be a finite positive number"),
+    ({"timeout": float("nan")}, "timeout must be a finite positive number"),
+    ({"timeout": 10**400}, "timeout must be a finite positive number"),
     ({"questions": []}, "questions must be a non-empty list"),
     ({"questions": [YesNo("a", "x?"), YesNo("a", "y?")]}, "question keys must be distinct"),
     ({"purpose": ""}, "purpose must be a non-empty string"),

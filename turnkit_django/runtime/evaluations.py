@@ -50,6 +50,7 @@ from ..clients.evaluation import (
     check_questions,
     parse_answers,
 )
+from ..conf import MAX_SECONDS
 from ..exceptions import AuthorizationError, EvaluationError
 from ..serialization import (
     JsonMapping,
@@ -96,8 +97,11 @@ def _spec(ctx: TurnContext, *, evaluator: object, model: object, purpose: object
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) \
             or not 1 <= max_attempts <= MAX_ATTEMPTS:
         raise ValueError(f"max_attempts must be 1, 2 or 3, got {max_attempts!r}")
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    # Bounded like the seconds settings: inf and nan (no comparison holds) set no deadline.
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) \
+            or not 0 < timeout <= MAX_SECONDS:
+        raise ValueError(f"timeout must be a finite positive number of seconds, at most ten "
+                         f"years (such as 30, the default), got {repr(timeout)[:40]}")
     if candidate is CURRENT:
         current = ctx.state.candidate
         candidate = None if current is None else (
