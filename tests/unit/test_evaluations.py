@@ -327,6 +327,19 @@ def test_bad_arguments_are_refused_before_anything_is_written(options, problem):
     assert load_turn(run.id).evaluation_receipts == []
 
 
+@pytest.mark.parametrize(("make", "label"), [
+    (lambda: Choice("tone", "Which?", {"formal": "Formal.", "casual": 5}), "casual"),
+    (lambda: Choice("tone", "Which?", {"formal": None, "casual": "Casual."}), "formal"),
+    (lambda: Score("quality", "How good?", {"poor": "Poor.", "good": ["Good."]}), "good"),
+])
+def test_a_label_description_that_is_not_a_string_is_refused_naming_the_label(make, label):
+    """A dict of labels took any value as a description, sent into the request as is."""
+    with pytest.raises(ValueError, match=f"the description of {label!r} must be a string"):
+        make()
+    assert Choice("tone", "Which?", {"formal": "", "casual": "Casual."}).labels == (
+        "formal", "casual")
+
+
 def test_questions_are_checked_when_they_are_made():
     with pytest.raises(ValueError, match="at least two distinct labels"):
         Choice("tone", "Which?", ["formal"])

@@ -56,6 +56,12 @@ def _labels(values: object, what: str) -> tuple[str, ...]:
     labels = tuple(_key(v, f"{what}: the label") for v in values)
     if len(labels) < 2 or len(set(labels)) != len(labels):
         raise ValueError(f"{what} must be at least two distinct labels, got {list(labels)}")
+    described = values.items() if isinstance(values, Mapping) else ()
+    for label, description in described:
+        if not isinstance(description, str):  # the request and the receipt hold it as text
+            raise ValueError(f"{what}: the description of {label!r} must be a string, got "
+                             f"{repr(description)[:40]}; describe it in words, or give the "
+                             "labels as a list")
     return labels
 
 
