@@ -64,12 +64,19 @@ def flag(value: object, what: str) -> bool:
     raise InputError(f"{what} must be True or False, got {repr(value)[:40]}")
 
 
-def event_callback(value: object) -> None:
+def event_callback(value: object, *, inline: bool = True) -> None:
     """Refuse an ``on_event=`` that is neither None nor callable (InputError), before a write:
-    the events would otherwise go to a callback that fails each time, logged and unheard."""
+    the events would otherwise go to a callback that fails each time, logged and unheard. Not
+    ``inline`` (a turn handed to background execution), any callback is refused: the turn runs
+    on a worker, in another process, which never calls it."""
     if value is not None and not callable(value):
         raise InputError(f"on_event= must be a callable receiving each Event (or None), got "
                          f"{_kind(value)}")
+    if value is not None and not inline:
+        raise InputError("on_event= is called only by a turn executed in this process (run(), "
+                         "execute(), ask() without submit=True); a submitted turn runs on a "
+                         "worker: listen there with the turnkit_django.events signals, or read "
+                         "run.events()")
 
 
 #: The longest model name the ``model`` columns hold.

@@ -72,6 +72,7 @@ class Agent(AgentDefinition):
     def submit(self, task: str, *, callback: Any = None, **options: Unpack[RunOptions]) -> Run:
         """Create a run and hand it to background execution; returns at once."""
         _only("submit", options, RunOptions)
+        arguments.event_callback(options.get("on_event"), inline=False)
         if callback is None:  # created submitted: one write
             return Run.create(self, task, _submitted=True, **options)
         target = arguments.conversation_row(callback, "submit(callback=...)")  # before the run
@@ -102,8 +103,6 @@ class TurnHandle(TurnControls, RunningTurn, MediaMethods):
         self._on_event: EventCallback | None = None
         #: Set on the handle a tool gets (``ctx.turn``): media calls write under its claim.
         self.binding = binding
-
-    # -- identity and status -----------------------------------------------------------
 
     @property
     def id(self) -> str:
@@ -160,8 +159,6 @@ class TurnHandle(TurnControls, RunningTurn, MediaMethods):
         reload(self.row)
         return self
 
-    # -- reads -----------------------------------------------------------------------
-
     def messages(self) -> QuerySet[Message]:
         """The turn's input and its own messages, in sequence order."""
         return Message.objects.visible_to(self.row)
@@ -172,8 +169,6 @@ class TurnHandle(TurnControls, RunningTurn, MediaMethods):
     def preview(self) -> ModelRequest:
         """The exact next model request, built without calling the model or writing anything."""
         return preview(self.row.pk, self.agent)
-
-    # -- actions -----------------------------------------------------------------------
 
     def execute(self, *, on_event: EventCallback | None = None) -> Self:
         """Execute the pending turn inline, in this process, and return it finished."""
@@ -333,7 +328,7 @@ class ConversationHandle(ConversationInputs):
         _only("ask", options, TurnOptions)
         arguments.require_text(text, "the text of conv.ask()")
         arguments.flag(submit, "conv.ask(): submit=")
-        arguments.event_callback(on_event)
+        arguments.event_callback(on_event, inline=not submit)
         if not submit:
             refuse_atomic_block("conversation.ask()")
 

@@ -40,3 +40,19 @@ def test_an_agent_with_an_on_event_that_is_not_callable_is_a_configuration_error
     with pytest.raises(ConfigurationError, match="agent 'quiet': on_event must be a callable"):
         Agent("quiet", on_event=5)
     assert Agent("quiet", on_event=print).on_event is print
+
+
+@pytest.mark.parametrize("entry", [
+    lambda agent, conv: agent.submit("go", on_event=print),
+    lambda agent, conv: agent.submit("go", on_event=print, callback=conv),
+    lambda agent, conv: conv.ask("hi", submit=True, on_event=print),
+], ids=["submit", "submit-callback", "ask-submit"])
+def test_a_callback_for_a_turn_handed_to_a_worker_is_refused_before_any_write(entry):
+    """A submitted turn runs on a worker, which never calls a callback of this process: the
+    callback was accepted and silently never heard."""
+    agent = Agent("quiet", client=ScriptedClient([reply("ok")]))
+    conv = agent.conversation()
+    before = _counts()
+    with pytest.raises(InputError, match="on_event= is called only by a turn executed in this"):
+        entry(agent, conv)
+    assert _counts() == before
