@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from django.db.models import Model
 
+from .conf import MODEL_LENGTH
 from .exceptions import InputError, NotFound
 from .models import Conversation, Turn
 from .serialization import checked_text, unstorable
@@ -79,20 +80,21 @@ def event_callback(value: object, *, inline: bool = True) -> None:
                          "run.events()")
 
 
-#: The longest model name the ``model`` columns hold.
-MODEL_LENGTH = 200
 
 
 def model_problem(value: object) -> str | None:
     """What is wrong with ``value`` as a model name (None or a non-blank str of at most
     ``MODEL_LENGTH`` characters), or None when nothing is."""
-    if value is None or (isinstance(value, str) and value.strip()
+    if value is None or (isinstance(value, str) and value.strip() == value and value
                          and len(value) <= MODEL_LENGTH):
         return None
-    shown = f"{len(value)} characters" if isinstance(value, str) and value.strip() else (
-        _kind(value))
+    shown = _kind(value)
+    if isinstance(value, str) and value.strip():
+        shown = (f"{value!r}, with surrounding whitespace" if value.strip() != value
+                 else f"{len(value)} characters")
     return (f"must be a model name (a non-blank str of at most {MODEL_LENGTH} characters, "
-            f"such as 'claude-sonnet-5-5') or None for the default, got {shown}")
+            "without surrounding whitespace, such as 'claude-sonnet-5-5') or None for the "
+            f"default, got {shown}")
 
 
 def optional_count(value: object, what: str) -> int | None:

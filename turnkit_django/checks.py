@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 
@@ -101,10 +101,13 @@ def check_sqlite_mode(app_configs: Sequence[Any] | None = None,
         conn = connections[alias]
         if conn.vendor != "sqlite":
             continue
-        mode = (conn.settings_dict.get("OPTIONS") or {}).get("transaction_mode")
+        options = conn.settings_dict.get("OPTIONS") or {}
+        mode = options.get("transaction_mode") if isinstance(options, Mapping) else None
         if str(mode).upper() != "IMMEDIATE":
+            problem = ("" if isinstance(options, Mapping)
+                       else f" (its OPTIONS must be a dict, not {type(options).__name__})")
             messages.append(Error(
-                f"Database {alias!r} is SQLite without the IMMEDIATE transaction mode.",
+                f"Database {alias!r} is SQLite without the IMMEDIATE transaction mode{problem}.",
                 hint=f"Set DATABASES[{alias!r}]['OPTIONS'] = {{'transaction_mode': 'IMMEDIATE'}} "
                      "so writers serialize; without it concurrent turns can corrupt claims.",
                 id="turnkit.E010"))

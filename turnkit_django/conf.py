@@ -193,6 +193,20 @@ def _text(key: str, value: object) -> str:
     return value
 
 
+#: The longest model name the ``model`` columns hold.
+MODEL_LENGTH = 200
+
+
+def _model(key: str, value: object) -> str:
+    name = _text(key, value)
+    if name != name.strip() or len(name) > MODEL_LENGTH:
+        raise _invalid("turnkit.E012", key, value, "a model name without surrounding "
+                       f"whitespace, of at most {MODEL_LENGTH} characters (what the model "
+                       "columns hold)",
+                       f"For example {DEFAULTS[key]!r} (the default).")
+    return name
+
+
 def _queue(key: str, value: object) -> str:
     name = _text(key, value)
     if any(char.isspace() or char == "," for char in name):
@@ -267,7 +281,7 @@ CLEANERS: dict[str, Callable[[str, object], object]] = {
     **dict.fromkeys(SECONDS, _seconds),
     **dict.fromkeys(OPTIONAL_SECONDS, _optional_seconds),
     **dict.fromkeys(COUNTS, _count),
-    "DEFAULT_MODEL": _text,
+    "DEFAULT_MODEL": _model,
     "QUEUE": _queue,
     "CLIENT": _client,
     "AUTHORIZATION_POLICY": _callable("For example 'myapp.policies.allow' taking "

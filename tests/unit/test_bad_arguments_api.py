@@ -51,13 +51,13 @@ def test_register_returns_the_agent() -> None:
     assert register(agent) is agent
 
 
-@pytest.mark.parametrize("model", [5, "", "  ", "m" * 201, ["claude"]])
+@pytest.mark.parametrize("model", [5, "", "  ", "m" * 201, ["claude"], " claude", "claude\n"])
 def test_an_agent_refuses_a_model_that_is_no_model_name(model: object) -> None:
     with pytest.raises(ConfigurationError, match=r"agent 'modelled_c': model"):
         Agent("modelled_c", model=model)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("model", [5, "", "m" * 201])
+@pytest.mark.parametrize("model", [5, "", "m" * 201, "claude "])
 def test_a_run_refuses_a_model_that_is_no_model_name_before_writing(model: object) -> None:
     agent = Agent("modelled_run_c", client=FunctionClient(lambda request: reply("ok")))
     with pytest.raises(InputError, match="model="):

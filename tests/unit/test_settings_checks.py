@@ -164,6 +164,8 @@ def test_an_unknown_key_like_no_other_lists_the_known_keys():
 BAD_VALUES = [
     ("DEFAULT_MODEL", "", "turnkit.E012"),
     ("DEFAULT_MODEL", 42, "turnkit.E012"),
+    ("DEFAULT_MODEL", " claude-sonnet-5-5", "turnkit.E012"),
+    ("DEFAULT_MODEL", "m" * 201, "turnkit.E012"),
     ("CLIENT", "no.such.module.Client", "turnkit.E007"),
     ("CLIENT", 42, "turnkit.E013"),
     ("MAX_ITERATIONS", 0, "turnkit.E003"),
@@ -243,6 +245,8 @@ def test_every_key_has_a_bad_value_case():
         ({"COMPACTION": {"enabled": "false"}}, "turnkit.E020", "enabled must be True or False"),
         ({"COMPACTION": {"model": 5}}, "turnkit.E020", "model must be None or a model name"),
         ({"QUEUE": " turnkit "}, "turnkit.E012", "must be a queue name without spaces or commas"),
+        ({"DEFAULT_MODEL": "claude-sonnet-5-5\n"}, "turnkit.E012",
+         "without surrounding whitespace"),
         ({"HEARTBEAT_INTERVAL": 10, "LEASE": 20}, "turnkit.E004", "LEASE"),
         ({"RECONCILE_INTERVAL": 60, "LEASE": 60}, "turnkit.E005", "RECONCILE_INTERVAL"),
         ({"COST_CALCULATOR": "no.such.module.price"}, "turnkit.E007", "COST_CALCULATOR"),
@@ -320,6 +324,16 @@ def test_sqlite_without_immediate_mode_is_an_error(monkeypatch):
     assert ids == {"turnkit.E010"}
     assert "turnkit.E010" in {m.id for m in run_checks(tags=[TAG])}  # not only with --database
 
+
+
+@pytest.mark.parametrize("options", [["transaction_mode", "IMMEDIATE"], "IMMEDIATE"])
+def test_sqlite_options_that_are_not_a_dict_are_reported_not_raised(monkeypatch, options):
+    """``manage.py check`` must report a broken setting: OPTIONS that is not a dict raised
+    AttributeError out of the check."""
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
+    (message,) = check_sqlite_mode(None)
+    assert message.id == "turnkit.E010"
+    assert "OPTIONS" in message.msg and "must be a dict" in message.msg
 
 # --------------------------------------------------------------------------- registry, agents
 
