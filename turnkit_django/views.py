@@ -6,7 +6,8 @@
   client sends (``Last-Event-ID``, as a browser's ``EventSource`` does on reconnect, or
   ``?after=``), each as ``id: <event id>``, ``event: <type>``, ``data: <json>``. A refresh or a
   dropped connection resumes exactly after the last event received: no gap, no duplicate. The
-  stream ends with an ``end`` event once the run is finished and every event was sent, and
+  stream ends with an ``end`` event once no turn of the run's tree is active (the root and any
+  continuation that joined it) and every event was sent, and
   after ``max_seconds`` otherwise (the browser reconnects with its cursor).
 * ``runs/<id>/``: a page showing the live transcript and the pending approvals.
 
@@ -114,8 +115,10 @@ def readable(request: HttpRequest, root: Turn, principal: Any) -> Readable:
 
 def _batch(run_id: str, after: int, size: int, readable: Readable) -> tuple[list[Event], bool]:
     """Events after ``after`` the reader may see and whether the run had finished before they
-    were read (conversations that joined the tree since the last batch are decided first)."""
-    finished = Turn.objects.filter(pk=run_id).terminal().exists()
+    were read: no turn of its tree active, the root's nor a continuation's that joined it after
+    the root finished (conversations that joined the tree since the last batch are decided
+    first)."""
+    finished = not Turn.objects.filter(root_turn_id=run_id).active().exists()
     allowed = sorted(readable.refresh())
     rows = list(Event.objects.filter(root_turn_id=run_id, id__gt=after,
                                      conversation_id__in=allowed).order_by("id")[:size])
