@@ -46,14 +46,15 @@ def require_text(value: object, what: str, *, hint: str = "") -> str:
     raise InputError(f"{what} must be a non-empty str, got {got}{hint}")
 
 
-def idempotency_key(value: object, what: str) -> str:
-    """An application's idempotency key: a non-blank ``str`` of at most :data:`KEY_LENGTH`
-    characters that every database stores as given; InputError otherwise, before any write."""
+def idempotency_key(value: object, what: str, *, length: int = KEY_LENGTH) -> str:
+    """An application's idempotency key: a non-blank ``str`` of at most ``length`` (default
+    :data:`KEY_LENGTH`) characters that every database stores as given; InputError otherwise,
+    before any write."""
     if not isinstance(value, str) or not value.strip():
         raise InputError(f"{what} needs a non-empty key= (its idempotency key), "
                          f"got {_kind(value) if not isinstance(value, str) else repr(value)}")
-    if len(value) > KEY_LENGTH:
-        raise InputError(f"{what}: key= has {len(value)} characters, at most {KEY_LENGTH} are "
+    if len(value) > length:
+        raise InputError(f"{what}: key= has {len(value)} characters, at most {length} are "
                          "kept; use a shorter key (a digest of a longer one, for example)")
     return checked_text(value, f"{what}: key=")
 
