@@ -68,6 +68,9 @@ def to_media(value: object, *, mime_type: str | None = None, name: str | None = 
              max_bytes: int | None = None) -> MediaInput:
     """Normalise ``value`` (see the module docstring) into a :class:`MediaInput`."""
     limit = MAX_BYTES if max_bytes is None else max_bytes
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+        raise MediaError(f"max_bytes= must be None ({MAX_BYTES} bytes) or a positive int, got "
+                         f"{limit!r:.40}")
     if isinstance(value, MediaInput):
         _check_size(value.size, limit, value.name)
         return value
@@ -181,6 +184,8 @@ def _read(stream: _Readable, limit: int, label: str) -> bytes:
 
 def _from_bytes(data: bytes, mime_type: str | None, name: str, content_type: str | None,
                 source: Source) -> MediaInput:
+    if not data:
+        raise MediaError(f"media {name or 'bytes'!r} is empty (0 bytes): pass the file's bytes")
     mime = mime_type or sniff(data) or content_type or mimetypes.guess_type(name)[0]
     if not mime:
         raise MediaError(f"cannot tell the type of media {name or 'bytes'!r}: pass mime_type=")

@@ -40,7 +40,6 @@ it goes over the cap (observed cost), and the next model or media call of the tr
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from dataclasses import replace
@@ -80,6 +79,7 @@ from .context import ToolBinding, TurnContext
 from .deliveries import callback_decision
 from .heartbeat import Heartbeat
 from .loop import context, refuse_atomic_block
+from .media_arguments import checked_options, json_object, required_text
 from .media_operations import Operation, PaintOperation, Result, ViewOperation
 from .output import fail, publish_locked
 
@@ -100,8 +100,10 @@ def paint(row: Turn, agent: AgentDefinition, prompt: str, *, binding: ToolBindin
           max_bytes: int | None = None) -> ImageResult:
     """Generate images from ``prompt`` (or edit ``input_images``, where ``mask`` marks what to
     change), record them on the turn and return them (see the module docstring)."""
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise MediaError("paint needs a non-empty prompt")
+    required_text(prompt, "paint", "prompt")
+    options = checked_options("paint", model=model, provider=provider, params=params,
+                              max_bytes=max_bytes, providers=_PROVIDERS)
+    info = json_object(metadata, "paint(): metadata=")
     if size is not None and (not isinstance(size, str) or not _SIZE.match(size)):
         raise MediaError(f"size {size!r} is not WIDTHxHEIGHT (such as '1024x1024') or 'auto'")
     images = input_images if isinstance(input_images, list | tuple) else [input_images]
@@ -111,8 +113,8 @@ def paint(row: Turn, agent: AgentDefinition, prompt: str, *, binding: ToolBindin
     if edit_mask is not None and not references:
         raise MediaError("a mask marks where to edit an input image: pass input_images too")
     chosen = media_client("paint", client=client, provider=provider, agent=agent)
-    request = ImageRequest(prompt, model, size, references, edit_mask, dict(params or {}))
-    op = PaintOperation(chosen, request, _json_object(metadata))
+    request = ImageRequest(prompt, model, size, references, edit_mask, options)
+    op = PaintOperation(chosen, request, info)
     return _in_tool(binding, op) if binding is not None else _on_pending(row, agent, on_event, op)
 
 
@@ -125,13 +127,15 @@ def view_media(row: Turn, agent: AgentDefinition, media: object, *, objective: s
     """Analyse ``media`` (one item or a list) for ``objective``, record the analysis on the turn
     and return it; with ``output_schema`` (a pydantic class or JSON schema) its ``data`` holds
     the structured answer. The model defaults to the turn's."""
-    if not isinstance(objective, str) or not objective.strip():
-        raise MediaError("view_media needs a non-empty objective")
+    required_text(objective, "view_media", "objective")
+    options = checked_options("view_media", model=model, provider=provider, params=params,
+                              max_bytes=max_bytes, providers=_PROVIDERS)
+    info = json_object(metadata, "view_media(): metadata=")
     inputs = to_media_list(media, max_bytes=max_bytes)
     chosen = media_client("view_media", client=client, provider=provider, agent=agent)
     request = MediaRequest(inputs, objective, model or row.model, schema_json(output_schema),
-                           dict(params or {}))
-    op = ViewOperation(chosen, request, _json_object(metadata))
+                           options)
+    op = ViewOperation(chosen, request, info)
     return _in_tool(binding, op) if binding is not None else _on_pending(row, agent, on_event, op)
 
 
@@ -156,18 +160,6 @@ def media_client(capability: Capability, *, client: object, provider: str | None
         f"agent {agent.name!r}: its client {resolved!r} does not support {capability}; pass "
         f"client= a client that does, or provider='openai'"
     )
-
-
-def _json_object(metadata: object) -> JsonObject:
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, dict):
-        raise MediaError(f"metadata must be a dict, got {type(metadata).__name__}")
-    try:
-        json.dumps(metadata)
-    except (TypeError, ValueError):
-        raise MediaError("metadata must be a JSON-serializable dict") from None
-    return metadata
 
 
 # --------------------------------------------------------------------------- the protocol
