@@ -243,7 +243,7 @@ def test_every_key_has_a_bad_value_case():
         ({"COMPACTION": {"threshold": 2}}, "turnkit.E020", "threshold"),
         ({"COMPACTION": {"threshold": True}}, "turnkit.E020", "threshold"),
         ({"COMPACTION": {"enabled": "false"}}, "turnkit.E020", "enabled must be True or False"),
-        ({"COMPACTION": {"model": 5}}, "turnkit.E020", "model must be None or a model name"),
+        ({"COMPACTION": {"model": 5}}, "turnkit.E020", "compaction model must be a model name"),
         ({"QUEUE": " turnkit "}, "turnkit.E012", "must be a queue name without spaces or commas"),
         ({"DEFAULT_MODEL": "claude-sonnet-5-5\n"}, "turnkit.E012",
          "without surrounding whitespace"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypedDict
 
+from ..arguments import model_problem
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
 
@@ -63,10 +64,8 @@ def check_options(value: object, where: str) -> dict[str, object] | None:
     if not isinstance(value.get("enabled", True), bool):
         raise ConfigurationError(f"{where}: compaction enabled must be True or False; "
                                  f"got {value['enabled']!r}")
-    model = value.get("model")
-    if model is not None and (not isinstance(model, str) or not model.strip()):
-        raise ConfigurationError(f"{where}: compaction model must be None or a model name; "
-                                 f"got {model!r}")
+    if problem := model_problem(value.get("model")):
+        raise ConfigurationError(f"{where}: compaction model {problem}")
     if counts["context_limit"] <= counts["reserved_tokens"]:
         raise ConfigurationError(f"{where}: compaction context_limit must exceed reserved_tokens")
     return dict(value)

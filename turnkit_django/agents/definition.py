@@ -26,6 +26,7 @@ from ..tools.base import Tool
 from . import policies, prompting
 from .compaction import check_options as check_compaction
 from .jsonschema import problems
+from .schema_check import schema_problem
 from .skills import LOAD_SKILL, LoadSkillTool, Skill, as_skills, check_keys
 from .subagents import SubAgentTool
 from .tool_policy import ToolPolicy, check_tool_policy
@@ -51,11 +52,14 @@ class LimitOverrides(TypedDict):
     timeout: float | None
 
 
-def schema_json(schema: Schema) -> JsonObject | None:
-    """Return the JSON schema of a pydantic model class or a schema dict."""
+def schema_json(schema: Schema, where: str = "a schema") -> JsonObject | None:
+    """Return the JSON schema of a pydantic model class or a well-formed schema dict."""
     if schema is None:
         return None
     if isinstance(schema, dict):
+        if problem := schema_problem(schema):
+            raise ConfigurationError(f"{where} is not a valid JSON schema: {problem}; fix it, "
+                                     "or pass a pydantic model class")
         return schema
     if isinstance(schema, type) and issubclass(schema, BaseModel):
         return schema.model_json_schema()
@@ -83,6 +87,15 @@ def check_thinking(value: object, where: str) -> None:
     if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)
                                or budget <= 0):
         raise ConfigurationError(f"{where}: thinking budget must be a positive integer of tokens")
+    for key, kind, shown in (("effort", str, "a level name such as 'low'"),
+                             ("display", str, "a str such as 'summarized'"),
+                             ("type", str, "the provider's thinking type, such as 'enabled'"),
+                             ("adaptive", bool, "True or False")):
+        option = value.get(key)
+        if option is not None and (not isinstance(option, kind)
+                                   or (kind is str and not str(option).strip())):
+            raise ConfigurationError(f"{where}: thinking {key} must be {shown}, got "
+                                     f"{option!r:.40}")
 
 
 def check_name(name: object) -> str:
@@ -138,6 +151,10 @@ class AgentDefinition:
         tool_policy: ToolPolicy | None = None,
     ) -> None:
         self.name = check_name(name)
+        for option, text in (("instructions", instructions), ("description", description)):
+            if not isinstance(text, str):
+                raise ConfigurationError(f"agent {name!r}: {option} must be a str, got a "
+                                         f"{type(text).__name__}")
         self.instructions = instructions
         self.description = description
         if problem := model_problem(model):
@@ -156,6 +173,11 @@ class AgentDefinition:
             "timeout": timeout,
         }
         check_limits(f"agent {name!r}", **self.limit_overrides)  # here, not at the first run
+        if client is not None and not callable(getattr(client, "complete", None)):
+            raise ConfigurationError(
+                f"agent {name!r}: client must be a model client (an object with "
+                f"complete(request), such as AnthropicClient()) or None for TURNKIT['CLIENT'], "
+                f"got {repr(client)[:40]}")
         self.client = client
         check_thinking(thinking, f"agent {name!r}")
         self.thinking = thinking
@@ -216,8 +238,8 @@ class AgentDefinition:
                     f"agent {self.name!r}: two tools are named {item.tool_name!r} (tools, skill "
                     f"tools, sub-agents and {LOAD_SKILL!r} share one namespace); rename one"
                 )
-        schema_json(self.output_schema)
-        schema_json(self.input_schema)
+        schema_json(self.output_schema, f"agent {self.name!r}: output_schema")
+        schema_json(self.input_schema, f"agent {self.name!r}: input_schema")
 
     def tool_table(self, loaded: Iterable[str] | None = None) -> dict[str, Tool]:
         """Return the tools the model may call, by name.
