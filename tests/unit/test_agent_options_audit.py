@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from turnkit_django import Agent, ConfigurationError
+from turnkit_django import Agent, ConfigurationError, register
+from turnkit_django.agents.registry import registered_agents, unregister
 from turnkit_django.models import Turn
 from turnkit_django.testing import ScriptedClient, reply
 
@@ -80,3 +81,39 @@ def test_a_run_with_a_malformed_output_schema_writes_nothing():
 def test_a_compaction_model_follows_the_model_name_rule(model):
     with pytest.raises(ConfigurationError, match="compaction model"):
         Agent("a", compaction={"model": model})
+
+
+@pytest.fixture
+def clean_registry():
+    yield
+    for name in ("fp_agent",):
+        unregister(name)
+
+
+def brief(turn):  # a context contributor
+    return "brief"
+
+
+def no_jargon(output):  # an output policy
+    return None
+
+
+@pytest.mark.parametrize("change", [
+    {"thinking": {"budget": 1000}}, {"prompt_mode": "minimal"}, {"system_prompt": "Be terse."},
+    {"output_schema": {"type": "object"}}, {"input_schema": {"type": "object"}},
+    {"compaction": False}, {"output_retries": 2}, {"output_policy": [no_jargon]},
+    {"context_contributors": [brief]},
+])
+def test_registering_a_definition_that_differs_in_any_behaviour_raises(clean_registry, change):
+    register(Agent("fp_agent", instructions="Help."))
+    with pytest.raises(ConfigurationError, match="already registered"):
+        register(Agent("fp_agent", instructions="Help.", **change))
+
+
+def test_re_registering_an_equal_definition_is_harmless(clean_registry):
+    def build():
+        return Agent("fp_agent", instructions="Help.", thinking={"budget": 1000},
+                     output_schema=Memo, context_contributors=[brief], compaction=False)
+    first = register(build())
+    register(build())  # a re-import: equal values, the same functions
+    assert registered_agents()["fp_agent"] is first

@@ -111,6 +111,13 @@ def check_name(name: object) -> str:
     return name
 
 
+def _named(value: object) -> object:
+    """A value for a fingerprint: a function by its qualified name, anything else as it is."""
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
+    return value if value is None or isinstance(value, str) else type(value).__qualname__
+
+
 class AgentDefinition:
     """A named agent: instructions, model, tools, sub-agents and limits.
 
@@ -291,8 +298,19 @@ class AgentDefinition:
             "available_skills": [s.key for s in self.available_skills],
             "limits": {k: str(v) for k, v in self.limit_overrides.items()},
             "orchestrator": self.orchestrator,
+            # What changes the turns a worker runs: a re-import gives equal values (and the same
+            # functions, by qualified name), another definition does not.
+            "thinking": self.thinking,
+            "prompt_mode": self.prompt_mode,
+            "system_prompt": _named(self.system_prompt),
+            "schemas": [schema_json(self.input_schema), schema_json(self.output_schema)],
+            "compaction": self.compaction,
+            "output_policy": [self.output_policy_mode, self.output_retries,
+                              [[p.name, p.content] for p in self.output_policies]],
+            "tool_policy": _named(self.tool_policy),
+            "context_contributors": [_named(c) for c in self.context_contributors],
         }
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
     def limits(self) -> Limits:
         return resolve_limits(**self.limit_overrides, where=f"agent {self.name!r}")
