@@ -46,7 +46,7 @@ from ..errors import ErrorRecord
 from ..events import emit
 from ..models import Delivery, Turn
 from ..runtime.deliveries import callback_decision, completion_callback, deliver, hand_on
-from ..serialization import json_safe
+from ..serialization import json_safe, unstorable
 from ..states import ACTIVE_TURN_STATUSES, TurnStatus
 from ..store import lock_tree
 from ..store.deliveries import COMPLETION_PREFIX
@@ -222,7 +222,10 @@ def cancel(turn: Turn | str, *, cascade: bool = False, principal: Any = None) ->
     flag(cascade, "cancel(): cascade=")
     turn_id = turn.pk if isinstance(turn, Turn) else turn
     batch = max(int(turnkit_settings.MAINTENANCE_BATCH_SIZE), 1)
-    root_id = Turn.objects.filter(pk=turn_id).values_list("root_turn_id", flat=True).first()
+    # An id no database stores (a NUL, a lone surrogate) names no turn; asked, PostgreSQL and
+    # SQLite's driver refuse the query itself.
+    root_id = None if isinstance(turn_id, str) and unstorable(turn_id) else (
+        Turn.objects.filter(pk=turn_id).values_list("root_turn_id", flat=True).first())
     if root_id is None:
         raise Turn.DoesNotExist(f"turn {turn_id!r} does not exist")
     report = CancelReport(turn_id, cascade)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from ...exceptions import TurnkitError
 from ...models import Turn
 from ...services import cancel
+from ..base import TurnkitCommand, id_hint
 
 
-class Command(BaseCommand):
+class Command(TurnkitCommand):
     help = ("Cancel a turn (with --cascade also every descendant). Running tool calls are "
             "interrupted, transcripts repaired, in-flight workers fenced out.")
 
@@ -31,12 +31,15 @@ class Command(BaseCommand):
                 principal = json.loads(options["principal"])
             except ValueError as exc:
                 raise CommandError(f"--principal is not valid JSON: {exc}") from exc
+        turn_id = options["turn_id"]
         try:
-            report = cancel(options["turn_id"], cascade=options["cascade"], principal=principal)
+            report = cancel(turn_id, cascade=options["cascade"], principal=principal)
         except Turn.DoesNotExist as exc:
-            raise CommandError(f"no turn {options['turn_id']!r}") from exc
-        except TurnkitError as exc:
-            raise CommandError(str(exc)) from exc
+            hint = id_hint(turn_id) or (
+                f" (that is a conversation id: `turnkit_inspect {turn_id}` lists its turns)"
+                if isinstance(turn_id, str) and turn_id.startswith("conv_") else "")
+            raise CommandError(f"no turn {turn_id!r}{hint}; turn ids look like turn_...: copy "
+                               "one from turnkit_inspect or the admin") from exc
         if not report.changed:
             self.stdout.write(f"turn {report.turn_id!r} is already {report.status}; "
                               "nothing changed")

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...handles import Run
 from ...models import Conversation, Turn
@@ -18,9 +18,10 @@ from ...timeline import (
     turn_transcript,
 )
 from ...transcript import render, transcript, tree_lines
+from ..base import TurnkitCommand, id_hint, unstorable_id
 
 
-class Command(BaseCommand):
+class Command(TurnkitCommand):
     help = ("Print the tree (in parent order), transcript, usage and cost of a turn, run or "
             "conversation id.")
 
@@ -33,15 +34,15 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         ident: str = options["id"]
-        turn = Turn.objects.filter(pk=ident).first()
+        storable = unstorable_id(ident) is None  # else no database can be asked about it
+        turn = Turn.objects.filter(pk=ident).first() if storable else None
         if turn is not None:
             self._turn(turn, as_json=options["json"], full=options["full"])
             return
-        conversation = Conversation.objects.filter(pk=ident).first()
+        conversation = Conversation.objects.filter(pk=ident).first() if storable else None
         if conversation is None:
-            raise CommandError(
-                f"no turn or conversation with id {ident!r}; ids look like turn_... or conv_..."
-            )
+            raise CommandError(f"no turn or conversation with id {ident!r}{id_hint(ident)}; "
+                               "ids look like turn_... or conv_...")
         self._conversation(conversation, as_json=options["json"], full=options["full"])
 
     def _turn(self, turn: Turn, *, as_json: bool, full: bool) -> None:

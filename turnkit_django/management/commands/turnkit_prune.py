@@ -5,14 +5,15 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from ...services import prune
 from ..arguments import COUNT, DAYS
+from ..base import TurnkitCommand
 
 
-class Command(BaseCommand):
+class Command(TurnkitCommand):
     help = (
         "Delete conversations (with their turns, messages, tool executions and child "
         "conversations) whose every turn is finished and whose last activity is older than "

@@ -6,16 +6,20 @@ import signal
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import close_old_connections
 
 from ... import failpoints
 from ...conf import turnkit_settings
 from ...services import cancel_sweep, reconcile
 from ..arguments import COUNT, SECONDS
+from ..base import TurnkitCommand
+
+#: The settings one reconcile pass and cancel sweep read.
+READ_BY_A_PASS = ("LEASE", "MAINTENANCE_BATCH_SIZE", "TIMEOUT", "MAX_RECOVERY_ATTEMPTS")
 
 
-class Command(BaseCommand):
+class Command(TurnkitCommand):
     help = (
         "Recover abandoned turns (heartbeat older than LEASE) and run one maintenance pass; "
         "with --loop, also finish cancel cascades, standing in for beat."
@@ -47,6 +51,10 @@ class Command(BaseCommand):
         if interval is None:  # not `or`: --interval 0 is refused, not replaced
             interval = turnkit_settings.RECONCILE_INTERVAL
         passes = COUNT.clean("--passes", options["passes"])
+        # A broken setting would fail every pass of a loop alike: refuse it before the first
+        # (with --skip-checks; TurnkitCommand makes it a CommandError).
+        for key in READ_BY_A_PASS:
+            getattr(turnkit_settings, key)
         if not options["loop"]:
             self.stdout.write(str(reconcile()))
             return

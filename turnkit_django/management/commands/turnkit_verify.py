@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...models import Conversation, Turn
 from ...testing.verify import verify
+from ..base import TurnkitCommand, id_hint, unstorable_id
 
 
-class Command(BaseCommand):
+class Command(TurnkitCommand):
     help = ("Check the stored turns, transcripts, deliveries and waits against invariants "
             "I1-I4, I6 and I7; exits non-zero when any is violated.")
 
@@ -22,8 +23,10 @@ class Command(BaseCommand):
                             help="Check this conversation (repeatable).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        _require_known(Turn, options["turns"], "turn", "turn_...")
-        _require_known(Conversation, options["conversations"], "conversation", "conv_...")
+        _require_known(Turn, options["turns"], "turn", "turn_...",
+                       ("conv_", "conversation", "--conversation"))
+        _require_known(Conversation, options["conversations"], "conversation", "conv_...",
+                       ("turn_", "turn", "--turn"))
         report = verify(turn_ids=options["turns"], conversation_ids=options["conversations"])
         for violation in report.violations:
             self.stdout.write(str(violation))
@@ -37,15 +40,24 @@ class Command(BaseCommand):
 
 
 def _require_known(model: type[Turn] | type[Conversation], ids: list[str] | None, what: str,
-                   shape: str) -> None:
-    """Refuse ids that name no row: checking nothing must not look like a pass."""
+                   shape: str, other: tuple[str, str, str]) -> None:
+    """Refuse ids that name no row: checking nothing must not look like a pass. ``other`` is
+    the prefix of the other kind of id, its name and the option that takes it."""
     if not ids:
         return
-    known = set(model.objects.filter(pk__in=ids).values_list("pk", flat=True))
+    # One no database stores names no row, and would fail the query (PostgreSQL, NUL).
+    storable = [ident for ident in ids if unstorable_id(ident) is None]
+    known = set(model.objects.filter(pk__in=storable).values_list("pk", flat=True))
     unknown = [ident for ident in ids if ident not in known]
     if unknown:
+        prefix, kind, flag = other
+        named = ", ".join(
+            repr(ident) + (id_hint(ident) or (f" (that is a {kind} id: {flag} takes it)"
+                                              if isinstance(ident, str)
+                                              and ident.startswith(prefix) else ""))
+            for ident in unknown)
         raise CommandError(
-            f"no {what} with id {', '.join(map(repr, unknown))}; nothing was checked. "
+            f"no {what} with id {named}; nothing was checked. "
             f"{what.capitalize()} ids look like {shape}: copy one from turnkit_inspect or the "
             "admin."
         )
