@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from django.db import models
 from pydantic import Field, TypeAdapter
 
-from .serialization import JsonObject
+from .serialization import JsonObject, storable_text
 
 Role = Literal["user", "assistant", "tool"]
 
@@ -226,7 +226,8 @@ def distinct_call_ids(parts: Sequence[Part], taken: Iterable[str]) -> tuple[Part
     same response keeps the model's id in ``duplicate_of`` (the runtime refuses it with a
     readable error) and gets a fresh id, so each call has exactly one result under an id of
     its own. A call without an id, or with one longer than :data:`CALL_FIELD_LENGTH`, gets a
-    fresh one.
+    fresh one. Ids are compared as stored (a NUL or a lone surrogate replaced): two ids the
+    database keeps alike are not distinct.
 
     A name longer than :data:`CALL_FIELD_LENGTH` is cut to it: no tool has such a name (tool
     names have at most 64 characters), so the call still gets the unknown-tool error, which the
@@ -243,8 +244,11 @@ def distinct_call_ids(parts: Sequence[Part], taken: Iterable[str]) -> tuple[Part
         if len(part.name) > CALL_FIELD_LENGTH:
             part = replace(part, name=part.name[:CALL_FIELD_LENGTH])
         original = part.id
+        if original and storable_text(original) != original:
+            # Compared and kept as stored: "a\x00" and "a\ufffd" are one id in the database.
+            part = replace(part, id=storable_text(original))
         if (not original or len(original) > CALL_FIELD_LENGTH or original in given
-                or original in earlier or original in mine):
+                or part.id in earlier or part.id in mine):
             base = _ID_CHARS.sub("_", original)[:48] or "call"
             n = 2
             while f"{base}_{n}" in mine or f"{base}_{n}" in earlier:

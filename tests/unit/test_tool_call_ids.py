@@ -186,3 +186,23 @@ def test_a_tool_name_no_provider_accepts_is_refused_when_the_tool_is_built(name)
         def anything() -> str:
             """Anything."""
             return ""
+
+
+@pytest.mark.parametrize(("first", "second"), [("a\x00", "a\ufffd"), ("a\ud800", "a\udc00")],
+                         ids=["nul", "surrogates"])
+def test_ids_the_database_keeps_alike_are_not_distinct(first, second):
+    """Stored, a NUL and a lone surrogate become U+FFFD: both calls ran, but the second one's
+    result was lost under the first one's id (I3: the id reused, a call without a result)."""
+    agent = Agent("ids_alike", tools=[lookup], client=ScriptedClient([
+        [call("lookup", id=first, order_id="1"), call("lookup", id=second, order_id="2")],
+        reply("done"),
+    ]))
+    run = agent.run("go")
+    assert (run.status, ran) == ("completed", ["1", "2"])
+    [(id_a, _), (id_b, _)] = calls_of(run.id)
+    assert id_a == "a\ufffd" and id_b != id_a
+    assert set(results(run.id)) == {id_a, id_b}
+    parts = distinct_call_ids([ToolCallPart(first, "lookup"), ToolCallPart(second, "lookup")],
+                              ())
+    assert [p.id for p in parts] == [id_a, id_b]
+    assert [p.duplicate_of for p in parts] == [None, None]  # the model's ids differed
