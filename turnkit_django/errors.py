@@ -66,9 +66,10 @@ def not_authorized(message: str) -> ErrorRecord:
 
 
 def invalid_arguments(tool: str) -> ErrorRecord:
-    """Arguments that are not a JSON object."""
-    return ErrorRecord("invalid_arguments", f"The arguments for {tool!r} are not a JSON object; "
-                                            "send a JSON object matching the tool's schema.")
+    """Arguments that are not a JSON object (or one nested too deeply to read)."""
+    return ErrorRecord("invalid_arguments", f"The arguments for {tool!r} are not a JSON object "
+                                            "nested at most 64 levels deep; send a JSON object "
+                                            "matching the tool's schema.")
 
 
 def budget_exceeded(reason: str) -> ErrorRecord:

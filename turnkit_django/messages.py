@@ -216,6 +216,22 @@ _ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 CALL_FIELD_LENGTH = 200
 
 
+#: The deepest nesting of tool-call arguments a call keeps (pydantic, which stores the
+#: transcript, refuses to serialize much deeper values); deeper ones are refused as unreadable.
+ARGUMENT_DEPTH = 64
+
+
+def _too_deep(value: object) -> bool:
+    """Whether ``value`` nests dicts and lists deeper than :data:`ARGUMENT_DEPTH`."""
+    level = [value]
+    for _ in range(ARGUMENT_DEPTH + 1):
+        level = [child for item in level if isinstance(item, dict | list | tuple)
+                 for child in (item.values() if isinstance(item, dict) else item)]
+        if not level:
+            return False
+    return True
+
+
 def distinct_call_ids(parts: Sequence[Part], taken: Iterable[str]) -> tuple[Part, ...]:
     """Give every tool call of ``parts`` (one response) an id no other call has (in ``parts``
     or ``taken``, the ids of earlier responses).
@@ -243,6 +259,10 @@ def distinct_call_ids(parts: Sequence[Part], taken: Iterable[str]) -> tuple[Part
             continue
         if len(part.name) > CALL_FIELD_LENGTH:
             part = replace(part, name=part.name[:CALL_FIELD_LENGTH])
+        if part.raw_arguments is None and _too_deep(part.arguments):
+            # Deeper than the store serializes: a tool error the model reads, not a failed turn.
+            part = replace(part, arguments={}, raw_arguments=json.dumps(part.arguments,
+                                                                        default=str))
         original = part.id
         if original and storable_text(original) != original:
             # Compared and kept as stored: "a\x00" and "a\ufffd" are one id in the database.

@@ -206,3 +206,19 @@ def test_ids_the_database_keeps_alike_are_not_distinct(first, second):
                               ())
     assert [p.id for p in parts] == [id_a, id_b]
     assert [p.duplicate_of for p in parts] == [None, None]  # the model's ids differed
+
+
+def test_arguments_nested_deeper_than_the_store_writes_are_a_tool_error():
+    """300 levels parse from the wire, but the transcript's serializer refused them: the turn
+    failed with 'Maximum serialization depth exceeded'."""
+    nested: dict = {}
+    for _ in range(300):
+        nested = {"a": nested}
+    agent = Agent("ids_deep", tools=[lookup], client=ScriptedClient([
+        call("lookup", id="c1", order_id="1", extra=nested), reply("done"),
+    ]))
+    run = agent.run("go")
+    assert (run.status, ran) == ("completed", [])
+    [result] = results(run.id).values()
+    assert result["is_error"] and result["content"]["error"] == "invalid_arguments"
+    assert "64 levels" in result["content"]["message"]

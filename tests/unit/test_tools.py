@@ -76,8 +76,9 @@ CASES = {
                         {"error": "RuntimeError", "message": "the order service is down"}, True),
     "malformed JSON": (call("lookup", raw_arguments="{not json"),
                        {"error": "invalid_arguments",
-                        "message": "The arguments for 'lookup' are not a JSON object; send a "
-                                   "JSON object matching the tool's schema."}, False),
+                        "message": "The arguments for 'lookup' are not a JSON object nested at "
+                                   "most 64 levels deep; send a JSON object matching the "
+                                   "tool's schema."}, False),
     "unknown tool": (call("delete_everything", order_id=7),
                      {"error": "unknown_tool",
                       "message": "There is no tool named 'delete_everything'. Available tools: "
