@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from django.db import models
 from pydantic import Field, TypeAdapter
 
-from .serialization import JsonObject, storable_text
+from .serialization import MAX_DEPTH, JsonObject, storable_text
 
 Role = Literal["user", "assistant", "tool"]
 
@@ -216,9 +216,9 @@ _ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 CALL_FIELD_LENGTH = 200
 
 
-#: The deepest nesting of tool-call arguments a call keeps (pydantic, which stores the
-#: transcript, refuses to serialize much deeper values); deeper ones are refused as unreadable.
-ARGUMENT_DEPTH = 64
+#: The deepest nesting of tool-call arguments a call keeps (the store's limit); deeper ones are
+#: refused as unreadable.
+ARGUMENT_DEPTH = MAX_DEPTH
 
 
 def _too_deep(value: object) -> bool:
@@ -230,6 +230,14 @@ def _too_deep(value: object) -> bool:
         if not level:
             return False
     return True
+
+
+def _as_text(value: object) -> str:
+    """A value too deep to store as data, as the JSON text the model sent (when it has one)."""
+    try:
+        return json.dumps(value, default=str)
+    except (RecursionError, ValueError):
+        return f"(a value nested deeper than {ARGUMENT_DEPTH} levels)"
 
 
 def distinct_call_ids(parts: Sequence[Part], taken: Iterable[str]) -> tuple[Part, ...]:
@@ -247,13 +255,17 @@ def distinct_call_ids(parts: Sequence[Part], taken: Iterable[str]) -> tuple[Part
 
     A name longer than :data:`CALL_FIELD_LENGTH` is cut to it: no tool has such a name (tool
     names have at most 64 characters), so the call still gets the unknown-tool error, which the
-    model reads, and the same call is stored on every database.
+    model reads, and the same call is stored on every database. Arguments or structured output
+    nested deeper than :data:`ARGUMENT_DEPTH` are kept as text: invalid arguments, or output
+    that fails its schema (the model is asked again), instead of a turn the store cannot write.
     """
     earlier = taken if isinstance(taken, (set, frozenset)) else set(taken)
     given: set[str] = set()  # the model's ids in this response
     mine: set[str] = set()  # the ids this response's calls end up with
     out: list[Part] = []
     for part in parts:
+        if isinstance(part, DataPart) and _too_deep(part.data):
+            part = replace(part, data=_as_text(part.data))  # fails an output schema: a retry
         if not isinstance(part, ToolCallPart):
             out.append(part)
             continue
@@ -261,8 +273,7 @@ def distinct_call_ids(parts: Sequence[Part], taken: Iterable[str]) -> tuple[Part
             part = replace(part, name=part.name[:CALL_FIELD_LENGTH])
         if part.raw_arguments is None and _too_deep(part.arguments):
             # Deeper than the store serializes: a tool error the model reads, not a failed turn.
-            part = replace(part, arguments={}, raw_arguments=json.dumps(part.arguments,
-                                                                        default=str))
+            part = replace(part, arguments={}, raw_arguments=_as_text(part.arguments))
         original = part.id
         if original and storable_text(original) != original:
             # Compared and kept as stored: "a\x00" and "a\ufffd" are one id in the database.

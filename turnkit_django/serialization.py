@@ -166,20 +166,42 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+#: The deepest nesting of dicts and lists a stored value keeps: pydantic, which stores the
+#: transcript, refuses to serialize much deeper values.
+MAX_DEPTH = 64
+
+
+class _TooDeep(Exception):
+    pass
+
+
 def to_json(value: Any) -> Any:
-    """Normalise a tool's return value to JSON-compatible data."""
+    """Normalise a tool's return value to JSON-compatible data.
+
+    A value nested deeper than :data:`MAX_DEPTH` is kept as its JSON text (what the model reads
+    of it anyway): as data it could not be stored, and the tool has already run.
+    """
+    try:
+        return _json_data(value, 0)
+    except _TooDeep:
+        return render_result(value)
+
+
+def _json_data(value: Any, depth: int) -> Any:
     if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
+        value = value.model_dump(mode="json")
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # JSON has no NaN or infinity
     if value is None or isinstance(value, str | int | float | bool):
         return value
-    if isinstance(value, dict):
-        return {str(k): to_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [to_json(v) for v in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return to_json(dataclasses.asdict(value))
+        value = dataclasses.asdict(value)
+    if isinstance(value, dict | list | tuple | set | frozenset) and depth >= MAX_DEPTH:
+        raise _TooDeep
+    if isinstance(value, dict):
+        return {str(k): _json_data(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_json_data(v, depth + 1) for v in value]
     return str(value)
 
 
