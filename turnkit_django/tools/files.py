@@ -7,7 +7,8 @@ the confinement of ``ReadFile`` is its own:
 * every path is resolved to its real path (symlinks and ``..`` followed) and must then lie
   inside the root's real path, so a symlink or ``../`` cannot lead out;
 * the file is opened with ``O_NOFOLLOW`` and checked to be a regular file by its descriptor, so
-  a file swapped for a symlink after the check is refused rather than followed;
+  a file swapped for a symlink after the check is refused rather than followed; it is opened
+  with ``O_NONBLOCK`` too, so a named pipe is refused instead of blocking the worker;
 * at most ``max_bytes`` (100,000 by default) are returned, marked ``truncated``; files with NUL
   bytes are refused as binary; a directory lists its first ``max_entries`` entries.
 """
@@ -25,6 +26,11 @@ from ..serialization import JsonObject, JsonValue
 from .base import Tool, ToolContext
 
 MAX_BYTES = 100_000
+
+
+def positive_int(value: object) -> bool:
+    """Whether ``value`` is a whole number above 0 (``True`` is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 class ReadOnlyTool(Tool):
@@ -48,14 +54,19 @@ class ReadFile(ReadOnlyTool):
 
     def __init__(self, root: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES,
                  max_entries: int = 200) -> None:
+        if not isinstance(root, str | os.PathLike) or "\x00" in os.fspath(root):
+            raise ConfigurationError(f"read_file root must be a directory path (str or Path), "
+                                     f"got {root!r}")
         try:
             real = Path(root).resolve(strict=True)
-        except (OSError, RuntimeError):
+        except (OSError, RuntimeError, TypeError):
             raise ConfigurationError(f"read_file root {str(root)!r} does not exist") from None
         if not real.is_dir():
             raise ConfigurationError(f"read_file root {str(root)!r} is not a directory")
-        if max_bytes <= 0 or max_entries <= 0:
-            raise ConfigurationError("read_file max_bytes and max_entries must be positive")
+        for option, value in (("max_bytes", max_bytes), ("max_entries", max_entries)):
+            if not positive_int(value):
+                raise ConfigurationError(f"read_file {option} must be a whole number above 0, "
+                                         f"got {value!r}")
         self.root = real
         self.max_bytes = max_bytes
         self.max_entries = max_entries
@@ -64,11 +75,20 @@ class ReadFile(ReadOnlyTool):
         """The real path of ``path`` under the root; ToolError if it is outside or missing."""
         if "\x00" in path:
             raise ToolError("the path contains a NUL byte")
-        real = Path(os.path.realpath(self.root / path))
-        if real != self.root and self.root not in real.parents:
-            raise ToolError(f"{path!r} is outside the readable root; give a path inside it")
-        if not real.exists():
-            raise ToolError(f"{path!r} does not exist under the root")
+        shown = path if len(path) <= 200 else path[:200] + "..."
+        try:
+            real = Path(os.path.realpath(self.root / path))
+            inside = real == self.root or self.root in real.parents
+            found = inside and real.exists()
+        except (OSError, ValueError) as exc:  # too long, or otherwise refused by the system;
+            # the message names the given path only, never the root's location on the server
+            reason = getattr(exc, "strerror", None) or "refused by the system"
+            raise ToolError(f"{shown!r} is not a usable path ({reason}); give a shorter path "
+                            "inside the root") from None
+        if not inside:
+            raise ToolError(f"{shown!r} is outside the readable root; give a path inside it")
+        if not found:
+            raise ToolError(f"{shown!r} does not exist under the root")
         return real
 
     def call(self, ctx: ToolContext, args: ReadFileArgs) -> JsonObject:
@@ -76,9 +96,9 @@ class ReadFile(ReadOnlyTool):
         relative = real.relative_to(self.root).as_posix() or "."
         if real.is_dir():
             return self._listing(real, relative)
-        try:
+        try:  # O_NONBLOCK: a named pipe must not block the worker before fstat refuses it
             fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-                         | getattr(os, "O_CLOEXEC", 0))
+                         | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
         except OSError as exc:
             raise ToolError(f"cannot open {relative!r}: {exc.strerror}") from None
         with os.fdopen(fd, "rb") as handle:
@@ -93,15 +113,21 @@ class ReadFile(ReadOnlyTool):
                 "content": data[:self.max_bytes].decode("utf-8", errors="replace")}
 
     def _listing(self, real: Path, relative: str) -> JsonObject:
-        with os.scandir(real) as scan:
-            entries = sorted(scan, key=lambda e: e.name)
+        try:
+            with os.scandir(real) as scan:
+                entries = sorted(scan, key=lambda e: e.name)
+        except OSError as exc:
+            raise ToolError(f"cannot list {relative!r}: {exc.strerror}") from None
         listed: list[JsonValue] = []
         for entry in entries[:self.max_entries]:
             kind = ("link" if entry.is_symlink() else "directory" if entry.is_dir()
                     else "file")
             item: JsonObject = {"name": entry.name, "type": kind}
             if kind == "file":
-                item["size"] = entry.stat(follow_symlinks=False).st_size
+                try:
+                    item["size"] = entry.stat(follow_symlinks=False).st_size
+                except OSError:
+                    item["size"] = None  # removed while listing
             listed.append(item)
         return {"path": relative, "entries": listed,
                 "truncated": len(entries) > self.max_entries}

@@ -32,7 +32,7 @@ from ..clients._http import as_object, member, members
 from ..exceptions import ConfigurationError, ToolError
 from ..serialization import JsonObject, JsonValue
 from .base import ToolContext
-from .files import MAX_BYTES, ReadOnlyTool
+from .files import MAX_BYTES, ReadOnlyTool, positive_int
 
 _OWNER = r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}"
 REPOSITORY = re.compile(rf"^{_OWNER}/[A-Za-z0-9._-]{{1,100}}$")
@@ -69,6 +69,7 @@ class GitHubTool(ReadOnlyTool):
                 repository.split("/")[1] in (".", ".."):
             raise ConfigurationError(f"repository {repository!r} is not 'owner/name' with "
                                      "GitHub's characters (letters, digits, - . _)")
+        _check_options(token, timeout, per_page, max_bytes)
         self.repository = repository
         self.host, self.api_url = _https_base(api_url, "api_url")
         self.web_url = _https_base(web_url, "web_url")[1]
@@ -267,7 +268,29 @@ class GitHubTool(ReadOnlyTool):
         return data, f"/issues/{number}"
 
 
+def _check_options(token: object, timeout: object, per_page: object, max_bytes: object) -> None:
+    """Refuse options of the wrong kind; an error never shows the token."""
+    if token is not None and not isinstance(token, str):
+        raise ConfigurationError(f"GitHubTool token must be a str or None, got a "
+                                 f"{type(token).__name__}")
+    if isinstance(token, str) and any(c.isspace() or not c.isprintable() for c in token):
+        raise ConfigurationError("GitHubTool token has whitespace or control characters; pass "
+                                 "the bare token (strip the newline read from a file)")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ConfigurationError(f"GitHubTool timeout must be a number of seconds above 0, got "
+                                 f"{timeout!r}")
+    if not positive_int(per_page) or per_page not in range(1, 101):
+        raise ConfigurationError(f"GitHubTool per_page must be a whole number from 1 to 100 "
+                                 f"(GitHub's page sizes), got {per_page!r}")
+    if not positive_int(max_bytes):
+        raise ConfigurationError(f"GitHubTool max_bytes must be a whole number above 0, got "
+                                 f"{max_bytes!r}")
+
+
 def _https_base(url: str, option: str) -> tuple[str, str]:
+    if not isinstance(url, str):
+        raise ConfigurationError(f"GitHubTool {option} must be a plain https:// URL, got "
+                                 f"{url!r}")
     parts = urlsplit(url)
     if (parts.scheme != "https" or not parts.hostname or parts.username or parts.query
             or parts.fragment or ".." in parts.path):
