@@ -8,6 +8,7 @@ so a replacement worker that resumes the turn sees exactly the same tools.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 #: A skill file's front matter: ``key: value`` scalars and lists of strings.
 FrontMatter = dict[str, str | list[str]]
 _FRONT_MATTER_KEYS = frozenset({"key", "name", "description", "tools"})
+#: The largest skill file read: a skill goes into the prompt whole.
+MAX_SKILL_BYTES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -45,12 +48,12 @@ class Skill:
                 f"skill key {self.key!r} must match {_KEY.pattern}: rename the file or set "
                 "'key' in its front matter"
             )
-        object.__setattr__(self, "tools", tuple(self.tools))
-        for item in self.tools:
-            if not isinstance(item, Tool):
-                raise ConfigurationError(
-                    f"skill {self.key!r}: {item!r} is not a tool; decorate functions with @tool"
-                )
+        for option in ("content", "name", "description", "source"):
+            value = getattr(self, option)
+            if not isinstance(value, str):
+                raise ConfigurationError(f"skill {self.key!r}: {option} must be a str, got "
+                                         f"{type(value).__name__}")
+        object.__setattr__(self, "tools", _tool_list(self.tools, f"skill {self.key!r}"))
 
     @property
     def title(self) -> str:
@@ -64,7 +67,8 @@ class Skill:
         Front matter may set ``key``, ``name``, ``description`` and ``tools`` (names). Each named
         tool must be among ``tools``; without a ``tools`` entry the skill brings all of ``tools``.
         """
-        return _load(Path(path), key, tuple(tools), take_all=True)
+        return _load(_path(path, "skill file"), key, _tool_list(tools, "Skill.from_file"),
+                     take_all=True)
 
     @classmethod
     def from_directory(cls, path: str | Path, *, tools: Sequence[Tool] = ()) -> list[Skill]:
@@ -72,21 +76,53 @@ class Skill:
 
         ``tools`` is a pool: each skill takes the tools its front matter names.
         """
-        folder = Path(path)
+        folder = _path(path, "skill directory")
+        pool = _tool_list(tools, "Skill.from_directory")
         if not folder.is_dir():
-            raise ConfigurationError(f"skill directory {str(folder)!r} does not exist")
+            state = "is not a directory" if folder.exists() else "does not exist"
+            raise ConfigurationError(f"skill directory {str(folder)!r} {state}")
         files = [p for p in sorted(folder.iterdir())
                  if p.is_file() and p.suffix.lower() in SKILL_SUFFIXES]
         files += [p / "SKILL.md" for p in sorted(folder.iterdir()) if (p / "SKILL.md").is_file()]
+        root = folder.resolve()
+        for file in files:  # a link may point within the directory, never out of it
+            if root not in file.resolve().parents:
+                raise ConfigurationError(
+                    f"skill file {str(file)!r} leads outside the skill directory "
+                    f"{str(folder)!r} (a symlink); copy the skill into the directory")
         # A pool tool is given only to the skills that name it, never to every skill.
-        return [_load(f, None, tuple(tools), take_all=False) for f in files]
+        return [_load(f, None, pool, take_all=False) for f in files]
+
+
+def _path(value: object, what: str) -> Path:
+    if not isinstance(value, str | os.PathLike) or isinstance(os.fspath(value), bytes) \
+            or "\x00" in os.fspath(value):
+        raise ConfigurationError(f"a {what} must be a path (str or Path), got {value!r}")
+    return Path(value)
+
+
+def _tool_list(value: object, where: str) -> tuple[Tool, ...]:
+    items = tuple(value) if isinstance(value, list | tuple) else None
+    if items is None or not all(isinstance(item, Tool) for item in items):
+        raise ConfigurationError(f"{where}: tools must be a list of tools (decorate functions "
+                                 f"with @tool), got {value!r}")
+    return items
 
 
 def _load(file: Path, key: str | None, tools: tuple[Tool, ...], *, take_all: bool) -> Skill:
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open("rb") as handle:
+            raw = handle.read(MAX_SKILL_BYTES + 1)
     except OSError as exc:
         raise ConfigurationError(f"cannot read skill file {str(file)!r}: {exc}") from exc
+    if len(raw) > MAX_SKILL_BYTES:
+        raise ConfigurationError(f"skill file {str(file)!r} is larger than {MAX_SKILL_BYTES:,} "
+                                 "bytes; a skill goes into the prompt whole: split it")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"skill file {str(file)!r} is not UTF-8 text; save it as "
+                                 f"UTF-8 (byte {exc.start} cannot be decoded)") from None
     meta, body = parse_front_matter(text, str(file))
     unknown = set(meta) - _FRONT_MATTER_KEYS
     if unknown:
@@ -94,6 +130,10 @@ def _load(file: Path, key: str | None, tools: tuple[Tool, ...], *, take_all: boo
             f"skill file {str(file)!r}: unknown front matter keys {sorted(unknown)}; use "
             f"{sorted(_FRONT_MATTER_KEYS)}"
         )
+    for scalar in ("key", "name", "description"):
+        if isinstance(meta.get(scalar), list):
+            raise ConfigurationError(f"skill file {str(file)!r}: front matter {scalar!r} must be "
+                                     "one value, not a list")
     names = meta.get("tools")
     if names is not None:
         chosen = _pick_tools(names, tools, str(file))
@@ -158,6 +198,9 @@ def parse_front_matter(text: str, source: str = "<text>") -> tuple[FrontMatter, 
                 f"{source}:{number}: expected 'key: value' in the front matter, got {line!r}"
             )
         current = key.strip()
+        if current in meta:
+            raise ConfigurationError(f"{source}:{number}: front matter key {current!r} is given "
+                                     "twice; keep one")
         value = value.strip()
         if value.startswith("[") and value.endswith("]"):
             meta[current] = [_scalar(v) for v in value[1:-1].split(",") if v.strip()]
@@ -242,5 +285,5 @@ def loaded_keys(turn_id: str) -> set[str]:
     return {str(args.get("key")) for args in rows if isinstance(args, dict)}
 
 
-__all__ = ["LOAD_SKILL", "LoadSkillTool", "Skill", "as_skills", "check_keys", "loaded_keys",
+__all__ = ["LOAD_SKILL", "MAX_SKILL_BYTES", "LoadSkillTool", "Skill", "as_skills", "check_keys", "loaded_keys",
            "parse_front_matter"]
