@@ -145,16 +145,32 @@ class Policy:
         context = {"turn": turn, "output_text": text, "output_data": data}
         try:
             result = self._check(output, **{k: context[k] for k in self._keywords})
+            return normalise(result, self.name)  # an unusable result is the policy's fault too
         except (LostClaim, BudgetExceeded):
             raise  # the turn stops (revoked, or out of time or money): not a verdict
         except Exception as exc:
             logger.exception("output policy %r raised", self.name)
             return [Violation(self.name, f"the policy raised {type(exc).__name__}: {exc}",
                               self.name, {"error": True})]
-        return normalise(result, self.name)
 
     def __repr__(self) -> str:
         return f"<Policy {self.name!r}{' (judged)' if self.judged else ''}>"
+
+
+def _check_shape(func: Callable[..., object], name: str, agent: str) -> None:
+    """Refuse a callable that cannot be called as ``func(output, **the keywords it names)``."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: trusted
+    try:
+        signature.bind(None, **dict.fromkeys(_keywords(func)))
+    except TypeError:
+        raise ConfigurationError(
+            f"{agent!r}: output policy {name!r} must take the output as its first argument "
+            f"(and optionally {', '.join(_CONTEXT_KEYWORDS)} by keyword); its signature is "
+            f"{signature}"
+        ) from None
 
 
 def _keywords(func: Callable[..., object]) -> tuple[str, ...]:
@@ -182,9 +198,12 @@ def normalise(result: object, policy: str) -> list[Violation]:
         return [Violation(policy, result, policy)]
     if isinstance(result, dict):
         extra = {k: v for k, v in result.items() if k not in ("rule", "message", "metadata")}
+        metadata = result.get("metadata")
+        if not isinstance(metadata, dict):  # kept, under its key, rather than dropped
+            metadata = {} if metadata is None else {"metadata": metadata}
         return [Violation(str(result.get("rule") or policy),
                           str(result.get("message") or "policy violated"), policy,
-                          {**dict(result.get("metadata") or {}), **extra})]
+                          {**metadata, **extra})]
     if isinstance(result, list | tuple):
         return [v for item in result for v in normalise(item, policy)]
     raise ConfigurationError(
@@ -206,11 +225,19 @@ def build(value: object, *, agent: str = "check_output_policy") -> tuple[Policy,
             policies.append(Policy(item.key, content=item.content))
         elif isinstance(item, str | Path):
             policies.append(_file_policy(Path(item), agent))
+        elif isinstance(item, type):
+            raise ConfigurationError(
+                f"{agent!r}: output policy {item.__name__} is a class; pass an instance "
+                f"({item.__name__}()) or a function"
+            )
         elif callable(check := getattr(item, "check", None)):
-            policies.append(Policy(str(getattr(item, "name", "") or type(item).__name__),
-                                   check=check))
+            name = str(getattr(item, "name", "") or type(item).__name__)
+            _check_shape(check, name, agent)
+            policies.append(Policy(name, check=check))
         elif callable(item):
-            policies.append(Policy(getattr(item, "__name__", type(item).__name__), check=item))
+            name = str(getattr(item, "__name__", "") or type(item).__name__)
+            _check_shape(item, name, agent)
+            policies.append(Policy(name, check=item))
         else:
             raise ConfigurationError(
                 f"{agent!r}: output policy {item!r} is not a callable, an object with check(), "
@@ -227,7 +254,10 @@ def _file_policy(path: Path, agent: str) -> Policy:
         )
     try:
         content = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"{agent!r}: policy file {str(path)!r} is not UTF-8 text; save "
+                                 f"it as UTF-8 (byte {exc.start} cannot be decoded)") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         raise ConfigurationError(f"{agent!r}: cannot read policy file {str(path)!r}: {exc}") \
             from exc
     if not content:
