@@ -72,6 +72,9 @@ def oracle(*, model: str, root: str | os.PathLike[str] | None = None,
            **options: Any) -> Agent:
     """An agent that advises and reads, never writes: ``ReadFile(root)`` plus ``tools``."""
     _check("oracle", model, options, ["sub_agents"])
+    if not isinstance(tools, list | tuple) or not all(isinstance(t, Tool) for t in tools):
+        raise ConfigurationError(f"oracle {name!r}: tools must be a list of read-only tools, "
+                                 f"got {tools!r}")
     own = [ReadFile(root, max_bytes=max_bytes)] if root is not None else []
     skills = [*as_skills(options.get("skills"), agent=name, option="skills"),
               *as_skills(options.get("available_skills"), agent=name,
@@ -94,8 +97,12 @@ def librarian(*, model: str, repository: str, token: str | None = None,
               transport: httpx.BaseTransport | None = None, **options: Any) -> Agent:
     """An agent that researches one GitHub repository through a read-only ``github`` tool."""
     _check("librarian", model, options, [*_FOREIGN, "skills", "available_skills"])
+    if not isinstance(instructions, str):
+        raise ConfigurationError(f"librarian {name!r}: instructions must be a str (where "
+                                 "'{repository}' names the repository)")
     github = GitHubTool(repository, token=token, api_url=api_url, transport=transport)
-    return Agent(name, model=model, instructions=instructions.format(repository=repository),
+    # Only {repository} is filled in: other braces (a JSON example) are the user's text.
+    return Agent(name, model=model, instructions=instructions.replace("{repository}", repository),
                  tools=[github],
                  description=options.pop("description",
                                          f"Researches the GitHub repository {repository}."),

@@ -186,8 +186,19 @@ class PaintImage(ImageTool):
             raise ConfigurationError("paint_image needs gate=, a callable that returns True to "
                                      "allow each paid generation")
         if max_reference_images is not None and (
-                not isinstance(max_reference_images, int) or max_reference_images < 0):
+                not isinstance(max_reference_images, int) or isinstance(max_reference_images, bool)
+                or max_reference_images < 0):
             raise ConfigurationError("max_reference_images must be a non-negative integer")
+        for option, value in (("size", size), ("image_provider", provider)):
+            if value is not None and not isinstance(value, str):
+                raise ConfigurationError(f"paint_image {option} must be a str such as "
+                                         f"'1024x1024' / 'openai', or None; got {value!r}")
+        if params is not None and not isinstance(params, dict):
+            raise ConfigurationError(f"paint_image image_params must be a dict of provider "
+                                     f"parameters, or None; got {params!r}")
+        if resolve is not None and not callable(resolve):
+            raise ConfigurationError(f"paint_image resolve_reference must be a callable "
+                                     f"(reference, ctx), or None; got {resolve!r}")
         self.gate = gate
         self.model = model
         self.provider = provider
