@@ -285,5 +285,5 @@ def loaded_keys(turn_id: str) -> set[str]:
     return {str(args.get("key")) for args in rows if isinstance(args, dict)}
 
 
-__all__ = ["LOAD_SKILL", "MAX_SKILL_BYTES", "LoadSkillTool", "Skill", "as_skills", "check_keys", "loaded_keys",
-           "parse_front_matter"]
+__all__ = ["LOAD_SKILL", "MAX_SKILL_BYTES", "LoadSkillTool", "Skill", "as_skills", "check_keys",
+           "loaded_keys", "parse_front_matter"]
