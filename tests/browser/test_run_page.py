@@ -10,13 +10,15 @@ Screenshot: build/screenshots/run-page.png.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
-from playwright.sync_api import expect
+from playwright.sync_api import Page, expect
 
 from tests.asgi_server import serving
 from tests.browser.conftest import Shots, chromium
@@ -31,6 +33,26 @@ __all__ = ["registered"]
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
 
 
+@contextmanager
+def paused_run_page(registered, tmp_path: Path) -> Iterator[tuple[Page, str, str]]:
+    """A background run parked on a refund's approval, open in the page of the user it was
+    started for (the page shows it to them): the page, the run's id and the call's id."""
+    agent = registered(Agent("paged", tools=[issue_refund],
+                             client=FunctionClient(refund_then_report("issue_refund"))))
+    user = User.objects.create_user("reader", password="pw")
+    client = Client()
+    client.force_login(user)
+    session = client.cookies["sessionid"].value
+    run = agent.submit("refund order 42", principal={"user": user.pk})
+    assert services.run_turn(run.id)
+    call_id = ToolExecution.objects.awaiting_approval().get(turn_id=run.id).tool_call_id
+    with serving() as base, chromium(tmp_path) as page:
+        page.context.add_cookies([{"name": "sessionid", "value": session, "url": base}])
+        page.goto(f"{base}/turnkit/runs/{run.id}/")
+        expect(page.locator(f"#approval-{call_id}")).to_contain_text("issue_refund")
+        yield page, run.id, call_id
+
+
 def approve_and_finish(run_id: str, call_id: str, errors: list[BaseException]) -> None:
     try:
         load_run(run_id).approve(call_id)
@@ -43,26 +65,13 @@ def approve_and_finish(run_id: str, call_id: str, errors: list[BaseException]) -
 
 def test_the_run_page_shows_a_pending_approval_and_the_live_transcript(
         registered, tmp_path: Path, shots: Shots) -> None:
-    agent = registered(Agent("paged", tools=[issue_refund],
-                             client=FunctionClient(refund_then_report("issue_refund"))))
-    user = User.objects.create_user("reader", password="pw")
-    client = Client()
-    client.force_login(user)
-    session = client.cookies["sessionid"].value
-    run = agent.submit("refund order 42", principal={"user": user.pk})  # the page shows it to them
-    assert services.run_turn(run.id)
-    call_id = ToolExecution.objects.awaiting_approval().get(turn_id=run.id).tool_call_id
     errors: list[BaseException] = []
-
-    with serving() as base, chromium(tmp_path) as page:
-        page.context.add_cookies([{"name": "sessionid", "value": session, "url": base}])
-        page.goto(f"{base}/turnkit/runs/{run.id}/")
-        expect(page.locator(f"#approval-{call_id}")).to_contain_text("issue_refund")
+    with paused_run_page(registered, tmp_path) as (page, run_id, call_id):
         expect(page.locator("#transcript")).to_contain_text("refund order 42")
         expect(page.locator("#status")).to_have_text("paused")
         page.screenshot(path=shots.path("run-page"), full_page=True)
 
-        worker = threading.Thread(target=approve_and_finish, args=(run.id, call_id, errors))
+        worker = threading.Thread(target=approve_and_finish, args=(run_id, call_id, errors))
         worker.start()
         expect(page.locator("#status")).to_have_text("completed", timeout=30_000)
         expect(page.locator("#transcript")).to_contain_text("refunded 500")
@@ -74,7 +83,7 @@ def test_the_run_page_shows_a_pending_approval_and_the_live_transcript(
         expect(page.locator("#transcript")).to_contain_text("refunded 500")
         expect(page.locator("#status")).to_have_attribute("data-ended", "1")
     assert errors == []
-    assert load_run(run.id).status == "completed"
+    assert load_run(run_id).status == "completed"
 
 
 def cancel(run_id: str, errors: list[BaseException]) -> None:
@@ -90,22 +99,9 @@ def test_the_run_page_drops_an_approval_its_cancelled_turn_will_never_ask_again(
         registered, tmp_path: Path) -> None:
     """The page removed a pending approval on approval.approved/denied/expired only: after a
     cancel (approval.cancelled) it still showed the call as pending."""
-    agent = registered(Agent("paged", tools=[issue_refund],
-                             client=FunctionClient(refund_then_report("issue_refund"))))
-    user = User.objects.create_user("reader", password="pw")
-    client = Client()
-    client.force_login(user)
-    session = client.cookies["sessionid"].value
-    run = agent.submit("refund order 42", principal={"user": user.pk})
-    assert services.run_turn(run.id)
-    call_id = ToolExecution.objects.awaiting_approval().get(turn_id=run.id).tool_call_id
     errors: list[BaseException] = []
-
-    with serving() as base, chromium(tmp_path) as page:
-        page.context.add_cookies([{"name": "sessionid", "value": session, "url": base}])
-        page.goto(f"{base}/turnkit/runs/{run.id}/")
-        expect(page.locator(f"#approval-{call_id}")).to_contain_text("issue_refund")
-        canceller = threading.Thread(target=cancel, args=(run.id, errors))
+    with paused_run_page(registered, tmp_path) as (page, run_id, call_id):
+        canceller = threading.Thread(target=cancel, args=(run_id, errors))
         canceller.start()
         expect(page.locator("#status")).to_have_text("cancelled", timeout=30_000)
         expect(page.locator(f"#approval-{call_id}")).to_have_count(0)

@@ -17,7 +17,8 @@ import pytest
 from django.apps import apps
 
 from tests.dispatch import override_turnkit
-from turnkit_django import Agent, AuthorizationError, ToolContext, pending_approvals, services, tool
+from tests.unit.test_approval_inbox import refund, respond
+from turnkit_django import Agent, AuthorizationError, pending_approvals, services
 from turnkit_django.authorization import ACTIONS
 from turnkit_django.events import event
 from turnkit_django.testing import FunctionClient, call, reply
@@ -37,18 +38,6 @@ asked: list[tuple[str, Any, dict[str, Any]]] = []
 def refuse(action: str, *, principal: Any, **resources: Any) -> bool:
     asked.append((action, principal, resources))
     return False
-
-
-@tool(approval=True)
-def refund(ctx: ToolContext, amount_cents: int) -> dict:
-    """Refund an amount, once a person approves."""
-    return {"refunded": amount_cents}
-
-
-def respond(request: Any) -> Any:
-    if request.last_message_is_tool_result():
-        return reply("done")
-    return call("refund", amount_cents=5)
 
 
 def snapshot() -> dict[str, list[tuple[Any, ...]]]:
