@@ -240,6 +240,23 @@ def _as_text(value: object) -> str:
         return f"(a value nested deeper than {ARGUMENT_DEPTH} levels)"
 
 
+def _well_formed(part: ToolCallPart) -> ToolCallPart:
+    """``part`` with the types the runtime relies on, for a client of the application's own
+    that built it otherwise: an id or a name that is no str becomes one (an empty id gets a
+    fresh one; a name no tool has gets the unknown-tool error), arguments that are no dict
+    become raw arguments (the invalid-arguments error), raw arguments that are no str text."""
+    if type(part.id) is str and type(part.name) is str and type(part.arguments) is dict \
+            and (part.raw_arguments is None or type(part.raw_arguments) is str):
+        return part  # the shipped clients' calls: nothing to do
+    arguments, raw = part.arguments, part.raw_arguments
+    if not isinstance(arguments, dict):
+        arguments, raw = {}, raw if raw is not None else _as_text(arguments)
+    return replace(part, id=part.id if isinstance(part.id, str) else "",
+                   name=part.name if isinstance(part.name, str) else _as_text(part.name),
+                   arguments=arguments,
+                   raw_arguments=raw if raw is None or isinstance(raw, str) else _as_text(raw))
+
+
 def distinct_call_ids(parts: Sequence[Part], taken: Iterable[str]) -> tuple[Part, ...]:
     """Give every tool call of ``parts`` (one response) an id no other call has (in ``parts``
     or ``taken``, the ids of earlier responses).
@@ -269,6 +286,7 @@ def distinct_call_ids(parts: Sequence[Part], taken: Iterable[str]) -> tuple[Part
         if not isinstance(part, ToolCallPart):
             out.append(part)
             continue
+        part = _well_formed(part)
         if len(part.name) > CALL_FIELD_LENGTH:
             part = replace(part, name=part.name[:CALL_FIELD_LENGTH])
         if part.raw_arguments is None and _too_deep(part.arguments):
