@@ -29,7 +29,7 @@ from .compaction import SUMMARY_KIND, auto_compact, project
 from .context import TurnContext
 from .deliveries import callback_decision
 from .media_projection import project_media
-from .output import publish_locked
+from .output import publish_locked, schema_violations
 from .prompts import compose
 from .results import Opened, delegates, open_call
 
@@ -100,7 +100,9 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
     """Commit the response with what follows it; return the error that fails the turn."""
     response = replace(response, parts=distinct_call_ids(response.parts, ctx.history.call_ids))
     calls = response.tool_calls
-    publish = not calls and not ctx.agent.output_policies  # nothing to review
+    # Nothing to review: no policy, and no misfit of the output schema.
+    publish = not calls and not ctx.agent.output_policies and not schema_violations(
+        ctx, response.output_data, terminal=False)
     state = ctx.state.replace(
         reservation=None,  # used by this response
         iterations=ctx.state.iterations + 1,

@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any, Unpack
 
 from .. import failpoints
+from ..agents.jsonschema import problems
 from ..agents.policies import Audit, Policy, Violation, judge_request, revision_text, verdict
 from ..errors import ErrorRecord
 from ..exceptions import LostClaim
@@ -61,14 +62,34 @@ def output_step(ctx: TurnContext) -> None:
         publish(ctx, text, data, **ended)
 
 
+#: The rule (and policy name) of a structured output that does not fit the turn's schema.
+OUTPUT_SCHEMA = "output_schema"
+
+
+def schema_violations(ctx: TurnContext, data: Any, *, terminal: bool) -> list[Violation]:
+    """What is wrong with a model's structured output under the turn's ``output_schema``
+    (nothing without one). A provider that enforces the schema never sends a misfit; one that
+    does not (a local server, a truncated answer) is held to it like an output policy: revised
+    within ``output_retries``, then failed (or reported, ``output_policy_mode="report"``). A
+    terminal tool's result is the application's own output, not checked."""
+    schema = (ctx.row.options or {}).get("output_schema")
+    if schema is None or terminal:
+        return []
+    if data is None:
+        return [Violation(OUTPUT_SCHEMA, "no structured output: answer with JSON that matches "
+                                         "the output schema", OUTPUT_SCHEMA)]
+    return [Violation(OUTPUT_SCHEMA, f"{found['field'] or 'the output'}: {found['problem']}",
+                      OUTPUT_SCHEMA) for found in problems(data, schema)[:20]]
+
+
 def review(ctx: TurnContext, text: str, data: Any) -> Outcome:
     """Run the agent's policies on the candidate; revise, or say how to finish the turn."""
     agent = ctx.agent
-    if not agent.output_policies:
+    violations = schema_violations(ctx, data, terminal=ctx.state.terminal is not None)
+    if not agent.output_policies and not violations:
         return Outcome()
     output = data if data is not None else text
     turn = ctx.handle()
-    violations: list[Violation] = []
     for index, policy in enumerate(agent.output_policies):
         if policy.judged:
             violations += _judged(ctx, policy, output, str(index))
@@ -76,7 +97,8 @@ def review(ctx: TurnContext, text: str, data: Any) -> Outcome:
             violations += policy.run(output, text, data, turn)
     revisions = ctx.state.revisions
     history = tuple(Audit.from_json(a) for a in ctx.state.audits)
-    audit = Audit(tuple(violations), tuple(p.name for p in agent.output_policies),
+    checked = (OUTPUT_SCHEMA,) if (ctx.row.options or {}).get("output_schema") else ()
+    audit = Audit(tuple(violations), (*checked, *(p.name for p in agent.output_policies)),
                   agent.output_policy_mode, revisions, history)
     # After a budget completion no model request is left for a revision: the audit decides.
     if not audit.clean and revisions < agent.output_retries \
