@@ -82,3 +82,28 @@ def test_github_tool_refuses_bad_options_without_echoing_the_token(options: dict
     with pytest.raises(ConfigurationError, match=message) as caught:
         GitHubTool("django/django", **options)
     assert "ghp_" not in str(caught.value)
+
+
+@pytest.mark.skipif(os.open not in os.supports_dir_fd, reason="descriptor-relative opens")
+@pytest.mark.parametrize("target", ["guides/deploy.md", "guides"])
+def test_a_directory_swapped_for_a_link_after_the_check_is_not_followed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str) -> None:
+    """Only the last component was opened without following links: a directory on the way,
+    swapped for a link out of the root between the check and the open, was followed."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "guides").mkdir(parents=True)
+    (root / "guides" / "deploy.md").write_text("inside")
+    outside.mkdir()
+    (outside / "deploy.md").write_text("TOP SECRET")
+    reader = ReadFile(root)
+    checked = ReadFile.locate
+
+    def swap_after_the_check(self: ReadFile, path: str) -> Path:
+        real = checked(self, path)
+        (root / "guides").rename(root / "guides-old")
+        (root / "guides").symlink_to(outside, target_is_directory=True)
+        return real
+
+    monkeypatch.setattr(ReadFile, "locate", swap_after_the_check)
+    with pytest.raises(ToolError, match="changed while it was read"):
+        read(reader, target)

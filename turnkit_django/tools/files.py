@@ -6,15 +6,17 @@ the confinement of ``ReadFile`` is its own:
 
 * every path is resolved to its real path (symlinks and ``..`` followed) and must then lie
   inside the root's real path, so a symlink or ``../`` cannot lead out;
-* the file is opened with ``O_NOFOLLOW`` and checked to be a regular file by its descriptor, so
-  a file swapped for a symlink after the check is refused rather than followed; it is opened
-  with ``O_NONBLOCK`` too, so a named pipe is refused instead of blocking the worker;
+* the file is opened from the root one component at a time with ``O_NOFOLLOW`` and checked to
+  be a regular file by its descriptor, so a file or a directory on its way swapped for a
+  symlink after the check is refused rather than followed; it is opened with ``O_NONBLOCK``
+  too, so a named pipe is refused instead of blocking the worker;
 * at most ``max_bytes`` (100,000 by default) are returned, marked ``truncated``; files with NUL
   bytes are refused as binary; a directory lists its first ``max_entries`` entries.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -26,6 +28,8 @@ from ..serialization import JsonObject, JsonValue
 from .base import Tool, ToolContext
 
 MAX_BYTES = 100_000
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 def positive_int(value: object) -> bool:
@@ -95,12 +99,8 @@ class ReadFile(ReadOnlyTool):
         real = self.locate(args.path)
         relative = real.relative_to(self.root).as_posix() or "."
         if real.is_dir():
-            return self._listing(real, relative)
-        try:  # O_NONBLOCK: a named pipe must not block the worker before fstat refuses it
-            fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-                         | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
-        except OSError as exc:
-            raise ToolError(f"cannot open {relative!r}: {exc.strerror}") from None
+            return self._listing(self._open(real, relative, directory=True), relative)
+        fd = self._open(real, relative, directory=False)
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
@@ -112,12 +112,41 @@ class ReadFile(ReadOnlyTool):
         return {"path": relative, "size": info.st_size, "truncated": truncated,
                 "content": data[:self.max_bytes].decode("utf-8", errors="replace")}
 
-    def _listing(self, real: Path, relative: str) -> JsonObject:
+    def _open(self, real: Path, relative: str, *, directory: bool) -> int:
+        """A descriptor of ``real`` (resolved, inside the root), opened one component at a
+        time from the root without following a link: a directory on the way swapped for a link
+        after :meth:`locate` checked the path is refused, not followed out of the root. (Where
+        the system has no descriptor-relative open, only the last component is guarded.)
+        ``O_NONBLOCK``: a named pipe must not block the worker before fstat refuses it."""
+        flags = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        last = flags | (_DIRECTORY if directory else getattr(os, "O_NONBLOCK", 0))
+        parts = real.relative_to(self.root).parts
         try:
-            with os.scandir(real) as scan:
+            if os.open not in os.supports_dir_fd:  # pragma: no cover - not on Linux or macOS
+                return os.open(real, last)
+            fd = os.open(self.root, flags | _DIRECTORY)
+            for index, name in enumerate(parts):
+                try:
+                    inner = os.open(name, last if index == len(parts) - 1
+                                    else flags | _DIRECTORY, dir_fd=fd)
+                finally:
+                    os.close(fd)
+                fd = inner
+            return fd
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise ToolError(f"{relative!r} changed while it was read (a link appeared on "
+                                "its way); read it again") from None
+            raise ToolError(f"cannot open {relative!r}: {exc.strerror}") from None
+
+    def _listing(self, fd: int, relative: str) -> JsonObject:
+        try:
+            with os.scandir(fd) as scan:
                 entries = sorted(scan, key=lambda e: e.name)
         except OSError as exc:
             raise ToolError(f"cannot list {relative!r}: {exc.strerror}") from None
+        finally:
+            os.close(fd)
         listed: list[JsonValue] = []
         for entry in entries[:self.max_entries]:
             kind = ("link" if entry.is_symlink() else "directory" if entry.is_dir()
