@@ -48,6 +48,7 @@ def test_callables_of_every_accepted_shape_still_build() -> None:
 
 @pytest.mark.parametrize(("content", "message"), [
     (b"R\xe8gle: pas de tiret", r"not UTF-8 text; save it as UTF-8"),
+    (b"x" * 1_000_001, r"rules\.md' is larger than 1,000,000 bytes"),  # sent to the judge whole
 ])
 def test_a_policy_file_that_is_not_utf8_is_refused(tmp_path: Path, content: bytes,
                                                    message: str) -> None:

@@ -29,7 +29,7 @@ from ..exceptions import BudgetExceeded, ConfigurationError, LostClaim
 from ..messages import ChatMessage, TextPart
 from ..serialization import JsonMapping, JsonObject
 from .prompting import data_block, escape, render_value
-from .skills import Skill
+from .skills import Skill, read_prompt_file
 
 logger = logging.getLogger("turnkit_django.policies")
 
@@ -252,14 +252,7 @@ def _file_policy(path: Path, agent: str) -> Policy:
             f"{agent!r}: output policy {str(path)!r} is a string but not a policy file; name "
             f"a file ending in {', '.join(POLICY_SUFFIXES)} or pass a callable"
         )
-    try:
-        content = path.read_text(encoding="utf-8").strip()
-    except UnicodeDecodeError as exc:
-        raise ConfigurationError(f"{agent!r}: policy file {str(path)!r} is not UTF-8 text; save "
-                                 f"it as UTF-8 (byte {exc.start} cannot be decoded)") from None
-    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        raise ConfigurationError(f"{agent!r}: cannot read policy file {str(path)!r}: {exc}") \
-            from exc
+    content = read_prompt_file(path, "policy file", f"{agent!r}: ").strip()
     if not content:
         raise ConfigurationError(f"{agent!r}: policy file {str(path)!r} is empty")
     return Policy(path.stem, content=content)

@@ -109,20 +109,27 @@ def _tool_list(value: object, where: str) -> tuple[Tool, ...]:
     return items
 
 
-def _load(file: Path, key: str | None, tools: tuple[Tool, ...], *, take_all: bool) -> Skill:
+def read_prompt_file(file: Path, noun: str, prefix: str = "") -> str:
+    """The UTF-8 text of a file that goes into a prompt whole (a skill, a policy file), at most
+    :data:`MAX_SKILL_BYTES`; ConfigurationError naming the file (``prefix`` + ``noun``)."""
+    named = f"{prefix}{noun} {str(file)!r}"
     try:
         with file.open("rb") as handle:
             raw = handle.read(MAX_SKILL_BYTES + 1)
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read skill file {str(file)!r}: {exc}") from exc
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise ConfigurationError(f"{prefix}cannot read {noun} {str(file)!r}: {exc}") from exc
     if len(raw) > MAX_SKILL_BYTES:
-        raise ConfigurationError(f"skill file {str(file)!r} is larger than {MAX_SKILL_BYTES:,} "
-                                 "bytes; a skill goes into the prompt whole: split it")
+        raise ConfigurationError(f"{named} is larger than {MAX_SKILL_BYTES:,} bytes; it goes "
+                                 "into the prompt whole: split it")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigurationError(f"skill file {str(file)!r} is not UTF-8 text; save it as "
-                                 f"UTF-8 (byte {exc.start} cannot be decoded)") from None
+        raise ConfigurationError(f"{named} is not UTF-8 text; save it as UTF-8 (byte "
+                                 f"{exc.start} cannot be decoded)") from None
+
+
+def _load(file: Path, key: str | None, tools: tuple[Tool, ...], *, take_all: bool) -> Skill:
+    text = read_prompt_file(file, "skill file")
     meta, body = parse_front_matter(text, str(file))
     unknown = set(meta) - _FRONT_MATTER_KEYS
     if unknown:
@@ -286,4 +293,4 @@ def loaded_keys(turn_id: str) -> set[str]:
 
 
 __all__ = ["LOAD_SKILL", "MAX_SKILL_BYTES", "LoadSkillTool", "Skill", "as_skills", "check_keys",
-           "loaded_keys", "parse_front_matter"]
+           "loaded_keys", "parse_front_matter", "read_prompt_file"]
