@@ -64,13 +64,21 @@ class _Seekable(_Readable, Protocol):
     def tell(self) -> int: ...
 
 
+def byte_limit(max_bytes: object) -> int:
+    """The size cap ``max_bytes=`` asks for (None: :data:`MAX_BYTES`); MediaError for anything
+    but a positive int."""
+    if max_bytes is None:
+        return MAX_BYTES
+    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes <= 0:
+        raise MediaError(f"max_bytes= must be None ({MAX_BYTES} bytes, 20 MiB) or a positive "
+                         f"int, got {max_bytes!r:.40}")
+    return max_bytes
+
+
 def to_media(value: object, *, mime_type: str | None = None, name: str | None = None,
              max_bytes: int | None = None) -> MediaInput:
     """Normalise ``value`` (see the module docstring) into a :class:`MediaInput`."""
-    limit = MAX_BYTES if max_bytes is None else max_bytes
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
-        raise MediaError(f"max_bytes= must be None ({MAX_BYTES} bytes) or a positive int, got "
-                         f"{limit!r:.40}")
+    limit = byte_limit(max_bytes)
     if isinstance(value, MediaInput):
         _check_size(value.size, limit, value.name)
         return value
@@ -202,4 +210,4 @@ def sniff(data: bytes) -> str | None:
     return None
 
 
-__all__ = ["MAX_BYTES", "sniff", "to_media", "to_media_list"]
+__all__ = ["MAX_BYTES", "byte_limit", "sniff", "to_media", "to_media_list"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..arguments import model_problem
+from ..clients.media_input import byte_limit
 from ..exceptions import ConfigurationError, MediaError
 from ..serialization import JsonObject, json_value, unstorable
 
@@ -32,10 +33,10 @@ def checked_options(operation: str, *, model: object, provider: object, params: 
         raise ConfigurationError(f"{operation}(): provider= must be None or one of "
                                  f"{sorted(providers)}, got a {type(provider).__name__}; or "
                                  "pass client=")
-    if max_bytes is not None and (not isinstance(max_bytes, int) or isinstance(max_bytes, bool)
-                                  or max_bytes <= 0):
-        raise MediaError(f"{operation}(): max_bytes= must be None (20 MiB) or a positive int, "
-                         f"got {max_bytes!r:.40}")
+    try:
+        byte_limit(max_bytes)
+    except MediaError as exc:
+        raise MediaError(f"{operation}(): {exc}") from None
     return json_object(params, f"{operation}(): params=")
 
 

@@ -32,8 +32,8 @@ def send_message(source: Conversation, destination: Conversation, text: str, *, 
     if source_turn is not None and source_turn.conversation_id != source.pk:
         raise InputError(f"conv.send_message(): source_turn= is turn {source_turn.pk!r} of "
                          f"another conversation; pass a turn of {source.pk!r}, or None")
-    if key.startswith(RESERVED_PREFIXES):
-        reserved = next(prefix for prefix in RESERVED_PREFIXES if key.startswith(prefix))
+    reserved = next((prefix for prefix in RESERVED_PREFIXES if key.startswith(prefix)), None)
+    if reserved is not None:
         raise InputError(f"delivery key {key[:60]!r} starts with {reserved!r}, which turnkit "
                          "reserves for its own deliveries; choose a key without it")
     return deliveries.send_message(source, destination, text, key=key, principal=principal,
