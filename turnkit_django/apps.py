@@ -11,8 +11,8 @@ class TurnkitConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here, not at the top: they import models, which need the app registry.
-        # checks registers the system checks; handles gives tools their turn handles.
-        from . import checks, handles  # noqa: F401, PLC0415
+        # checks and databases register the system checks; handles gives tools their turn handles.
+        from . import checks, databases, handles  # noqa: F401, PLC0415
         from .agents.registry import autodiscover  # noqa: PLC0415
 
         autodiscover()
