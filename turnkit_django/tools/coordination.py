@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .base import Tool, ToolContext
 
@@ -43,9 +43,19 @@ class CoordinationTool(Tool):
 class LaunchArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     agent: str = Field(description="The name of one of your sub-agents.")
-    task: str = Field(description="The complete task for the sub-agent; it sees nothing else.")
+    task: str = Field(min_length=1, description="The complete task for the sub-agent; it sees "
+                                                "nothing else.")
     callback: bool = Field(False, description="Deliver its result to this conversation when it "
                                               "finishes.")
+
+    @field_validator("task")
+    @classmethod
+    def _task_has_text(cls, task: str) -> str:
+        # The child's only input: a blank one is a request providers refuse (as child_task
+        # refuses it for a sub-agent tool).
+        if not task.strip():
+            raise ValueError("the task is blank; write out the complete task for the sub-agent")
+        return task
 
 
 class LaunchAgent(CoordinationTool):
