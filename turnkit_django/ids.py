@@ -7,6 +7,10 @@ import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
 
+#: The longest id a row can have (the ``max_length`` of every id column): a longer one names
+#: nothing.
+ID_LENGTH = 40
+
 
 def _encode(value: int, length: int) -> str:
     chars = []

@@ -8,10 +8,13 @@ agent's ``tools``. The runtime executes them itself (they write through the turn
   (its ``turn_id`` is what ``wait_for`` takes). With ``callback`` the child's result is delivered
   to the calling conversation when it finishes. One child per tool execution, however often the
   call is replayed.
-* ``wait_for(turn_ids)`` (background turns only) waits until the listed turns finish, releasing
-  the worker meanwhile, and returns ``{"results": [...]}`` in the requested order. A refused wait
-  (itself, an unsubmitted turn, unfinished work of its own conversation, a cycle) is a failed
-  tool result the model reads.
+* ``wait_for(turn_ids)`` (background turns only) waits until the listed turns (at most
+  :data:`MAX_WAIT_TARGETS`) finish, releasing the worker meanwhile, and returns
+  ``{"results": [...]}`` in the requested order. A refused wait (itself, an unsubmitted turn,
+  unfinished work of its own conversation, a cycle) is a failed tool result the model reads.
+
+An id longer than any id column (:data:`~turnkit_django.ids.ID_LENGTH`) or an agent name over
+64 characters names nothing: it is refused as invalid arguments, never echoed back.
 * ``send_message(conversation_id, text)`` sends a durable message to another conversation. Its
   delivery key is derived from the tool execution, so a replay never sends twice.
 
@@ -22,11 +25,16 @@ arguments (the argument schemas forbid extra fields): the policy is asked for ``
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .base import Tool, ToolContext
+from ..ids import ID_LENGTH
+from .base import NAME_LENGTH, Tool, ToolContext
+
+#: The most turns one ``wait_for`` call may name: each is checked for a cycle under the
+#: store-wide wait-graph lock, and each result goes back to the model.
+MAX_WAIT_TARGETS = 100
 
 
 class CoordinationTool(Tool):
@@ -42,7 +50,7 @@ class CoordinationTool(Tool):
 
 class LaunchArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    agent: str = Field(description="The name of one of your sub-agents.")
+    agent: str = Field(max_length=NAME_LENGTH, description="The name of one of your sub-agents.")
     task: str = Field(min_length=1, description="The complete task for the sub-agent; it sees "
                                                 "nothing else.")
     callback: bool = Field(False, description="Deliver its result to this conversation when it "
@@ -71,8 +79,9 @@ class LaunchAgent(CoordinationTool):
 
 class WaitArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    turn_ids: list[str] = Field(min_length=1, description="The turns to wait for, in the order "
-                                                          "you want their results.")
+    turn_ids: list[Annotated[str, Field(max_length=ID_LENGTH)]] = Field(
+        min_length=1, max_length=MAX_WAIT_TARGETS,
+        description="The turns to wait for, in the order you want their results.")
 
 
 class WaitFor(CoordinationTool):
@@ -87,7 +96,8 @@ class WaitFor(CoordinationTool):
 
 class SendArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    conversation_id: str = Field(description="The conversation to send the message to.")
+    conversation_id: str = Field(max_length=ID_LENGTH,
+                                 description="The conversation to send the message to.")
     text: str = Field(min_length=1, description="The message.")
 
 
@@ -102,5 +112,5 @@ launch_agent = LaunchAgent()
 wait_for = WaitFor()
 send_message = SendMessage()
 
-__all__ = ["CoordinationTool", "LaunchAgent", "SendMessage", "WaitFor", "launch_agent",
-           "send_message", "wait_for"]
+__all__ = ["MAX_WAIT_TARGETS", "CoordinationTool", "LaunchAgent", "SendMessage", "WaitFor",
+           "launch_agent", "send_message", "wait_for"]
