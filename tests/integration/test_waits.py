@@ -84,6 +84,16 @@ def test_targets_must_be_submitted_or_finished(agents):
         waiter.wait_for("turn_missing")
 
 
+@pytest.mark.parametrize("bad", ["turn_\x00", "turn_\ud800"], ids=["nul", "surrogate"])
+def test_an_id_no_database_can_store_names_no_turn(agents, bad):
+    # PostgreSQL refuses such a query outright: a DataError / UnicodeEncodeError out of
+    # wait_for (and a broken transaction for a caller inside atomic()) instead of WaitError.
+    waiter = agents["joiner"].prepare("join")
+    with pytest.raises(WaitError, match="no turn"):
+        waiter.wait_for(bad)
+    assert not Wait.objects.exists()
+
+
 def test_no_waiting_on_unfinished_work_of_the_same_conversation(agents):
     conversation = agents["joiner"].conversation()
     finished = conversation.ask("first")

@@ -16,6 +16,7 @@ from ..authorization import authorize
 from ..events import emit
 from ..exceptions import InvalidTransition, WaitError
 from ..models import Turn, Wait
+from ..serialization import unstorable
 from ..states import ACTIVE_TURN_STATUSES, TurnStatus
 from ..store import apply_transition, lock_tree
 from ..store.waits import add_edges, join, unmet
@@ -30,6 +31,9 @@ def _target_ids(targets: Iterable[Any]) -> list[str]:
         pk = row.pk if isinstance(row, Turn) else row
         if not isinstance(pk, str) or not pk:
             raise WaitError(f"cannot wait for {target!r}: give turns, runs or turn ids")
+        problem = unstorable(pk)
+        if problem is not None:  # PostgreSQL would refuse the lookup itself (DataError)
+            raise WaitError(f"no turn {pk!r} to wait for: the id {problem}")
         if pk not in ids:
             ids.append(pk)
     if not ids:
