@@ -140,6 +140,16 @@ def test_unknown_skill_key_fails_and_enables_nothing(research: Skill) -> None:
     assert client.requests[1].tool_names == ["load_skill"]
 
 
+def test_an_oversized_skill_key_is_refused_without_echoing_it(research: Skill) -> None:
+    # No skill key is longer than 64 characters: "There is no skill 'xxxx...'" gave the
+    # model back its whole 100,000-character argument.
+    client = ScriptedClient([call("load_skill", key="k" * 100_000), reply("gave up")])
+    run = Agent("writer", available_skills=[research], client=client).run("Go")
+    ((name, status, error),) = tool_results(run)
+    assert (name, status, error["error"]) == ("load_skill", "failed", "invalid_arguments")
+    assert len(str(error)) < 1000
+
+
 def test_a_new_turn_starts_with_no_skill_loaded(research: Skill) -> None:
     client = ScriptedClient([call("load_skill", key="research"), reply("loaded"), reply("hi")])
     conv = Agent("writer", available_skills=[research], client=client).conversation()

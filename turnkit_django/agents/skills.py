@@ -23,7 +23,9 @@ from ..tools.base import Tool, ToolContext
 
 LOAD_SKILL = "load_skill"
 SKILL_SUFFIXES = (".md", ".markdown")
-_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: The longest skill key (what ``_KEY`` allows).
+KEY_LENGTH = 64
+_KEY = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{KEY_LENGTH - 1}}}$")
 #: A skill file's front matter: ``key: value`` scalars and lists of strings.
 FrontMatter = dict[str, str | list[str]]
 _FRONT_MATTER_KEYS = frozenset({"key", "name", "description", "tools"})
@@ -257,7 +259,9 @@ def check_keys(agent: str, loaded: Sequence[Skill], available: Sequence[Skill]) 
 
 class LoadSkillArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    key: str = Field(description="The key of the skill to load, from the list of skills.")
+    # Bounded: a longer key names no skill, and is refused before it is echoed back.
+    key: str = Field(max_length=KEY_LENGTH,
+                     description="The key of the skill to load, from the list of skills.")
 
 
 class LoadSkillTool(Tool):
