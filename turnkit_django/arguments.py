@@ -81,6 +81,16 @@ def event_callback(value: object, *, inline: bool = True) -> None:
                          "run.events()")
 
 
+def prepared_callback(value: object) -> None:
+    """Refuse to submit a turn prepared with an ``on_event=`` (InputError), before a write: the
+    worker that runs it never calls a callback of this process, which was dropped silently."""
+    if value is not None:
+        raise InputError("this run was prepared with on_event=, which is called only by a turn "
+                         "executed in this process: run it here with execute(), or prepare it "
+                         "without on_event= to submit it (a worker's events go to the "
+                         "turnkit_django.events signals, and to run.events())")
+
+
 
 
 def model_problem(value: object) -> str | None:
@@ -199,6 +209,7 @@ __all__ = [
     "model_problem",
     "optional_count",
     "optional_text",
+    "prepared_callback",
     "require_subject",
     "require_text",
     "turn_row",

@@ -184,6 +184,7 @@ class TurnHandle(TurnControls, RunningTurn, MediaMethods):
 
     def submit(self, callback: Any = None) -> Self:
         """Hand the turn to background execution; returns at once."""
+        arguments.prepared_callback(self._on_event)
         self.row = services.submit(self.row, callback=arguments.callback_row(callback))
         return self
 

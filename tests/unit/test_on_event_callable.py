@@ -56,3 +56,26 @@ def test_a_callback_for_a_turn_handed_to_a_worker_is_refused_before_any_write(en
     with pytest.raises(InputError, match="on_event= is called only by a turn executed in this"):
         entry(agent, conv)
     assert _counts() == before
+
+
+@pytest.mark.parametrize("entry", [
+    lambda run, conv: run.submit(),
+    lambda run, conv: run.submit(callback=conv),
+    lambda run, conv: run.turn.submit(),
+], ids=["submit", "submit-callback", "turn-submit"])
+def test_a_prepared_run_with_a_callback_is_not_submitted(entry,
+                                                         django_capture_on_commit_callbacks):
+    """``agent.prepare(task, on_event=cb).submit()`` handed the run to a worker and dropped the
+    callback silently: like ``agent.submit(on_event=)`` it is refused, and the run stays
+    pending, to execute inline (where the callback is heard) or submit from a run prepared
+    without one."""
+    agent = Agent("quiet", client=ScriptedClient([reply("ok")]))
+    conv = agent.conversation()
+    heard: list[str] = []
+    run = agent.prepare("go", on_event=lambda event: heard.append(event.type))
+    with pytest.raises(InputError, match="prepared with on_event="):
+        entry(run, conv)
+    assert run.refresh().status == "pending" and run.row.submitted_at is None
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run.execute().status == "completed"
+    assert heard[-1] == "turn.completed"  # the callback hears the run executed inline
