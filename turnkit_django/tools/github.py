@@ -11,6 +11,10 @@ What keeps it to one repository and its token to itself:
 * every URL is built here from the API base and quoted path segments (``..`` refused): the
   model never supplies a URL, and a request hook refuses anything but HTTPS to the API host;
 * redirects are not followed: a 3xx answer is an error naming the status only;
+* an answer is read up to ``max_response_bytes`` (``MAX_RESPONSE_BYTES``, 8 MiB, by default):
+  a longer one is not read further and is an error asking the model for less;
+* ``source_url`` quotes the path it names, so a path cannot add a query or climb out of the
+  repository's pages;
 * the token travels in the ``Authorization`` header only; errors and results are scrubbed of it,
   and the tool's ``repr`` leaves it out. The transport is injectable (``transport=``) for tests.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 import threading
 from collections.abc import Mapping
@@ -39,6 +44,9 @@ REPOSITORY = re.compile(rf"^{_OWNER}/[A-Za-z0-9._-]{{1,100}}$")
 _REF = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
 _SHA = re.compile(r"^[0-9a-fA-F]{7,40}$")
 _TEXT_LIMIT = 4_000
+#: The most bytes of one GitHub answer the tool reads (``max_response_bytes=``): a 1 MB file of
+#: the contents API comes base64-encoded in JSON, well under it.
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 Operation = Literal["repository", "file", "history", "diff", "issues", "issue", "comments"]
 
 
@@ -64,12 +72,13 @@ class GitHubTool(ReadOnlyTool):
     def __init__(self, repository: str, *, token: str | None = None,
                  api_url: str = "https://api.github.com", web_url: str = "https://github.com",
                  transport: httpx.BaseTransport | None = None, timeout: float = 20.0,
-                 per_page: int = 20, max_bytes: int = MAX_BYTES) -> None:
+                 per_page: int = 20, max_bytes: int = MAX_BYTES,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
         if not isinstance(repository, str) or not REPOSITORY.match(repository) or \
                 repository.split("/")[1] in (".", ".."):
             raise ConfigurationError(f"repository {repository!r} is not 'owner/name' with "
                                      "GitHub's characters (letters, digits, - . _)")
-        _check_options(token, timeout, per_page, max_bytes)
+        _check_options(token, timeout, per_page, max_bytes, max_response_bytes)
         self.repository = repository
         self.host, self.api_url = _https_base(api_url, "api_url")
         self.web_url = _https_base(web_url, "web_url")[1]
@@ -78,6 +87,7 @@ class GitHubTool(ReadOnlyTool):
         self.timeout = timeout
         self.per_page = per_page
         self.max_bytes = max_bytes
+        self.max_response_bytes = max_response_bytes
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
         self.description = (f"Read the GitHub repository {repository}: its metadata, files, "
@@ -110,26 +120,44 @@ class GitHubTool(ReadOnlyTool):
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         try:
-            response = self._http().get(url, params=params, headers=headers)
+            with self._http().stream("GET", url, params=params, headers=headers) as response:
+                raw = self._read(response)
         except httpx.HTTPError as exc:
             error = ToolError(self._redact(f"could not reach GitHub ({type(exc).__name__})"))
         else:
             if response.is_success:
                 try:
-                    body: JsonValue = response.json()  # the boundary: GitHub's JSON
+                    body: JsonValue = json.loads(raw)  # the boundary: GitHub's JSON
                     return body
                 except ValueError:
                     raise ToolError("GitHub did not answer with JSON") from None
-            error = self._status_error(response, "/".join(segments))
+            error = self._status_error(response, raw, "/".join(segments))
         raise error  # outside the except block: the transport error (and request) stay behind
 
-    def _status_error(self, response: httpx.Response, what: str) -> ToolError:
+    def _read(self, response: httpx.Response) -> bytes:
+        """The answer's body, read up to ``max_response_bytes``; ToolError past them."""
+        limit = self.max_response_bytes
+        declared = response.headers.get("content-length", "")
+        over = declared.isdigit() and int(declared) > limit
+        body = bytearray()
+        for chunk in () if over else response.iter_bytes():
+            body += chunk
+            if len(body) > limit:
+                over = True
+                break
+        if over:
+            raise ToolError(f"GitHub's answer is over {limit} bytes, more than this tool reads; "
+                            "ask for less: one commit's diff rather than a comparison, a "
+                            "narrower path, a smaller page")
+        return bytes(body)
+
+    def _status_error(self, response: httpx.Response, raw: bytes, what: str) -> ToolError:
         status = response.status_code
         if response.is_redirect:
             return ToolError(f"GitHub answered HTTP {status} (a redirect), which is not "
                              f"followed: only {self.host} is asked")
         try:
-            body = response.json()
+            body = json.loads(raw)
         except ValueError:
             body = {}
         message = str(body.get("message") or "")[:200] if isinstance(body, dict) else ""
@@ -181,7 +209,8 @@ class GitHubTool(ReadOnlyTool):
         path = _path(args.path or "")
         params = {"ref": _ref(args.ref)} if args.ref else None
         answer = self._get(["contents", *path.split("/")] if path else ["contents"], params)
-        tree = f"/tree/{args.ref or 'HEAD'}/{path}".rstrip("/")
+        shown = quote(path)  # in a page's URL: no query, fragment or %2e%2e from the path
+        tree = f"/tree/{args.ref or 'HEAD'}/{shown}".rstrip("/")
         if isinstance(answer, list):
             entries: list[JsonValue] = [{k: e.get(k) for k in ("name", "path", "type", "size")}
                                         for e in members(answer)]
@@ -192,7 +221,7 @@ class GitHubTool(ReadOnlyTool):
         text, truncated = self._decode(found)
         return ({"path": found.get("path"), "size": found.get("size"), "sha": found.get("sha"),
                  "truncated": truncated, "content": text},
-                f"/blob/{args.ref or 'HEAD'}/{path}")
+                f"/blob/{args.ref or 'HEAD'}/{shown}")
 
     def _decode(self, found: JsonObject) -> tuple[str, bool]:
         content = found.get("content")
@@ -268,7 +297,8 @@ class GitHubTool(ReadOnlyTool):
         return data, f"/issues/{number}"
 
 
-def _check_options(token: object, timeout: object, per_page: object, max_bytes: object) -> None:
+def _check_options(token: object, timeout: object, per_page: object, max_bytes: object,
+                   max_response_bytes: object) -> None:
     """Refuse options of the wrong kind; an error never shows the token."""
     if token is not None and not isinstance(token, str):
         raise ConfigurationError(f"GitHubTool token must be a str or None, got a "
@@ -282,9 +312,10 @@ def _check_options(token: object, timeout: object, per_page: object, max_bytes: 
     if not positive_int(per_page) or per_page not in range(1, 101):
         raise ConfigurationError(f"GitHubTool per_page must be a whole number from 1 to 100 "
                                  f"(GitHub's page sizes), got {per_page!r}")
-    if not positive_int(max_bytes):
-        raise ConfigurationError(f"GitHubTool max_bytes must be a whole number above 0, got "
-                                 f"{max_bytes!r}")
+    for option, value in (("max_bytes", max_bytes), ("max_response_bytes", max_response_bytes)):
+        if not positive_int(value):
+            raise ConfigurationError(f"GitHubTool {option} must be a whole number above 0, got "
+                                     f"{value!r}")
 
 
 def _https_base(url: str, option: str) -> tuple[str, str]:
@@ -333,4 +364,4 @@ def _files(files: JsonValue) -> list[JsonValue]:
              "patch": _clip(f.get("patch"), _TEXT_LIMIT)} for f in members(files)[:50]]
 
 
-__all__ = ["REPOSITORY", "GitHubArgs", "GitHubTool"]
+__all__ = ["MAX_RESPONSE_BYTES", "REPOSITORY", "GitHubArgs", "GitHubTool"]
