@@ -10,12 +10,14 @@ the confinement of ``ReadFile`` is its own:
   be a regular file by its descriptor, so a file or a directory on its way swapped for a
   symlink after the check is refused rather than followed; it is opened with ``O_NONBLOCK``
   too, so a named pipe is refused instead of blocking the worker;
-* at most ``max_bytes`` (100,000 by default) are returned, marked ``truncated``; files with NUL
-  bytes are refused as binary; a directory lists its first ``max_entries`` entries.
+* at most ``max_bytes`` (100,000 by default) are returned, marked ``truncated`` and cut on a
+  character boundary (a UTF-8 character the limit splits is left out, not replaced by U+FFFD);
+  files with NUL bytes are refused as binary; a directory lists its first ``max_entries`` entries.
 """
 
 from __future__ import annotations
 
+import codecs
 import errno
 import os
 import stat
@@ -35,6 +37,15 @@ _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 def positive_int(value: object) -> bool:
     """Whether ``value`` is a whole number above 0 (``True`` is not one)."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def text_prefix(data: bytes, limit: int) -> str:
+    """The UTF-8 text of ``data`` cut to at most ``limit`` bytes on a character boundary: a
+    character the limit splits is left out; bytes that are not UTF-8 read as U+FFFD."""
+    if len(data) <= limit:
+        return data.decode("utf-8", errors="replace")
+    # Not final: the decoder holds back an incomplete sequence at the end (the split character)
+    return codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data[:limit])
 
 
 class ReadOnlyTool(Tool):
@@ -110,7 +121,7 @@ class ReadFile(ReadOnlyTool):
             raise ToolError(f"{relative!r} is a binary file; only text files can be read")
         truncated = len(data) > self.max_bytes
         return {"path": relative, "size": info.st_size, "truncated": truncated,
-                "content": data[:self.max_bytes].decode("utf-8", errors="replace")}
+                "content": text_prefix(data, self.max_bytes)}
 
     def _open(self, real: Path, relative: str, *, directory: bool) -> int:
         """A descriptor of ``real`` (resolved, inside the root), opened one component at a
@@ -162,4 +173,4 @@ class ReadFile(ReadOnlyTool):
                 "truncated": len(entries) > self.max_entries}
 
 
-__all__ = ["MAX_BYTES", "ReadFile", "ReadOnlyTool"]
+__all__ = ["MAX_BYTES", "ReadFile", "ReadOnlyTool", "positive_int", "text_prefix"]

@@ -37,7 +37,7 @@ from ..clients._http import as_object, member, members
 from ..exceptions import ConfigurationError, ToolError
 from ..serialization import JsonObject, JsonValue
 from .base import ToolContext
-from .files import MAX_BYTES, ReadOnlyTool, positive_int
+from .files import MAX_BYTES, ReadOnlyTool, positive_int, text_prefix
 
 _OWNER = r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}"
 REPOSITORY = re.compile(rf"^{_OWNER}/[A-Za-z0-9._-]{{1,100}}$")
@@ -235,7 +235,7 @@ class GitHubTool(ReadOnlyTool):
             raise ToolError("GitHub returned file content that is not base64")
         if b"\x00" in raw[: self.max_bytes]:
             raise ToolError(f"{found.get('path')!r} is a binary file")
-        return raw[: self.max_bytes].decode("utf-8", errors="replace"), len(raw) > self.max_bytes
+        return text_prefix(raw, self.max_bytes), len(raw) > self.max_bytes
 
     def _history(self, args: GitHubArgs) -> tuple[JsonValue, str]:
         params: dict[str, str | int] = {"per_page": self.per_page, "page": args.page}
