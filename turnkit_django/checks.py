@@ -9,7 +9,6 @@ whatever ``settings.TURNKIT`` holds.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,6 +23,7 @@ from django.utils import timezone
 from .agents.compaction import check_options as check_compaction
 from .agents.registry import registered_agents
 from .beat import beat_problem
+from .brokers import FILESYSTEM_HINT, broker_problem, filesystem_problem
 from .clients import default_client
 from .clients.cost import validate_rates
 from .conf import problems, turnkit_settings
@@ -273,62 +273,20 @@ def _defines_run_turn(module_names: Iterable[str]) -> bool:
     return False
 
 
-def broker_problem(app: Any) -> str | None:
-    """Why the app's broker transport cannot be loaded (a missing client library), or None."""
-    try:
-        with app.connection_for_write() as connection:
-            connection.transport  # noqa: B018 - loads the transport and its client library
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-FILESYSTEM_HINT = (
-    "kombu's filesystem:// transport needs existing folders, the same for every process: set "
-    "CELERY_BROKER_TRANSPORT_OPTIONS = {'data_folder_in': '/srv/broker/queue', "
-    "'data_folder_out': '/srv/broker/queue', 'control_folder': '/srv/broker/control', "
-    "'processed_folder': '/srv/broker/processed'} and create them before starting any "
-    "process (example_project/settings.py does both).")
-
-
-def filesystem_problem(app: Any) -> str | None:
-    """Why the app's ``filesystem://`` broker would fail or lose messages, or None.
-
-    kombu creates none of its folders but the control folder (not its parents, so for it the
-    parent must exist): a worker started without them crashes with
-    ``FileNotFoundError: 'data_in'``. Every process reads the same settings, so messages written
-    to ``data_folder_out`` are read from ``data_folder_in`` only when both name one folder.
-    """
-    options = app.conf.broker_transport_options or {}
-    if not isinstance(options, dict):
-        return None
-    unset = [key for key in ("data_folder_in", "data_folder_out") if not options.get(key)]
-    if unset:
-        return (f"{' and '.join(unset)} {'is' if len(unset) == 1 else 'are'} not set in "
-                "CELERY_BROKER_TRANSPORT_OPTIONS (kombu then uses 'data_in' and 'data_out' "
-                "relative to each process's working directory)")
-    if str(options["data_folder_in"]) != str(options["data_folder_out"]):
-        return ("data_folder_in and data_folder_out must be the same folder: every process "
-                "reads the same settings, so what one writes to data_folder_out no worker "
-                "reads")
-    folders = ["data_folder_in", "control_folder"]
-    if options.get("store_processed"):
-        folders.append("processed_folder")
-    defaults = {"control_folder": "control", "processed_folder": "processed"}
-    for key in folders:
-        folder = str(options.get(key) or defaults[key])
-        needed = os.path.dirname(os.path.abspath(folder)) if key == "control_folder" else folder
-        if not os.path.isdir(needed):
-            return f"the {key} {needed!r} does not exist (kombu does not create it)"
-    return None
-
-
 @register(Tags.compatibility, TAG)
 def check_celery_app(app_configs: Sequence[Any] | None = None,
                      **kwargs: Any) -> list[CheckMessage]:
-    """Warn when ``submit()`` cannot reach a worker that knows ``turnkit.run_turn`` (W006-W008)."""
-    if celery is None or _setting("DISPATCHER") is not None:
-        return []  # no Celery, or turns are dispatched some other way
+    """Warn when ``submit()`` cannot reach a worker that knows ``turnkit.run_turn`` (W006-W009)."""
+    if _setting("DISPATCHER") is not None:
+        return []  # turns are dispatched some other way
+    if celery is None:
+        return [Warning(
+            "submit() cannot dispatch turns: Celery is not installed and TURNKIT['DISPATCHER'] "
+            "is not set, so every submitted turn would stay pending.",
+            hint="pip install 'turnkit-django[celery]' and set up the project's Celery app (see "
+                 "'Running turns on Celery'), or set TURNKIT['DISPATCHER']. If this project "
+                 "only runs turns inline, add 'turnkit.W009' to SILENCED_SYSTEM_CHECKS.",
+            id="turnkit.W009")]
     if any(p.key == "DISPATCHER" or p.id == "turnkit.E002" for p in problems()):
         return []
     app = _celery_app()

@@ -16,6 +16,7 @@ from django.utils.module_loading import import_string
 
 from ..authorization import authorize
 from ..conf import turnkit_settings
+from ..exceptions import ConfigurationError
 from ..models import Conversation, Turn
 from ..store import turns
 
@@ -30,8 +31,20 @@ def _dispatcher() -> Callable[[str], Any]:
     configured: Callable[[str], Any] | None = turnkit_settings.DISPATCHER
     if configured is not None:
         return configured
-    default: Callable[[str], Any] = import_string(CELERY_DISPATCHER)
+    try:
+        default: Callable[[str], Any] = import_string(CELERY_DISPATCHER)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in ("celery", "kombu"):
+            raise
+        raise ConfigurationError(NO_CELERY) from None
     return default
+
+
+#: Why a doorbell cannot ring without Celery, and what to do (system check turnkit.W009).
+NO_CELERY = ("Celery is not installed and TURNKIT['DISPATCHER'] is not set; pip install "
+             "'turnkit-django[celery]' and set up the project's Celery app, or set "
+             "TURNKIT['DISPATCHER'] (system check turnkit.W009). The turn stays pending until "
+             "a dispatcher rings for it")
 
 
 def dispatch(turn_id: str) -> None:
@@ -40,6 +53,8 @@ def dispatch(turn_id: str) -> None:
     def send() -> None:
         try:
             _dispatcher()(turn_id)
+        except ConfigurationError as exc:  # nothing to retry until the setup is fixed
+            logger.warning("could not dispatch turn %r: %s", turn_id, exc)
         except Exception:
             # Celery is only a doorbell: maintenance re-dispatches what was lost.
             logger.warning("could not dispatch turn %r; maintenance will retry", turn_id,
