@@ -201,6 +201,11 @@ def check_client_credentials(app_configs: Sequence[Any] | None = None,
         return [Error(f"TURNKIT['CLIENT'] could not be built: {exc}",
                       hint="Check the import path and the client's constructor arguments.",
                       id="turnkit.E009")]
+    sdk = getattr(client, "missing_sdk", None)
+    if callable(sdk) and (needed := sdk()):
+        return [Error(f"TURNKIT['CLIENT'] could not be built: {needed}",
+                      hint="Install the provider's extra in every web and worker process.",
+                      id="turnkit.E009")]
     missing = getattr(client, "missing_credentials", None)
     problem = missing() if callable(missing) else None
     if not problem:

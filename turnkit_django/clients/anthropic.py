@@ -77,6 +77,7 @@ class AnthropicClient(BaseClient):
     """
 
     provider = PROVIDER
+    sdk = ("anthropic", "turnkit-django[anthropic]")
     makes_network_requests = True
     supports_thinking = True
     supports_structured_output = True
@@ -143,12 +144,10 @@ class AnthropicClient(BaseClient):
             return self._sdk_client
 
     def _build_sdk(self) -> Any:
-        try:
-            import anthropic  # noqa: PLC0415 - an optional extra, imported on use
-        except ImportError:
-            raise ConfigurationError(
-                "AnthropicClient needs the anthropic SDK: pip install 'turnkit-django[anthropic]'"
-            ) from None
+        if needed := self.missing_sdk():
+            raise ConfigurationError(needed)
+        import anthropic  # noqa: PLC0415 - an optional extra, imported on use
+
         base_url, credentials = split_userinfo(self.base_url) if self.base_url else (None, {})
         try:
             return anthropic.Anthropic(

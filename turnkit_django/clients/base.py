@@ -8,6 +8,7 @@ will not fix, after doing its own retries for transient ones.
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -190,9 +191,22 @@ class BaseClient:
     #: Wants the dynamic part of the prompt as ``dynamic_context`` messages in the history, so
     #: its instructions stay byte-stable for the provider's prefix cache.
     dynamic_context_in_history: ClassVar[bool] = False
+    #: The SDK module the client imports on first use and the extra that installs it, or None.
+    sdk: ClassVar[tuple[str, str] | None] = None
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         raise NotImplementedError
+
+    def missing_sdk(self) -> str | None:
+        """What to install before this client can make a request (for system checks), or None."""
+        if self.sdk is None:
+            return None
+        module, extra = self.sdk
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            return f"{type(self).__name__} needs the {module} SDK: pip install '{extra}'"
+        return None
 
     def _guard_network(self) -> None:
         if self.makes_network_requests and requests_blocked.is_set():
