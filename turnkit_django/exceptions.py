@@ -194,14 +194,20 @@ class AtomicBlockError(TurnkitError):
     with the outer block, and the turn would hold its locks across model and tool calls.
     """
 
-    def __init__(self, operation: str) -> None:
+    #: What to do instead, by default: the advice for starting a run.
+    SUBMIT = ("or use submit(), which runs the turn in the background once the outer "
+              "transaction commits.")
+    #: For a decision or a resume that continues an inline run in the caller's process.
+    CONTINUE = ("or run turns that wait for people in the background: a run started with "
+                "submit() is continued by a worker once the outer transaction commits.")
+
+    def __init__(self, operation: str, instead: str = SUBMIT) -> None:
         self.operation = operation
         super().__init__(
             f"{operation} executes the turn now and commits every step, so it cannot run inside "
             "transaction.atomic() (a view under ATOMIC_REQUESTS is inside one): its steps would "
             "roll back with the outer block. Call it outside the block (decorate the view with "
-            "@transaction.non_atomic_requests), or use submit(), which runs the turn in the "
-            "background once the outer transaction commits."
+            f"@transaction.non_atomic_requests), {instead}"
         )
 
 

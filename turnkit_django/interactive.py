@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 
 from .arguments import cursor, optional_count
 from .events import EventCallback
+from .exceptions import AtomicBlockError
 from .models import Conversation, Delivery, Event, ToolExecution, Turn
 from .runtime import execute, refuse_atomic_block
 from .serialization import JsonObject
@@ -40,7 +41,8 @@ class TurnControls:
 
     def _continue_inline(self, turn_id: str) -> None:
         """Execute a decided or resumed inline turn now, in this process (its caller's)."""
-        refuse_atomic_block("running a resumed turn")
+        refuse_atomic_block("continuing an inline run after a decision or resume",
+                            AtomicBlockError.CONTINUE)
         row = Turn.objects.filter(pk=turn_id).only("status", "submitted_at").first()
         if row is not None and row.status == TurnStatus.PENDING and row.submitted_at is None:
             agent = self.agent if turn_id == self.row.pk else None
@@ -68,6 +70,7 @@ class TurnControls:
                                     **options)
         if decision.execute_inline:
             self._continue_inline(decision.execution.turn_id)
+            reload(decision.execution)  # as the run left it, not as it was decided
         reload(self.row)
         return decision.execution
 

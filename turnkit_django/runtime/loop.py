@@ -144,15 +144,16 @@ def context(claim: Claim, row: Turn, agent: AgentDefinition, *, client: Client,
     )
 
 
-def refuse_atomic_block(operation: str) -> None:
-    """Raise AtomicBlockError when called inside ``transaction.atomic()``.
+def refuse_atomic_block(operation: str, instead: str = AtomicBlockError.SUBMIT) -> None:
+    """Raise AtomicBlockError when called inside ``transaction.atomic()`` (``instead``: the
+    advice after "call it outside the block").
 
     The block a test case wraps each test in does not count (Django's durable blocks make the
     same exception), so tests can run turns inline.
     """
     blocks = transaction.get_connection().atomic_blocks
     if blocks and not getattr(blocks[-1], "_from_testcase", False):
-        raise AtomicBlockError(operation)
+        raise AtomicBlockError(operation, instead)
 
 
 @dataclass(frozen=True)
