@@ -17,7 +17,7 @@ import inspect
 from typing import TYPE_CHECKING, Any, Self
 
 from .clients.media import GeneratedImage, ImageResult, MediaAnalysis, MediaInput
-from .clients.media_input import MAX_BYTES, to_media, to_media_list
+from .clients.media_input import MAX_BYTES, MAX_MEDIA_ITEMS, to_media, to_media_list
 from .runtime import media as operations
 from .runtime.media_projection import describe, project_media
 from .store.media import image_url, open_image
@@ -68,6 +68,6 @@ class MediaMethods:
                 self.refresh()
 
 
-__all__ = ["MAX_BYTES", "GeneratedImage", "ImageResult", "MediaAnalysis", "MediaInput",
-           "MediaMethods", "describe", "image_url", "open_image", "project_media", "to_media",
-           "to_media_list"]
+__all__ = ["MAX_BYTES", "MAX_MEDIA_ITEMS", "GeneratedImage", "ImageResult", "MediaAnalysis",
+           "MediaInput", "MediaMethods", "describe", "image_url", "open_image", "project_media",
+           "to_media", "to_media_list"]

@@ -39,6 +39,9 @@ from .media import MediaInput, Source, public_url
 
 #: The largest medium :func:`to_media` accepts unless told otherwise (bytes).
 MAX_BYTES = 20 * 1024 * 1024
+#: The most media one ``view_media`` analyses, and the most input images one ``paint`` edits
+#: (as many as an OpenAI image edit takes): each is read into memory, up to ``max_bytes``.
+MAX_MEDIA_ITEMS = 16
 _SIGNATURES = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
     (b"\xff\xd8\xff", "image/jpeg"),
@@ -103,11 +106,20 @@ def to_media(value: object, *, mime_type: str | None = None, name: str | None = 
 
 
 def to_media_list(values: object, *, max_bytes: int | None = None) -> tuple[MediaInput, ...]:
-    """Normalise one medium or a list of them (a tuple is a ``(bytes, mime)`` pair)."""
+    """Normalise one medium or a list of them (a tuple is a ``(bytes, mime)`` pair), at most
+    :data:`MAX_MEDIA_ITEMS`."""
     items = list(values) if isinstance(values, list) else [values]
     if not items:
         raise MediaError("no media given: pass at least one file, path, URL or bytes")
+    media_count(items, "media")
     return tuple(to_media(item, max_bytes=max_bytes) for item in items)
+
+
+def media_count(items: list[object] | tuple[object, ...], what: str) -> None:
+    """MediaError when ``items`` are more than :data:`MAX_MEDIA_ITEMS`, before any is read."""
+    if len(items) > MAX_MEDIA_ITEMS:
+        raise MediaError(f"at most {MAX_MEDIA_ITEMS} {what} in one call, got {len(items)}: "
+                         "split them over several calls")
 
 
 def _check_size(size: int | None, limit: int, name: str, *, exact: bool = True) -> None:
@@ -210,4 +222,5 @@ def sniff(data: bytes) -> str | None:
     return None
 
 
-__all__ = ["MAX_BYTES", "byte_limit", "sniff", "to_media", "to_media_list"]
+__all__ = ["MAX_BYTES", "MAX_MEDIA_ITEMS", "byte_limit", "media_count", "sniff", "to_media",
+           "to_media_list"]

@@ -58,7 +58,7 @@ from ..clients.media import (
     require,
     supports,
 )
-from ..clients.media_input import to_media, to_media_list
+from ..clients.media_input import media_count, to_media, to_media_list
 from ..conf import turnkit_settings
 from ..errors import ErrorRecord
 from ..events import EventCallback
@@ -107,6 +107,7 @@ def paint(row: Turn, agent: AgentDefinition, prompt: str, *, binding: ToolBindin
     if size is not None and (not isinstance(size, str) or not _SIZE.match(size)):
         raise MediaError(f"size {size!r} is not WIDTHxHEIGHT (such as '1024x1024') or 'auto'")
     images = input_images if isinstance(input_images, list | tuple) else [input_images]
+    media_count(images, "input images")
     references = tuple(to_media(image, max_bytes=max_bytes) for image in images
                        if image is not None)
     edit_mask = None if mask is None else to_media(mask, max_bytes=max_bytes)

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..clients._http import members
 from ..clients.media import ImageResult, MediaAnalysis, MediaInput
-from ..clients.media_input import to_media
+from ..clients.media_input import MAX_MEDIA_ITEMS, to_media
 from ..exceptions import ConfigurationError, ToolError
 from ..messages import ImagePart, MessageKind, load_parts
 from ..models import Message
@@ -159,7 +159,7 @@ class PaintArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     prompt: str = Field(description="A precise description of the image to make.")
     reference_images: list[str] = Field(
-        default_factory=list,
+        default_factory=list, max_length=MAX_MEDIA_ITEMS,
         description="Ids (img_...) of earlier images of this conversation to edit or build on.")
     mask: str | None = Field(
         None, description="Id of an image whose transparent areas mark where to edit the first "
@@ -187,8 +187,10 @@ class PaintImage(ImageTool):
                                      "allow each paid generation")
         if max_reference_images is not None and (
                 not isinstance(max_reference_images, int) or isinstance(max_reference_images, bool)
-                or max_reference_images < 0):
-            raise ConfigurationError("max_reference_images must be a non-negative integer")
+                or not 0 <= max_reference_images <= MAX_MEDIA_ITEMS):
+            raise ConfigurationError(f"max_reference_images must be a whole number from 0 to "
+                                     f"{MAX_MEDIA_ITEMS} (at most {MAX_MEDIA_ITEMS} input images "
+                                     f"in one edit), or None")
         for option, value in (("size", size), ("image_provider", provider)):
             if value is not None and not isinstance(value, str):
                 raise ConfigurationError(f"paint_image {option} must be a str such as "
