@@ -50,7 +50,7 @@ def test_librarian_instructions_may_hold_braces_and_must_be_text() -> None:
     ({"image_provider": 5}, "image_provider must be a str"),
     ({"image_params": [("quality", "high")]}, "image_params must be a dict"),
     ({"resolve_reference": "myapp.resolve"}, "resolve_reference must be a callable"),
-    ({"max_reference_images": True}, "max_reference_images must be a non-negative integer"),
+    ({"max_reference_images": True}, "max_reference_images must be a whole number from 0 to"),
 ])
 def test_painter_options_are_checked(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
