@@ -100,3 +100,34 @@ def test_the_command_line_prints_no_traceback(tmp_path):
         assert done.returncode == 1, done.stderr
         assert "Traceback" not in done.stderr, done.stderr
         assert done.stderr.startswith("CommandError: ") and expected in done.stderr
+
+
+@pytest.mark.parametrize("principal", [
+    "NaN", "-Infinity", '{"user": NaN}', '{"user": "7\\u0000"}', '"\\ud800"', "[" * 100_000,
+    '{"user": 7', "", float("nan"), {"user": object()}, {1: "x"},
+], ids=["nan", "infinity", "nested-nan", "nul", "surrogate", "too-deep", "not-json", "empty",
+        "keyword-nan", "keyword-object", "keyword-int-key"])
+def test_cancel_refuses_a_principal_that_is_no_json_value_before_asking_the_policy(
+        principal, settings):
+    """``--principal NaN`` (Python's json reads NaN, Infinity, and strings no database stores)
+    was accepted, handed to the policy and written into the cancelled turn's error; a nesting
+    too deep was a RecursionError traceback. Each is a CommandError saying what to pass."""
+    settings.TURNKIT = {**settings.TURNKIT, "AUTHORIZATION_POLICY":
+                        "tests.unit.test_command_bad_input.recording_policy"}
+    RECORDED.clear()
+    run = pending_run()
+    with pytest.raises(CommandError, match=r"--principal must be JSON.*\{\"user\": 7\}") as raised:
+        run_command("turnkit_cancel", run.id, principal=principal)
+    assert len(str(raised.value)) < 400
+    assert RECORDED == [] and Turn.objects.get(pk=run.id).status == "pending"
+    run_command("turnkit_cancel", run.id, principal='{"user": 7}')
+    run_command("turnkit_cancel", run.id, principal={"user": 7})  # call_command's keyword
+    assert RECORDED == [{"user": 7}] * 2 and Turn.objects.get(pk=run.id).status == "cancelled"
+
+
+RECORDED: list[object] = []
+
+
+def recording_policy(action, *, principal, **resources):
+    RECORDED.append(principal)
+    return True

@@ -8,16 +8,21 @@ argparse prints ``manage.py turnkit_reconcile: error: <that>`` and exits with st
 through ``call_command`` (arguments or keywords) it is ``CommandError("Error: <that>")``.
 Non-finite values (``nan``, ``inf``, ``1e400``) are never in range; a whole number is written
 without a point (``2.0`` is refused, as by argparse's ``int``).
+
+:func:`principal` reads a ``--principal`` option: JSON as every database stores it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from django.core.management.base import CommandError
 
 from ..conf import MAX_COUNT, MAX_SECONDS
+from ..serialization import json_value, unstorable
 
 #: The longest age ``turnkit_prune --older-than`` takes: a century.
 MAX_DAYS = 36_500
@@ -82,4 +87,31 @@ SECONDS = Number(0, MAX_SECONDS, "seconds", positive=True)
 #: The age of what ``turnkit_prune`` deletes.
 DAYS = Number(0, MAX_DAYS, "days")
 
-__all__ = ["COUNT", "DAYS", "MAX_DAYS", "SECONDS", "Number"]
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is no JSON value")
+
+
+def principal(text: object) -> Any:
+    """The principal a ``--principal`` option gives, as JSON; CommandError for text that is no
+    JSON (Python's reader takes ``NaN`` and ``Infinity``, which are not), nests past what it
+    reads, or holds what no database stores (a NUL, a lone surrogate). A value that is no text
+    (a ``call_command`` keyword) is taken as the JSON value it is."""
+    try:
+        value = (json.loads(text, parse_constant=_no_constant) if isinstance(text, str)
+                 else json_value(text, "it"))
+    except (ValueError, TypeError) as exc:
+        problem: str | None = str(exc)[:120]
+    except RecursionError:
+        problem = "it nests too deep"
+    else:
+        problem = unstorable(value)
+        if problem is None:
+            return value
+        problem = f"it {problem}"
+    raise CommandError(f"--principal must be JSON, such as '{{\"user\": 7}}' (the principal "
+                       f"your authorization policy is asked about), or left out: {problem}")
+
+
+__all__ = ["COUNT", "DAYS", "MAX_DAYS", "SECONDS", "Number", "principal"]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
 from ...models import Turn
 from ...services import cancel
+from ..arguments import principal as principal_option
 from ..base import TurnkitCommand, id_hint
 
 
@@ -27,10 +27,7 @@ class Command(TurnkitCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         principal = None
         if options["principal"] is not None:
-            try:
-                principal = json.loads(options["principal"])
-            except ValueError as exc:
-                raise CommandError(f"--principal is not valid JSON: {exc}") from exc
+            principal = principal_option(options["principal"])
         turn_id = options["turn_id"]
         try:
             report = cancel(turn_id, cascade=options["cascade"], principal=principal)
