@@ -21,6 +21,7 @@ from django.db import connections
 from django.utils import timezone
 
 from .agents.compaction import check_options as check_compaction
+from .agents.compaction import merged_options
 from .agents.registry import registered_agents
 from .beat import beat_problem
 from .brokers import FILESYSTEM_HINT, broker_problem, filesystem_problem
@@ -83,6 +84,8 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
             messages.append(Error(str(exc), hint="Use True, False, or a dict such as "
                                   "{'context_limit': 128000, 'threshold': 0.75}.",
                                   id="turnkit.E020"))
+        else:
+            messages.extend(_agent_compaction())
     if "COST_RATES" not in bad:
         for problem in validate_rates(_setting("COST_RATES")):
             messages.append(Error(
@@ -141,6 +144,19 @@ def end_of_life(text: str) -> date | None:
         except ValueError:
             continue
     return None
+
+
+def _agent_compaction() -> list[CheckMessage]:
+    """E020 for a registered agent whose compaction options, laid over the setting's, leave
+    no room for a request (each part valid alone)."""
+    messages: list[CheckMessage] = []
+    for name, agent in sorted(registered_agents().items()):
+        try:
+            merged_options(name, agent.compaction)
+        except ConfigurationError as exc:
+            messages.append(Error(str(exc), hint="Make context_limit larger than "
+                                  "reserved_tokens for this agent.", id="turnkit.E020"))
+    return messages
 
 
 def configured_models() -> dict[str, str]:
