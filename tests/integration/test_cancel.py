@@ -349,7 +349,7 @@ def test_turnkit_cancel_command():
     assert "already cancelled; nothing changed" in out.getvalue()
     with pytest.raises(CommandError, match="no turn"):
         call_command("turnkit_cancel", "turn_missing")
-    with pytest.raises(CommandError, match="not valid JSON"):
+    with pytest.raises(CommandError, match="--principal must be JSON"):
         call_command("turnkit_cancel", turns["root"].pk, "--principal", "{nope")
 
 
