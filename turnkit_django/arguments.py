@@ -91,8 +91,6 @@ def prepared_callback(value: object) -> None:
                          "turnkit_django.events signals, and to run.events())")
 
 
-
-
 def model_problem(value: object) -> str | None:
     """What is wrong with ``value`` as a model name (None or a non-blank str of at most
     ``MODEL_LENGTH`` characters), or None when nothing is."""

@@ -90,14 +90,14 @@ def merged_options(agent: str, compaction: object) -> tuple[CompactionOptions, b
         tail_messages=_count(merged, "tail_messages"),
         tool_output_max_chars=_count(merged, "tool_output_max_chars"),
         model=model if isinstance(model, str) else None)
-    if global_ is not None and own is not None \
-            and options["context_limit"] <= options["reserved_tokens"]:
+    on = global_ is not None and own is not None
+    if on and options["context_limit"] <= options["reserved_tokens"]:
         # Each part was valid alone; laid over one another they leave no room for a request.
         raise ConfigurationError(
             f"agent {agent!r}: compaction context_limit ({options['context_limit']}) must "
             f"exceed reserved_tokens ({options['reserved_tokens']}) once the agent's "
             "compaction options are laid over TURNKIT['COMPACTION']; set both in one place")
-    return options, global_ is not None and own is not None and options["enabled"]
+    return options, on and options["enabled"]
 
 
 def options_for(agent: str, compaction: object) -> CompactionOptions | None:

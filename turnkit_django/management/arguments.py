@@ -88,7 +88,6 @@ SECONDS = Number(0, MAX_SECONDS, "seconds", positive=True)
 DAYS = Number(0, MAX_DAYS, "days")
 
 
-
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is no JSON value")
 

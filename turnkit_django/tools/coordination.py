@@ -12,11 +12,11 @@ agent's ``tools``. The runtime executes them itself (they write through the turn
   :data:`MAX_WAIT_TARGETS`) finish, releasing the worker meanwhile, and returns
   ``{"results": [...]}`` in the requested order. A refused wait (itself, an unsubmitted turn,
   unfinished work of its own conversation, a cycle) is a failed tool result the model reads.
+* ``send_message(conversation_id, text)`` sends a durable message to another conversation. Its
+  delivery key is derived from the tool execution, so a replay never sends twice.
 
 An id longer than any id column (:data:`~turnkit_django.ids.ID_LENGTH`) or an agent name over
 64 characters names nothing: it is refused as invalid arguments, never echoed back.
-* ``send_message(conversation_id, text)`` sends a durable message to another conversation. Its
-  delivery key is derived from the tool execution, so a replay never sends twice.
 
 Every one of them acts for the turn's principal, never for anything the model puts in its
 arguments (the argument schemas forbid extra fields): the policy is asked for ``launch_agent``
