@@ -69,7 +69,7 @@ class TurnControls:
         decision = approvals.decide(self.row.root_turn_id, call_id, state, turn_id=turn_id,
                                     **options)
         if decision.execute_inline:
-            self._continue_inline(decision.execution.turn_id)
+            self._continue_inline(decision.continue_id or decision.execution.turn_id)
             reload(decision.execution)  # as the run left it, not as it was decided
         reload(self.row)
         return decision.execution

@@ -91,6 +91,7 @@ TRANSITIONS: dict[str, Transition] = {t.name: t for t in (
     _t("pause", {_P, _W}, TurnStatus.PAUSED),              # the application pauses an idle turn
     _t("pause_at_boundary", {_R}, TurnStatus.PAUSED),      # its worker acknowledges a pause
     _t("await_approval", {_R}, TurnStatus.PAUSED),         # a call waits for a person
+    _t("await_child", {_R}, TurnStatus.PAUSED),            # its inline sub-agent stopped
     _t("resume", {TurnStatus.PAUSED}, _P),                 # resumed (or a call decided)
     _t("resume_waiting", {TurnStatus.PAUSED}, _W),         # resumed into its unmet waits
 )}

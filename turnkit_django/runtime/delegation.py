@@ -16,10 +16,11 @@ from ..errors import ErrorRecord, budget_exceeded, not_authorized
 from ..exceptions import BudgetExceeded, ConfigurationError
 from ..messages import TextPart, ToolCallPart
 from ..models import ToolExecution, Turn
-from ..states import ToolStatus, TurnStatus
+from ..states import TERMINAL_TURN_STATUSES, ToolStatus, TurnStatus
+from ..store.events import stamp
 from . import budget
 from .calls import CallOutcome
-from .context import TurnContext
+from .context import Suspended, TurnContext
 from .creation import new_turn
 
 
@@ -89,13 +90,39 @@ def run_inline_child(parent: TurnContext, tool: SubAgentTool, call: ToolCallPart
         child = create_child(parent, tool.agent, execution, task)
     except BudgetExceeded as exc:
         return CallOutcome.failed(budget_exceeded(exc.reason), error=exc)
-    parent.emit("sub_agent.delegated", id=call.id, name=tool.tool_name, agent=tool.agent.name,
-                child_turn_id=child.pk, child_conversation_id=child.conversation_id,
-                task_chars=len(task))
-    agent = tool.agent
-    parent.run_child(child, agent, agent.client or parent.client)
-    child.refresh_from_db()
+    if child.status == TurnStatus.PENDING and child.fence == 0:  # not a resumed one
+        parent.emit("sub_agent.delegated", id=call.id, name=tool.tool_name,
+                    agent=tool.agent.name, child_turn_id=child.pk,
+                    child_conversation_id=child.conversation_id, task_chars=len(task))
+    if child.status not in TERMINAL_TURN_STATUSES:
+        if child.status == TurnStatus.PENDING:  # new, or resumed with its parent
+            agent = tool.agent
+            parent.run_child(child, agent, agent.client or parent.client)
+            child.refresh_from_db()
+        if child.status not in TERMINAL_TURN_STATUSES:
+            _park_on_child(parent, execution, child)
     return child_outcome(child)
+
+
+def _park_on_child(parent: TurnContext, execution: ToolExecution, child: Turn) -> None:
+    """The inline child stopped before it ended (a call of its waits for a person, or a pause
+    reached it): its parent's call has no result yet, so the parent parks too, never reporting
+    the child failed. A decision or a resume continues the chain from its top (services), and
+    the call, started again, runs the same child on."""
+    with parent.fenced.atomic() as ledger:
+        controls = dict(Turn.objects.filter(pk=parent.row.pk).values_list(
+            "controls", flat=True).get() or {})
+        controls.pop("pause_requested", None)  # a pause asked of the parent holds: it parks
+        controls.update(paused_at=stamp(ledger.now), paused_from="running",
+                        inline_child=child.pk)
+        steers = controls.get("steers")
+        unread = isinstance(steers, list) and any(
+            isinstance(r, dict) and not r.get("message_id") for r in steers)
+        # The call goes back to pending keeping its attempt: the child may have taken effects.
+        parent.fenced.move_execution(execution.pk, [ToolStatus.RUNNING], ToolStatus.PENDING)
+        parent.fenced.pause([], controls, transition="await_child", controls_pending=unread)
+    parent.emit("turn.paused", phase=str(parent.state.phase), child_turn_id=child.pk)
+    raise Suspended(parent.row.pk)
 
 
 def inherited_client(row: Turn, agent: AgentDefinition) -> Client | None:

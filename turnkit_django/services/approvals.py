@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -52,6 +53,9 @@ class Decision:
     execution: ToolExecution
     changed: bool
     execute_inline: bool
+    #: The turn to execute (inline): the decided call's, or the top of the inline parents
+    #: parked on it, which runs its sub-agent on inside its own step.
+    continue_id: str | None = None
 
 
 def find(root_id: str, call_id: str, *, turn_id: str | None = None,
@@ -175,6 +179,10 @@ def decide(root_id: str, call_id: str, state: str, *, principal: Any, reason: st
             decided["proposed_arguments"] = execution.arguments
         controls.decide(execution, row, decided, edited)
         paused = controls.resume(row, now)
+        top = row
+        for parent in controls.parked_parents(row):  # an inline child's: continued from the top
+            paused = max(paused or timedelta(0), controls.resume(parent, now) or timedelta(0))
+            top = parent
         if paused is not None:
             controls.extend_deadline(row.root_turn_id, paused)
         background = row.submitted_at is not None
@@ -182,7 +190,7 @@ def decide(root_id: str, call_id: str, state: str, *, principal: Any, reason: st
             dispatch(row.pk)
     emit(f"approval.{state}", turn_id=row.pk, conversation_id=row.conversation_id,
          id=execution.tool_call_id, name=execution.tool_name, tool_execution_id=execution.pk)
-    return Decision(execution, True, not background)
+    return Decision(execution, True, not background, top.pk)
 
 
 def pending_approvals(*, principal: Any = None, limit: int | None = None,

@@ -48,7 +48,7 @@ from ..models import Delivery, Turn
 from ..runtime.deliveries import callback_decision, completion_callback, deliver, hand_on
 from ..serialization import json_safe, unstorable
 from ..states import ACTIVE_TURN_STATUSES, TurnStatus
-from ..store import lock_tree
+from ..store import controls, lock_tree
 from ..store.deliveries import COMPLETION_PREFIX
 from ..store.events import record_event
 from ..store.turns import end, set_options
@@ -200,7 +200,8 @@ class _Plan:
 def _plan(turn_id: str, cascade: bool) -> _Plan:
     target = Turn.objects.get(pk=turn_id)
     if not cascade:
-        return _Plan(target, [], [])
+        # The inline sub-agents it is parked on are part of its step: they end with it.
+        return _Plan(target, controls.inline_chain(target), [])
     # Marked for the sweep: an active target (cancelled now, with the mark) or one an earlier
     # cancel left cancelled (escalated below); a finished one is not.
     marked = target.status in ACTIVE_TURN_STATUSES or target.status == TurnStatus.CANCELLED

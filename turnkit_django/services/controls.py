@@ -89,9 +89,12 @@ def resume(target: Turn, *, principal: Any = None, cascade: bool = False) -> lis
     (``approve``/``deny``). Resuming a turn that is not paused is a no-op.
     """
     rows = selected(target, cascade=cascade)
+    # The inline sub-agents a turn is parked on are part of its step: they continue with it.
+    chain = controls.inline_chain(target)
+    rows += [c for c in chain if c.pk not in {r.pk for r in rows}]
     _authorize("resume", rows, principal, cascade=cascade)
     awaiting = approvals.awaiting([r.pk for r in rows])
-    if target.pk in awaiting:
+    if awaiting & {target.pk, *(c.pk for c in chain)}:
         raise InvalidTransition(target.pk, "waiting for an approval", "resume")
     resumed: list[Turn] = []
     with transaction.atomic():

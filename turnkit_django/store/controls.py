@@ -55,6 +55,7 @@ def resume(row: Turn, now: datetime) -> timedelta | None:
         return None
     paused_at = controls.pop("paused_at", None)
     came_from = controls.pop("paused_from", None)
+    controls.pop("inline_child", None)  # continued, it runs its child on (runtime.delegation)
     transition = "resume_waiting" if came_from == TurnStatus.WAITING else "resume"
     apply_transition(row.pk, transition, updated_at=Now(), controls=controls)
     row.status = TurnStatus.PENDING if transition == "resume" else TurnStatus.WAITING
@@ -63,6 +64,40 @@ def resume(row: Turn, now: datetime) -> timedelta | None:
     if paused_at is None:
         return timedelta(0)
     return max(now - datetime.fromisoformat(paused_at), timedelta(0))
+
+
+#: How deep a chain of inline sub-agents is followed (far past any ``max_depth``).
+_CHAIN_LIMIT = 100
+
+
+def inline_chain(row: Turn) -> list[Turn]:
+    """The inline sub-agents ``row`` is parked on, top down, each parked on the next: a
+    paused parent whose delegation waits for its child (runtime.delegation)."""
+    chain: list[Turn] = []
+    current = row
+    while len(chain) < _CHAIN_LIMIT and current.status == TurnStatus.PAUSED:
+        child_id = (current.controls or {}).get("inline_child")
+        child = None if not isinstance(child_id, str) else Turn.objects.filter(
+            pk=child_id, parent_turn_id=current.pk, status__in=ACTIVE_TURN_STATUSES).first()
+        if child is None:
+            break
+        chain.append(child)
+        current = child
+    return chain
+
+
+def parked_parents(row: Turn) -> list[Turn]:
+    """The inline parents parked on ``row``, bottom up (the inverse of :func:`inline_chain`)."""
+    parents: list[Turn] = []
+    current = row
+    while len(parents) < _CHAIN_LIMIT and current.parent_turn_id is not None:
+        parent = Turn.objects.filter(pk=current.parent_turn_id,
+                                     status=TurnStatus.PAUSED).first()
+        if parent is None or (parent.controls or {}).get("inline_child") != current.pk:
+            break
+        parents.append(parent)
+        current = parent
+    return parents
 
 
 def extend_deadline(root_id: str, by: timedelta) -> None:
@@ -102,4 +137,5 @@ def decide(execution: ToolExecution, row: Turn, approval: JsonMapping,
            reason=approval.get("reason"))
 
 
-__all__ = ["add_steering", "decide", "extend_deadline", "request_pause", "resume"]
+__all__ = ["add_steering", "decide", "extend_deadline", "inline_chain", "parked_parents",
+           "request_pause", "resume"]

@@ -28,6 +28,7 @@ TRANSITION_EVENTS = {
     "hand_back": "turn.handed_back",
     "pause_at_boundary": "turn.paused",
     "await_approval": "turn.paused",
+    "await_child": "turn.paused",
 }
 
 

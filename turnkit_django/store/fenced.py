@@ -302,22 +302,22 @@ class Fenced:
             self.put_back(execution_id)
         self._write(_claim_ended(), None, transition="hand_back")
 
-    def pause(self, not_started: Iterable[str], controls: JsonMapping) -> None:
-        """Acknowledge a pause at a step boundary: ``paused``, claim released, ``controls``
-        written (the request settled); intents not started go back to ``pending``."""
+    def pause(self, not_started: Iterable[str], controls: JsonMapping, *,
+              transition: str = "pause_at_boundary", controls_pending: bool = False) -> None:
+        """Acknowledge a pause at a step boundary (or an inline child's stop, ``await_child``):
+        ``paused``, claim released, ``controls`` written; unstarted intents back to pending."""
         for execution_id in not_started:
             self.put_back(execution_id)
-        self._write({"controls": controls, "controls_pending": False, **_claim_ended()}, None,
-                    transition="pause_at_boundary")
-        self.controls_pending = False
+        self._write({"controls": controls, "controls_pending": controls_pending,
+                     **_claim_ended()}, None, transition=transition)
+        self.controls_pending = controls_pending
 
     def await_approval(self, execution_id: str, approval: JsonMapping,
                        controls: JsonMapping) -> None:
         """Park a call until a person decides: the execution back to ``pending`` with its
         approval request, the turn ``paused`` with its claim released."""
         self.put_back(execution_id, approval=approval)
-        self._write({"controls": controls, **_claim_ended()}, None,
-                    transition="await_approval")
+        self._write({"controls": controls, **_claim_ended()}, None, transition="await_approval")
 
     def settle_controls(self, controls: JsonMapping) -> None:
         """Write the turn's controls with every request handled (the fast path resumes)."""
