@@ -35,7 +35,9 @@ class ConversationQuerySet(models.QuerySet):
         return self.filter(parent_conversation__isnull=True)
 
     def prunable(self, before: datetime) -> ConversationQuerySet:
-        """Root conversations idle since ``before`` with every turn (children's too) finished."""
+        """Root conversations idle since ``before`` with their own and their children's turns
+        finished: the candidates :func:`~turnkit_django.services.prune` then checks further
+        (every level below, turns of their trees elsewhere, waits, deliveries in flight)."""
         return self.roots().filter(updated_at__lt=before).exclude(
             turns__status__in=_ACTIVE).exclude(child_conversations__turns__status__in=_ACTIVE)
 
