@@ -15,8 +15,12 @@ What keeps it to one repository and its token to itself:
   a longer one is not read further and is an error asking the model for less;
 * ``source_url`` quotes the path it names, so a path cannot add a query or climb out of the
   repository's pages;
-* the token travels in the ``Authorization`` header only; errors and results are scrubbed of it,
-  and the tool's ``repr`` leaves it out. The transport is injectable (``transport=``) for tests.
+* the token travels in the ``Authorization`` header only, and the tool's ``repr`` leaves it out.
+  One rule keeps it out of what the tool returns: every string of a result *and* of an error,
+  whatever answer it came from (an error answer, or a successful one the tool could not use),
+  has the token replaced with ``[redacted]`` (in ``call``, the tool's only way out). An answer
+  is scrubbed as it arrives too, so a text cut short (``[... cut]``) never ends in a piece of
+  it. The transport is injectable (``transport=``) for tests.
 """
 
 from __future__ import annotations
@@ -123,12 +127,12 @@ class GitHubTool(ReadOnlyTool):
             with self._http().stream("GET", url, params=params, headers=headers) as response:
                 raw = self._read(response)
         except httpx.HTTPError as exc:
-            error = ToolError(self._redact(f"could not reach GitHub ({type(exc).__name__})"))
+            error = ToolError(f"could not reach GitHub ({type(exc).__name__})")
         else:
             if response.is_success:
                 try:
                     body: JsonValue = json.loads(raw)  # the boundary: GitHub's JSON
-                    return body
+                    return self._scrub(body)
                 except ValueError:
                     raise ToolError("GitHub did not answer with JSON") from None
             error = self._status_error(response, raw, "/".join(segments))
@@ -157,7 +161,7 @@ class GitHubTool(ReadOnlyTool):
             return ToolError(f"GitHub answered HTTP {status} (a redirect), which is not "
                              f"followed: only {self.host} is asked")
         try:
-            body = json.loads(raw)
+            body = self._scrub(json.loads(raw))
         except ValueError:
             body = {}
         message = str(body.get("message") or "")[:200] if isinstance(body, dict) else ""
@@ -170,10 +174,18 @@ class GitHubTool(ReadOnlyTool):
         else:
             text = f"GitHub request failed with HTTP {status}" + (f": {message}" if message
                                                                    else "")
-        return ToolError(self._redact(text))
+        return ToolError(text)
 
     def _redact(self, text: str) -> str:
-        return text.replace(self._token, "[redacted]") if self._token else text
+        """``text`` with the token replaced, as is or as ``repr`` escapes it (``{path!r}``)."""
+        if not self._token:
+            return text
+        escaped = self._token.replace("\\", "\\\\")
+        forms = {self._token, escaped, escaped.replace("'", "\\'"),
+                 escaped.replace('"', '\\"')}
+        for form in sorted(forms, key=len, reverse=True):
+            text = text.replace(form, "[redacted]")
+        return text
 
     def _scrub(self, value: JsonValue) -> JsonValue:
         """``value`` with every occurrence of the token replaced, however deep."""
@@ -190,12 +202,20 @@ class GitHubTool(ReadOnlyTool):
     # -- operations ----------------------------------------------------------------------
 
     def call(self, ctx: ToolContext, args: GitHubArgs) -> JsonObject:
+        """The operation's result; every string of it, or of the error raised, token-free."""
         handler = getattr(self, f"_{args.operation}")
-        data, page = handler(args)
-        result: JsonObject = {"repository": self.repository, "operation": args.operation,
-                              "source_url": f"{self.web_url}/{self.repository}{page}",
-                              "data": data}
-        return {key: self._scrub(value) for key, value in result.items()}
+        try:
+            data, page = handler(args)
+        except Exception as exc:  # the message becomes the tool result the model reads
+            text = str(exc) if isinstance(exc, ToolError) else (
+                f"the GitHub tool failed ({type(exc).__name__}: {exc})")
+            error = ToolError(self._redact(text))
+        else:
+            result: JsonObject = {"repository": self.repository, "operation": args.operation,
+                                  "source_url": f"{self.web_url}/{self.repository}{page}",
+                                  "data": data}
+            return {key: self._scrub(value) for key, value in result.items()}
+        raise error  # outside the except block: the unscrubbed error stays behind
 
     def _repository(self, args: GitHubArgs) -> tuple[JsonValue, str]:
         repo = as_object(self._get([]))
@@ -233,6 +253,8 @@ class GitHubTool(ReadOnlyTool):
             raw = None
         if raw is None:
             raise ToolError("GitHub returned file content that is not base64")
+        if self._token:  # before the cut, which could leave a piece of it
+            raw = raw.replace(self._token.encode(), b"[redacted]")
         if b"\x00" in raw[: self.max_bytes]:
             raise ToolError(f"{found.get('path')!r} is a binary file")
         return text_prefix(raw, self.max_bytes), len(raw) > self.max_bytes
