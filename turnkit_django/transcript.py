@@ -17,6 +17,7 @@ from .handles import Run
 from .messages import MEDIA_KINDS
 from .models import Turn
 from .serialization import JsonMapping
+from .terminal import for_terminal
 from .timeline import (
     ERROR,
     NOT_EXECUTED,
@@ -170,5 +171,6 @@ def render(run: Run, *, full: bool = False) -> str:
 
 
 def show(run: Run) -> None:
-    """Print the transcript of ``run``'s tree and its summary."""
-    print(render(run))  # noqa: T201 - an interactive helper
+    """Print the transcript of ``run``'s tree and its summary, control characters made visible
+    (:func:`~turnkit_django.terminal.for_terminal`)."""
+    print(for_terminal(render(run)))  # noqa: T201 - an interactive helper

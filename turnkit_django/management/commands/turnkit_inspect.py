@@ -10,6 +10,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from ...handles import Run
 from ...models import Conversation, Turn
+from ...terminal import json_for_terminal
 from ...timeline import (
     conversation_transcript,
     format_cost,
@@ -72,4 +73,6 @@ class Command(TurnkitCommand):
             self.stdout.write("\n".join(transcript(view.turns[-1], full=full)))
 
     def _json(self, document: Mapping[str, object]) -> None:
-        self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+        # Control characters as JSON's own \u escapes: valid JSON that reads back the same.
+        self.stdout.write(json_for_terminal(json.dumps(document, indent=2, ensure_ascii=False,
+                                                       default=str)))
