@@ -1,5 +1,6 @@
 """Interactive controls with real Celery workers (issue 15): an approval survives the death of
-the worker that received it, a pause at a step boundary resumes on another worker, steering
+the worker that received it, an operator's pause on a parked turn holds it through the approval,
+a pause at a step boundary resumes on another worker, steering
 supersedes a proposed call, and keyed input retried five times appends one message."""
 
 from __future__ import annotations
@@ -41,6 +42,28 @@ def test_an_approved_refund_runs_once_though_its_worker_is_killed_after_the_appr
 
     assert row.status == TurnStatus.COMPLETED, row.error
     assert row.output_text == "refunded"
+    assert len(cluster.ledger("effect", turn=turn_id, tool="approved_refund")) == 1
+    assert_scenario_invariants(cluster)
+
+
+@pytest.mark.timeout(120)
+def test_a_pause_on_a_parked_turn_holds_it_through_the_approval_until_resume(
+        cluster: Cluster) -> None:
+    cluster.start(1)
+    turn_id = submit({"call": "approved_refund", "args": {"label": "h1"}}, {"reply": "refunded"})
+    paused(turn_id)
+    run = load_run(turn_id)
+    run.pause(principal={"staff": 1})
+    execution = ToolExecution.objects.awaiting_approval().get(turn_id=turn_id)
+    run.approve(execution.tool_call_id, principal={"staff": 1})
+    row = Turn.objects.get(pk=turn_id)
+    assert row.status == TurnStatus.PAUSED and row.controls["pause_held"] is True
+    assert ToolExecution.objects.get(pk=execution.pk).approval["state"] == "approved"
+
+    run.resume(principal={"staff": 1})
+    row = wait_terminal([turn_id], timeout=60)[turn_id]
+
+    assert row.status == TurnStatus.COMPLETED, row.error
     assert len(cluster.ledger("effect", turn=turn_id, tool="approved_refund")) == 1
     assert_scenario_invariants(cluster)
 

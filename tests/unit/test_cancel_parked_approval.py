@@ -69,7 +69,7 @@ def result_of(execution: ToolExecution) -> tuple[dict[str, Any], dict[str, Any]]
 def test_cancelling_a_call_parked_for_approval_reports_it_not_executed(
         registered, heard, pause_first, django_capture_on_commit_callbacks):
     run = parked(registered, f"wirer-{pause_first}")
-    if pause_first:  # pausing a turn already paused for the approval changes nothing
+    if pause_first:  # pausing a turn paused for the approval holds it; cancelling still wins
         run.pause(principal={"user": 1})
     with django_capture_on_commit_callbacks(execute=True):  # the signals follow the commit
         run.cancel(principal={"user": 1})

@@ -161,3 +161,16 @@ def test_cancelling_the_parent_closes_its_parked_childs_request(registered):
         run.approve(call_id)
     assert ledger == []
     assert Turn.objects.get(parent_turn_id=run.id).status == "cancelled"
+
+
+def test_a_pause_of_the_parent_holds_the_chain_through_the_childs_approval(registered):
+    parent, _ = desk(registered, "desk-held")
+    run = parent.run("refund order 42")
+    run.pause()  # the operator holds the run while its child's call waits
+
+    run.approve(run.pending_approvals()[0].pk)
+    child = Turn.objects.get(parent_turn_id=run.id)
+    assert (run.refresh().status, child.status, ledger) == ("paused", "paused", [])
+
+    run.resume()
+    assert run.refresh().status == "completed" and ledger == ["42"]

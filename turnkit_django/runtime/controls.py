@@ -212,6 +212,8 @@ def _park(ctx: TurnContext, tool: Tool | None, call: ToolCallPart,
         controls = dict(Turn.objects.filter(pk=ctx.row.pk).values_list("controls", flat=True)
                         .get() or {})
         controls.update(paused_at=stamp(ledger.now), paused_from="running")
+        if controls.pop("pause_requested", None):  # the operator's pause outlives the decision
+            controls["pause_held"] = True
         ctx.fenced.event("approval.requested", call_id=call.id, execution_id=execution.pk,
                          tool=call.name, arguments=call.arguments, expires_at=expires)
         ctx.fenced.await_approval(execution.pk, approval, controls)

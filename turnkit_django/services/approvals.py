@@ -178,19 +178,23 @@ def decide(root_id: str, call_id: str, state: str, *, principal: Any, reason: st
         if edited is not None:
             decided["proposed_arguments"] = execution.arguments
         controls.decide(execution, row, decided, edited)
-        paused = controls.resume(row, now)
+        # An operator's pause holds the turn (None), or a parent parked on it: it runs after
+        # resume(), not now. An inline child's chain is continued from the top.
+        parents = controls.parked_parents(row)
+        held = any((p.controls or {}).get("pause_held") for p in parents)
+        paused = None if held else controls.resume(row, now, decision=True)
         top = row
-        for parent in controls.parked_parents(row):  # an inline child's: continued from the top
-            paused = max(paused or timedelta(0), controls.resume(parent, now) or timedelta(0))
+        for parent in parents if paused is not None else ():
+            paused = max(paused, controls.resume(parent, now) or timedelta(0))
             top = parent
         if paused is not None:
             controls.extend_deadline(row.root_turn_id, paused)
         background = row.submitted_at is not None
-        if background:
+        if background and paused is not None:
             dispatch(row.pk)
     emit(f"approval.{state}", turn_id=row.pk, conversation_id=row.conversation_id,
          id=execution.tool_call_id, name=execution.tool_name, tool_execution_id=execution.pk)
-    return Decision(execution, True, not background, top.pk)
+    return Decision(execution, True, paused is not None and not background, top.pk)
 
 
 def pending_approvals(*, principal: Any = None, limit: int | None = None,

@@ -73,7 +73,7 @@ def pause(target: Turn, *, principal: Any = None, cascade: bool = False) -> list
             if controls.request_pause(row, now):
                 changed.append(row)
     for row in changed:  # each turn's own conversation: a sub-agent has one of its own
-        if row.status == TurnStatus.PAUSED:  # an idle turn paused at once, as recorded
+        if row.status == TurnStatus.PAUSED:  # paused at once (idle) or held (parked)
             emit("turn.paused", turn_id=row.pk, conversation_id=row.conversation_id,
                  status=TurnStatus.PAUSED)
         else:
@@ -86,22 +86,33 @@ def resume(target: Turn, *, principal: Any = None, cascade: bool = False) -> lis
 
     A background turn is dispatched; an inline one is left ``pending`` for the caller to
     execute. A turn whose tool call waits for approval resumes only by a decision
-    (``approve``/``deny``). Resuming a turn that is not paused is a no-op.
+    (``approve``/``deny``): resuming it raises InvalidTransition, unless an operator paused it
+    while it waited, whose pause this lifts (it then waits for the decision, which resumes it).
+    Resuming a turn that is not paused is a no-op.
     """
     rows = selected(target, cascade=cascade)
     # The inline sub-agents a turn is parked on are part of its step: they continue with it.
     chain = controls.inline_chain(target)
     rows += [c for c in chain if c.pk not in {r.pk for r in rows}]
     _authorize("resume", rows, principal, cascade=cascade)
-    awaiting = approvals.awaiting([r.pk for r in rows])
-    if awaiting & {target.pk, *(c.pk for c in chain)}:
-        raise InvalidTransition(target.pk, "waiting for an approval", "resume")
     resumed: list[Turn] = []
     with transaction.atomic():
         now = lock_tree(target.root_turn_id).now
+        rows = _locked(rows)
+        # Under the lock: a worker parking a call for approval holds it, so a turn cannot
+        # park between this check and the resumption below.
+        awaiting = approvals.awaiting([r.pk for r in rows])
+        # The target's step waits for a person when its call, or a call of an inline child it
+        # is parked on, waits for a decision: then only an operator's hold is lifted.
+        step = {target.pk, *(c.pk for c in chain)}
+        waits = bool(awaiting & step)
+        if waits and not any(r.pk == target.pk and (r.controls or {}).get("pause_held")
+                             for r in rows):
+            raise InvalidTransition(target.pk, "waiting for an approval", "resume")
         longest = timedelta(0)
-        for row in _locked(rows):
-            if row.pk in awaiting:
+        for row in rows:
+            if row.pk in awaiting or (waits and row.pk in step):
+                controls.lift_hold(row)
                 continue
             paused = controls.resume(row, now)
             if paused is None:

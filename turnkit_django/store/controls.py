@@ -25,8 +25,18 @@ def _event(row: Turn, type_: str, **payload: object) -> None:
 
 def request_pause(row: Turn, now: datetime) -> bool:
     """Pause ``row``: at once when idle (pending, waiting), at its worker's next step boundary
-    when running. Return whether anything changed (a paused or finished turn: no)."""
+    when running; a turn parked for approval is held (``pause_held``): the decision will not
+    resume it (:func:`resume`). Return whether anything changed (a paused turn already held
+    or not parked, or a finished turn: no)."""
     controls = dict(row.controls or {})
+    if row.status == TurnStatus.PAUSED and not controls.get("pause_held") and (
+            controls.get("inline_child")  # parked on its inline sub-agent: held the same way
+            or ToolExecution.objects.awaiting_approval().filter(turn_id=row.pk).exists()):
+        controls["pause_held"] = True
+        Turn.objects.filter(pk=row.pk).update(controls=controls)
+        row.controls = controls
+        _event(row, "turn.paused", status=TurnStatus.PAUSED, awaiting_approval=True)
+        return True
     if row.status in (TurnStatus.PENDING, TurnStatus.WAITING):
         controls.update(paused_at=stamp(now), paused_from=str(row.status))
         apply_transition(row.pk, "pause", updated_at=Now(), controls=controls)
@@ -42,10 +52,14 @@ def request_pause(row: Turn, now: datetime) -> bool:
     return False
 
 
-def resume(row: Turn, now: datetime) -> timedelta | None:
+def resume(row: Turn, now: datetime, *, decision: bool = False) -> timedelta | None:
     """Resume a paused ``row`` (or retract a pause its worker has not reached); return how
-    long it was paused (None: it was not paused)."""
+    long it was paused (None: it was not paused, or, for a ``decision`` on its parked call,
+    an operator's pause holds it until :func:`resume` without ``decision``)."""
     controls = dict(row.controls or {})
+    if decision and controls.get("pause_held"):
+        return None
+    controls.pop("pause_held", None)
     if row.status == TurnStatus.RUNNING and controls.pop("pause_requested", None):
         Turn.objects.filter(pk=row.pk).update(controls=controls)
         row.controls = controls
@@ -100,6 +114,18 @@ def parked_parents(row: Turn) -> list[Turn]:
     return parents
 
 
+def lift_hold(row: Turn) -> bool:
+    """Lift an operator's pause from ``row``, parked for approval: it stays ``paused`` and
+    the decision resumes it. Return whether it was held."""
+    controls = dict(row.controls or {})
+    if not controls.pop("pause_held", None):
+        return False
+    Turn.objects.filter(pk=row.pk).update(controls=controls)
+    row.controls = controls
+    _event(row, "turn.resumed", status=TurnStatus.PAUSED, awaiting_approval=True)
+    return True
+
+
 def extend_deadline(root_id: str, by: timedelta) -> None:
     """Move the tree's deadline later by ``by`` (paused time does not count against it).
 
@@ -137,5 +163,5 @@ def decide(execution: ToolExecution, row: Turn, approval: JsonMapping,
            reason=approval.get("reason"))
 
 
-__all__ = ["add_steering", "decide", "extend_deadline", "inline_chain", "parked_parents",
-           "request_pause", "resume"]
+__all__ = ["add_steering", "decide", "extend_deadline", "inline_chain", "lift_hold",
+           "parked_parents", "request_pause", "resume"]
