@@ -185,8 +185,8 @@ def decide(root_id: str, call_id: str, state: str, *, principal: Any, reason: st
         paused = None if held else controls.resume(row, now, decision=True)
         top = row
         for parent in parents if paused is not None else ():
-            paused = max(paused, controls.resume(parent, now) or timedelta(0))
-            top = parent
+            longest = max(paused or timedelta(0), controls.resume(parent, now) or timedelta(0))
+            paused, top = longest, parent
         if paused is not None:
             controls.extend_deadline(row.root_turn_id, paused)
         background = row.submitted_at is not None
