@@ -133,16 +133,30 @@ def require_subject(subject: object) -> Model | None:
                      f"row and gives its to_prompt() or str() to the model), got {got}")
 
 
+#: The largest cursor: sequences and event ids are bigints, so no row lies past it.
+MAX_CURSOR = 2 ** 63 - 1
+#: Its digits (a longer string is refused before Python converts it: past 4,300 digits that
+#: conversion itself raises ValueError).
+_CURSOR_DIGITS = len(str(MAX_CURSOR))
+
+
 def cursor(value: object, where: str) -> int:
-    """A cursor read's ``after``: a non-negative int (or its decimal digits, as an HTTP
-    ``Last-Event-ID`` arrives)."""
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    """A cursor read's ``after``: a non-negative int up to :data:`MAX_CURSOR` (or its decimal
+    digits, as an HTTP ``Last-Event-ID`` arrives)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() \
+            and len(value.lstrip("0")) <= _CURSOR_DIGITS:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_CURSOR:
         return value
-    got = repr(value)[:40] if isinstance(value, int | str) else _kind(value)
-    raise InputError(f"{where}: after= is a cursor, a non-negative int (the last sequence or "
-                     f"event id read, 0 for the start), got {got}")
+    raise InputError(f"{where}: after= is a cursor, a non-negative int up to {MAX_CURSOR} (the "
+                     f"last sequence or event id read, 0 for the start), got {_shown(value)}")
+
+
+def _shown(value: object) -> str:
+    """A refused cursor as an error names it: short, never converting a huge int to text."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"an int of {value.bit_length()} bits" if value.bit_length() > 64 else repr(value)
+    return repr(value)[:40] if isinstance(value, str) else _kind(value)
 
 
 def _by_id(model: type[M], missing: type[NotFound], value: object, where: str, *,
@@ -194,6 +208,7 @@ def callback_row(value: object) -> Conversation | None:
 
 __all__ = [
     "KEY_LENGTH",
+    "MAX_CURSOR",
     "MODEL_LENGTH",
     "ConversationNotFound",
     "TurnNotFound",

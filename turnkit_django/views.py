@@ -45,8 +45,10 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views import View
 
+from .arguments import cursor
 from .authorization import TRANSCRIPT_PERMISSION, is_allowed
 from .conf import turnkit_settings
+from .exceptions import InputError
 from .models import Event, Turn
 from .serialization import unstorable
 from .services.reading import Readable, TreeConversation
@@ -57,17 +59,15 @@ def principal_of(request: HttpRequest) -> Any:
     return {"user": request.user.pk}
 
 
-#: The most digits a cursor may have (an event id is a bigint: at most 19).
-CURSOR_DIGITS = 30
-
-
 def _cursor(request: HttpRequest) -> int | None:
     """The event id the client read last (``Last-Event-ID``, else ``?after=``, else 0); None
-    when it is not one: read as 0, it would send every event again."""
+    when it is not one (:func:`~turnkit_django.arguments.cursor`): read as 0, it would send
+    every event again."""
     raw = (request.headers.get("Last-Event-ID") or request.GET.get("after") or "0").strip()
-    if raw.isascii() and raw.isdigit() and len(raw) <= CURSOR_DIGITS:
-        return int(raw)
-    return None
+    try:
+        return cursor(raw, "the event stream")
+    except InputError:
+        return None
 
 
 def _allowed(request: HttpRequest, run_id: str, principal: Any) -> Turn:

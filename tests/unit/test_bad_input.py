@@ -280,6 +280,21 @@ def test_a_cursor_that_is_not_a_non_negative_integer_is_refused(after):
     assert run.events(after=0).exists() and list(run.events(after="3")) == list(run.events(3))
 
 
+@pytest.mark.parametrize("after", ["9" * 5000, 10 ** 5000, 2 ** 63, str(2 ** 63), -(10 ** 5000)],
+                         ids=["digits", "int", "bigint", "bigint-str", "negative"])
+def test_a_cursor_past_any_id_a_database_stores_is_refused(after):
+    """Past a bigint (and past the 4,300 digits Python converts) is InputError, not ValueError
+    or OverflowError from the conversion or the query."""
+    agent = quiet()
+    conv, run = agent.conversation(), agent.run("go")
+    for read in (conv.messages, run.events):
+        with pytest.raises(InputError) as raised:
+            list(read(after=after))
+        assert "after=" in str(raised.value) and len(str(raised.value)) < 300
+    largest = 2 ** 63 - 1
+    assert list(conv.messages(after=largest)) == list(run.events(after=str(largest))) == []
+
+
 @pytest.mark.parametrize(("load", "model"), [
     (load_run, Turn), (load_turn, Turn), (load_conversation, Conversation)])
 @pytest.mark.parametrize("ident", ["nope", None, 5])

@@ -28,7 +28,7 @@ async def _read(response) -> list[bytes]:
     return [chunk async for chunk in response.streaming_content]
 
 
-@pytest.mark.parametrize("cursor", ["abc", "-5", "1.5", "1" * 5000])
+@pytest.mark.parametrize("cursor", ["abc", "-5", "1.5", "1" * 5000, str(2 ** 63), "9" * 25])
 @pytest.mark.parametrize("sent_as", ["header", "query"])
 def test_a_cursor_that_is_not_an_event_id_is_a_400_not_a_replay_from_the_start(
         streamed, cursor, sent_as):
