@@ -46,6 +46,10 @@ class MessageKind(models.TextChoices):
 
 #: The kind of dynamic context snapshots (``MessageKind.DYNAMIC_CONTEXT``).
 DYNAMIC_CONTEXT = MessageKind.DYNAMIC_CONTEXT
+#: Message kinds that are for the provider only (dynamic context): no ``message.created`` event
+#: reports them (the event stream reaches end users) and cursor reads for applications leave
+#: them out.
+PRIVATE_MESSAGE_KINDS = frozenset({DYNAMIC_CONTEXT})
 #: Part kinds that are for the provider only (reasoning, opaque replay data): cursor reads for
 #: applications leave them out.
 PRIVATE_PART_KINDS = frozenset({"thinking", "provider"})
@@ -320,6 +324,7 @@ __all__ = [
     "CALL_FIELD_LENGTH",
     "DYNAMIC_CONTEXT",
     "MEDIA_KINDS",
+    "PRIVATE_MESSAGE_KINDS",
     "PRIVATE_PART_KINDS",
     "ChatMessage",
     "DataPart",

@@ -15,7 +15,7 @@ from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.expressions import Combinable
 from django.db.models.query import ModelIterable
 
-from .messages import DYNAMIC_CONTEXT, PRIVATE_PART_KINDS
+from .messages import PRIVATE_MESSAGE_KINDS, PRIVATE_PART_KINDS
 from .states import (
     ACTIVE_TURN_STATUSES,
     BUSY_TURN_STATUSES,
@@ -160,7 +160,7 @@ class MessageQuerySet(models.QuerySet):
     def provider_safe(self) -> MessageQuerySet:
         """What applications show: no dynamic context snapshots, and thinking and opaque
         provider parts removed from each row's content (in memory; the rows are unchanged)."""
-        rows = self.exclude(kind=DYNAMIC_CONTEXT)
+        rows = self.exclude(kind__in=sorted(PRIVATE_MESSAGE_KINDS))
         rows._iterable_class = _ProviderSafe
         return rows
 

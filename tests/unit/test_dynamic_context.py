@@ -15,7 +15,7 @@ import pytest
 from django.utils import timezone
 
 from tests.helpers import crash_and_resume
-from turnkit_django import Agent, Prompt, tool
+from turnkit_django import Agent, Prompt, load_conversation, tool
 from turnkit_django.clients import AnthropicClient, ModelRequest
 from turnkit_django.messages import DYNAMIC_CONTEXT
 from turnkit_django.models import Message, Turn
@@ -206,3 +206,27 @@ def test_a_resumed_turn_keeps_its_snapshot_and_sends_the_same_prefix(registered)
     assert len(snapshots(run.conversation_id)) == 1  # not written again on resume
     (request,) = client.requests  # the crash came before the first call reached the model
     assert [m.kind for m in request.messages] == ["text", DYNAMIC_CONTEXT]
+
+
+def test_a_snapshot_writes_no_event_the_model_still_gets_it():
+    """Issue 35 H3: the snapshot got a ``message.created`` event carrying its text, so
+    ``run.events()``, the SSE view and the run page showed private context to the end user as
+    a user message. Private context has no event; the cursor read hides it; the model sees it."""
+    client = CachingScript([reply("ok")])
+    told: list[Any] = []
+    run = support(client).run("Upgrade me", context={"account": "secret-ledger-77"},
+                              on_event=told.append)
+
+    assert run.status == "completed", run.error
+    (request,) = client.requests
+    (sent,) = [m for m in request.messages if m.kind == DYNAMIC_CONTEXT]
+    assert "secret-ledger-77" in sent.text and "gold" in sent.text
+    (snapshot,) = Message.objects.filter(conversation_id=run.conversation_id,
+                                         kind=DYNAMIC_CONTEXT)
+    events = list(run.events())
+    assert events and all(e.payload.get("message_id") != snapshot.pk for e in events)
+    shown = str([e.payload for e in events])
+    assert "secret-ledger-77" not in shown and "gold" not in shown
+    # The in-process events (on_event, signals) do not name it either.
+    assert snapshot.pk not in [e.payload.get("message_id") for e in told]
+    assert [m.kind for m in load_conversation(run.conversation_id).messages()] == ["text", "text"]

@@ -12,7 +12,7 @@ from .. import shutdown
 from ..agents import AgentDefinition
 from ..clients import Client
 from ..events import EventCallback, emit
-from ..messages import ChatMessage
+from ..messages import PRIVATE_MESSAGE_KINDS, ChatMessage
 from ..models import Conversation, Message, ToolExecution, Turn
 from ..store import Claim, Fenced, History, TurnState, to_chat
 from ..tools.base import Tool
@@ -99,9 +99,12 @@ class TurnContext:
         return self.history.messages
 
     def remember(self, message: Message) -> None:
-        """A message this worker committed: the turn sees it from now on."""
+        """A message this worker committed: the turn sees it from now on (and, unless it is
+        private context, applications are told)."""
         self.history.add(to_chat(message))
-        self.emit("message.created", message_id=message.pk, role=message.role, kind=message.kind)
+        if message.kind not in PRIVATE_MESSAGE_KINDS:
+            self.emit("message.created", message_id=message.pk, role=message.role,
+                      kind=message.kind)
 
     def run_child(self, child: Turn, agent: AgentDefinition, client: Client) -> None:
         """Execute ``child`` inline, now, with this turn's event callback."""

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import NotRequired, TypedDict
 
+from ..messages import PRIVATE_MESSAGE_KINDS
 from ..models import Event, Message
 from ..serialization import JsonMapping, json_safe
 from .rows import new_row
@@ -96,8 +97,11 @@ def message_payload(message: Message) -> MessagePayload:
 
 
 def message_events(root_id: str, turn_id: str, messages: Sequence[Message]) -> list[Event]:
+    """The ``message.created`` events of ``messages``: none for a private kind (dynamic
+    context), which the event stream would show to end users."""
     return [build_event(root_id, m.turn_id or turn_id, m.conversation_id, "message.created",
-                        message_payload(m)) for m in messages]
+                        message_payload(m)) for m in messages
+            if m.kind not in PRIVATE_MESSAGE_KINDS]
 
 
 def record_event(root_id: str, turn_id: str, conversation_id: str, type_: str,
