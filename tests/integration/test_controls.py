@@ -126,11 +126,17 @@ def test_edited_arguments_are_validated_and_run_as_approved(registered):
 
     with pytest.raises(InputError, match="invalid"):
         run.approve(call_id, arguments={"order_id": "42", "amount_cents": "a lot"})
+    # Text PostgreSQL cannot store as given is refused, not stored as U+FFFD (issue 35 H9).
+    for text in ("4\x002", "4\ud8002"):
+        with pytest.raises(InputError, match="edited arguments"):
+            run.approve(call_id, arguments={"order_id": text, "amount_cents": 300})
     assert run.refresh().status == "paused" and refunds == []
-    run.approve(call_id, arguments={"order_id": "42", "amount_cents": 300})
+    # Stored as the tool runs it: "300" for an int is stored as 300.
+    run.approve(call_id, arguments={"order_id": "42", "amount_cents": "300"})
     assert refunds == [("42", 300)] and run.output_text == "refunded 300"
-    approval = ToolExecution.objects.get(tool_call_id=call_id).approval
-    assert approval["proposed_arguments"] == {"order_id": "42", "amount_cents": 500}
+    execution = ToolExecution.objects.get(tool_call_id=call_id)
+    assert execution.arguments == {"order_id": "42", "amount_cents": 300}
+    assert execution.approval["proposed_arguments"] == {"order_id": "42", "amount_cents": 500}
 
 
 def test_an_approval_callable_decides_per_call(registered):

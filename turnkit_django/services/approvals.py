@@ -35,7 +35,7 @@ from ..exceptions import ApprovalError, ConfigurationError, InputError
 from ..models import ToolExecution, Turn
 from ..runtime.calls import turn_tools
 from ..runtime.submission import dispatch
-from ..serialization import JsonObject, json_safe, json_value
+from ..serialization import JsonObject, json_safe, json_value, unstorable
 from ..states import TERMINAL_TURN_STATUSES, TurnStatus
 from ..store import controls, database_now, lock_tree
 from ..store.events import stamp
@@ -111,23 +111,31 @@ def _resources(execution: ToolExecution, arguments: Any = None) -> dict[str, Any
 
 
 def _validated(execution: ToolExecution, arguments: object) -> JsonObject:
+    """The edited ``arguments`` as the tool will be called with them: validated by its
+    ``Args``, then as JSON (``"7"`` for an int is stored as ``7``), so the stored record is
+    what runs. Text no database stores as given (a NUL, a lone surrogate) is InputError: stored,
+    it would become U+FFFD, which nobody approved."""
     arguments = json_value(arguments, "arguments")
     if not isinstance(arguments, dict):
         raise InputError(f"edited arguments for {execution.tool_name!r} must be a dict")
+    problem = unstorable(arguments)
+    if problem is not None:
+        raise InputError(f"the edited arguments for {execution.tool_name!r} {problem}")
     turn = execution.turn
     tool = turn_tools(get_agent(turn.agent_name), turn.pk).get(execution.tool_name)
     if tool is None:
         raise ConfigurationError(f"tool {execution.tool_name!r} is not a tool of agent "
                                  f"{turn.agent_name!r} any more; register the agent with it")
     try:
-        tool.validate(arguments)
+        validated = tool.validate(arguments)
     except ValidationError as exc:
         raise InputError(
             f"the edited arguments for {execution.tool_name!r} are invalid; fix them and "
             "approve again",
             errors=[dict(e) for e in exc.errors(include_url=False, include_input=False)],
         ) from exc
-    return arguments
+    dumped: JsonObject = validated.model_dump(mode="json", by_alias=True)
+    return dumped
 
 
 def decide(root_id: str, call_id: str, state: str, *, principal: Any, reason: str = "",
