@@ -118,7 +118,8 @@ def test_an_inline_turn_made_stale_emits_the_events_of_its_repair(
     with fenced.atomic():
         fenced.append("assistant", [ToolCallPart("call_1", "probe", {}),
                                     ToolCallPart("call_2", "probe", {})], kind="tool_call")
-        fenced.open_execution(ToolCallPart("call_1", "probe", {}), "running")
+        fenced.open_execution(ToolCallPart("call_1", "probe", {}), "running",
+                              started_at=timezone.now())  # it started: outcome unknown
     expire_lease(run.id)
     seen: list[Event] = []
 

@@ -136,14 +136,45 @@ def test_crash_after_model_commit_resumes_without_repeating_the_request(register
     assert run.status == "completed", run.error
     # One request for the committed response, one after the tool: never the first one again.
     assert len(client.requests) == 2
-    # The response committed the call's intent with it (one commit per step), so the worker may
-    # have started the tool: one that is not replay-safe is "outcome unknown", never re-run (P4,
-    # pessimistic by design; a replay-safe one runs with its key, see the convergence test).
-    assert last_tool_result(client.requests[1]).content == unknown_result()
-    assert ledger.keys == []
-    assert ToolExecution.objects.get(turn_id=run.id).status == "interrupted"
+    # The response committed the call's intent with it (one commit per step), but a tool that
+    # is not replay-safe records its start in a statement of its own just before it runs: this
+    # one provably never started, so the resumed turn runs it, once (TurnKit scenarios 5, 51).
+    assert last_tool_result(client.requests[1]).content == {"charged": 5}
+    execution = ToolExecution.objects.get(turn_id=run.id)
+    assert ledger.keys == [execution.idempotency_key]
+    assert (execution.status, execution.attempts) == ("completed", 1)
     assert valid_transcript(run.conversation_id) == GOLDEN_TRANSCRIPT
     assert run.row.fence == 4  # claim, revoke, claim, publish
+
+
+@pytest.mark.parametrize("point", ["after_model_commit", "after_tool_intent"])
+def test_an_unsafe_call_that_never_started_is_cancelled_as_not_executed(registered, point):
+    ledger = Ledger()
+    agent, _ = billing_agent(registered, ledger)
+    run = agent.prepare("charge 5")  # inline
+
+    failpoints.arm(point)
+    with pytest.raises(SimulatedCrash):
+        run.execute()
+    run.cancel()
+    execution = ToolExecution.objects.get(turn_id=run.id)
+    assert (execution.status, execution.attempts, ledger.keys) == ("cancelled", 0, [])
+    result = Message.objects.get(turn_id=run.id, kind="tool_result")
+    assert result.content[0]["content"]["error"] == "not_executed"
+    assert result.metadata["interrupted"] is False
+
+
+def test_an_unsafe_call_that_started_is_still_outcome_unknown(registered):
+    ledger = Ledger()
+    ledger.crash_after_effect = 1
+    agent, client = billing_agent(registered, ledger)
+    run = submitted(agent)
+
+    assert crash(run.id).recovered == [run.id]
+    assert ToolExecution.objects.get(turn_id=run.id).status == "interrupted"
+    assert services.run_turn(run.id, kind="test")
+    assert last_tool_result(client.requests[-1]).content == unknown_result()
+    assert len(ledger.keys) == 1
 
 
 def test_crash_during_the_model_call_reissues_the_request_once(registered, valid_transcript):

@@ -23,9 +23,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 #: state or the next call's intent), plus the durable ``message.created`` event row written in
 #: the step's transaction (on PostgreSQL's fast path it is a CTE of the step's one statement:
 #: tests/integration/test_fast_path.py).
+#: A tool that is not replay-safe (``probe`` here) adds one statement, outside the step's
+#: transaction: its start, recorded just before it runs, so a call whose worker died before it
+#: provably never ran (recovery runs it instead of reporting "outcome unknown").
 MODEL_STEP = 6
-TOOL_CALL = 6
-TOOL_CALL_STARTING_THE_NEXT = 7  # + the next call's intent row
+TOOL_CALL = 6 + 1
+TOOL_CALL_STARTING_THE_NEXT = 7 + 1  # + the next call's intent row
 
 
 @tool

@@ -43,7 +43,8 @@ class Opened:
 
 def open_call(ctx: TurnContext, ledger: Ledger, call: ToolCallPart,
               delta: LedgerDelta, *, final_save: bool = False) -> Opened:
-    """Under the tree lock: reserve a tool slot and write the call's intent (``running``).
+    """Under the tree lock: reserve a tool slot and write the call's intent (``running``; for
+    a tool that is not replay-safe with no ``started_at`` until it starts).
 
     A slot refused by a root-wide limit gives the call its failed result at once (returned with
     the error that fails the turn). Raises BudgetExceeded, writing nothing, when the tree ran out
@@ -64,7 +65,12 @@ def open_call(ctx: TurnContext, ledger: Ledger, call: ToolCallPart,
             kind=MessageKind.TOOL_RESULT, tool_execution_id=created.pk)
         return Opened(created, message, BudgetExceeded(denied, limit=limit_of(denied)))
     delta.add(slot)
-    execution = ctx.fenced.open_execution(call, ToolStatus.RUNNING, started_at=now, attempts=1)
+    # A call that is not replay-safe records its start in a statement of its own, just before
+    # it runs (runtime.tools): a worker that dies between the two never started it.
+    tool = ctx.tools.get(call.name)
+    started = now if tool is None or tool.replay_safe else None
+    execution = ctx.fenced.open_execution(call, ToolStatus.RUNNING, started_at=started,
+                                          attempts=1)
     # The caller adds it to ctx.started once committed.
     return Opened(execution, counted=own is not None)
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import copy
 
+from django.utils import timezone
+
 from .. import failpoints
 from ..agents import LOAD_SKILL, SubAgentTool
 from ..conf import turnkit_settings
@@ -77,8 +79,9 @@ def _start(ctx: TurnContext, call: ToolCallPart,
            execution: ToolExecution | None) -> ToolExecution | None:
     """Record the intent (or restart a replay-safe one); return None if it was interrupted."""
     tool = ctx.tools.get(call.name)
-    if execution is not None and execution.status == ToolStatus.RUNNING and not (
-            tool is not None and tool.replay_safe):
+    safe = tool is None or tool.replay_safe
+    if execution is not None and execution.status == ToolStatus.RUNNING and not safe and (
+            execution.started_at is not None):
         # Its worker died mid-call and nobody reconciled it: the outcome is unknown.
         finish(ctx, execution, call, ToolStatus.INTERRUPTED, outcome_unknown().for_model(),
                expected=(ToolStatus.RUNNING,), interrupted=True)
@@ -98,7 +101,8 @@ def _start(ctx: TurnContext, call: ToolCallPart,
             execution = opened.execution
         else:
             budget.check_open(ledger, spend=not completion.exempt(ctx, call))
-            ctx.fenced.restart_execution(execution.pk)
+            ctx.fenced.restart_execution(execution.pk, started=safe)
+            execution.started_at = timezone.now() if safe else None  # as the row has it
     ctx.state = state
     if opened is not None and opened.denial is not None:
         ctx.remember(opened.denial)
@@ -123,6 +127,8 @@ def run_call(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution | No
     call, refused = approval_gate(ctx, tool, call, execution)
     ctx.emit("tool_call.started", id=call.id, name=call.name)
     failpoints.hit("after_tool_intent")
+    if refused is None and execution.started_at is None:
+        ctx.fenced.start_call(execution.pk)  # not replay-safe: its start, before any effect
     outcome = refused or invoke(ctx, tool, call, execution)
     failpoints.hit("after_tool_call")
     then = Then(rest, outcome.terminal, existing) if outcome.error is None else None

@@ -12,9 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any, TypeVar, Unpack
 
 from django.db import connection, transaction
@@ -29,7 +27,7 @@ from ..states import TRANSITIONS, ToolStatus, TurnStatus
 from . import steps
 from .claims import Claim
 from .events import TRANSITION_EVENTS, build_event, message_events
-from .fields import TerminalFields, TurnFields
+from .fields import Charge, TerminalFields, TurnFields
 from .locks import Ledger, LedgerDelta, lock_tree
 from .rows import copied, new_row
 from .state import TurnState
@@ -38,22 +36,6 @@ from .transcript import NewMessage, build_messages, insert_rows
 from .turns import apply_transition, row_columns
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Charge:
-    """What a model response costs the turn: its new usage total and its cost (None: unknown)."""
-
-    usage: JsonObject
-    cost: Decimal | None
-
-    def fields(self) -> TurnFields:
-        fields: TurnFields = {"usage": self.usage}
-        if self.cost is None:
-            fields["cost_unknown"] = True
-        else:
-            fields["cost"] = F("cost") + self.cost
-        return fields
 
 
 #: The fields that end a claim: the fence moves on (no worker holds the new one) and the owner
@@ -399,11 +381,20 @@ class Fenced:
         return self.move_execution(execution_id, [ToolStatus.RUNNING], ToolStatus.PENDING,
                                    attempts=F("attempts") - 1, **fields)
 
-    def restart_execution(self, execution_id: str) -> bool:
-        """Start a pending execution again (a replay-safe call reset by recovery, a wait)."""
+    def restart_execution(self, execution_id: str, *, started: bool = True) -> bool:
+        """Start a pending execution again (a replay-safe call reset by recovery, a wait);
+        ``started=False``: its intent only, :meth:`start_call` records the start."""
         return self.move_execution(execution_id, [ToolStatus.PENDING, ToolStatus.RUNNING],
-                                   ToolStatus.RUNNING, started_at=Now(),
+                                   ToolStatus.RUNNING, started_at=Now() if started else None,
                                    attempts=F("attempts") + 1)
+
+    def start_call(self, execution_id: str) -> None:
+        """Record, in one statement, that a call that is not replay-safe starts now: a call
+        whose worker died before it provably never ran (recovery runs it)."""
+        if not ToolExecution.objects.filter(pk=execution_id, status=ToolStatus.RUNNING,
+                                            fence=self.claim.fence, started_at__isnull=True
+                                            ).update(started_at=Now()):
+            raise LostClaim(self.claim.turn_id, self.claim.fence)
 
 
 _UNDECIDED: Any = object()

@@ -7,10 +7,12 @@ These are TypedDicts, so building and passing them costs what a plain dict does.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import TypedDict
 
+from django.db.models import F
 from django.db.models.expressions import Combinable
 
 from ..serialization import JsonMapping, JsonObject, JsonValue
@@ -52,4 +54,20 @@ class TurnFields(TerminalFields, total=False):
     tree_spend: Decimal | Combinable
 
 
-__all__ = ["TerminalFields", "TurnFields"]
+@dataclass(frozen=True)
+class Charge:
+    """What a model response costs the turn: its new usage total and its cost (None: unknown)."""
+
+    usage: JsonObject
+    cost: Decimal | None
+
+    def fields(self) -> TurnFields:
+        fields: TurnFields = {"usage": self.usage}
+        if self.cost is None:
+            fields["cost_unknown"] = True
+        else:
+            fields["cost"] = F("cost") + self.cost
+        return fields
+
+
+__all__ = ["Charge", "TerminalFields", "TurnFields"]

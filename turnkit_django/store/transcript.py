@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import JSONField, Q, Value
+from django.db.models import F, JSONField, Q, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -232,7 +232,10 @@ def _close(turn: Turn, execution: ToolExecution, reason: str, **fields: object) 
     if request is not None:
         fields["approval"] = {**request, "state": "cancelled", "reason": reason,
                               "cancelled_at": stamp(database_now())}
-    moved = bool(ToolExecution.objects.filter(pk=execution.pk, status=execution.status).update(
+    # Compare-and-set on the start too: a call that starts meanwhile is not "not executed".
+    moved = bool(ToolExecution.objects.filter(
+        pk=execution.pk, status=execution.status,
+        started_at__isnull=execution.started_at is None).update(
         completed_at=Now(), updated_at=Now(), **fields))
     if moved and request is not None:
         record_event(turn.root_turn_id, turn.pk, turn.conversation_id, "approval.cancelled",
@@ -251,7 +254,8 @@ def interrupt_running(turn: Turn, *, replay_safe: Iterable[str] = ()) -> list[Cl
     """Recovery of a turn whose worker died: its running tool calls' outcome is unknown.
 
     A running execution of a tool named in ``replay_safe`` goes back to ``pending`` (the resumed
-    turn re-runs it with the same idempotency key); any other becomes ``interrupted`` and gets
+    turn re-runs it with the same idempotency key), and so does one whose start was never
+    recorded (it never ran; its attempt undone); any other becomes ``interrupted`` and gets
     its "outcome unknown" result now. The caller holds the tree lock.
     """
     safe = set(replay_safe)
@@ -261,6 +265,10 @@ def interrupt_running(turn: Turn, *, replay_safe: Iterable[str] = ()) -> list[Cl
         if execution.tool_name in safe:
             ToolExecution.objects.filter(pk=execution.pk).running().update(
                 status=ToolStatus.PENDING, updated_at=Now())
+            continue
+        if execution.started_at is None:  # its intent only: it never started, it runs later
+            ToolExecution.objects.filter(pk=execution.pk, started_at__isnull=True).running(
+            ).update(status=ToolStatus.PENDING, attempts=F("attempts") - 1, updated_at=Now())
             continue
         if _interrupt(turn, execution, "its worker was lost"):
             messages.append(_result(execution.pk, turn, execution.tool_call_id,
@@ -313,17 +321,22 @@ def repair(turn: Turn, *, reason: str, fence: int | None = None) -> list[ClosedC
                 status=ToolStatus.CANCELLED, result=not_executed(reason).for_model(),
                 fence=fence, completed_at=Now())
             content, interrupted = not_executed(reason).for_model(), False
-        elif execution.status == ToolStatus.RUNNING or (
+        elif (execution.status == ToolStatus.RUNNING and execution.started_at is not None) or (
                 execution.status == ToolStatus.PENDING and execution.attempts > 0):
             # A replay-safe call reset to pending by recovery may already have taken effect.
             moved = _interrupt(turn, execution, reason)
             content, interrupted = outcome_unknown().for_model(), True
-        elif execution.status == ToolStatus.PENDING:
-            # Never started: an intent a pause or a hand-back put back, or a call parked for
-            # approval (each put back with its attempt undone, see Fenced.put_back).
+        elif execution.status in (ToolStatus.PENDING, ToolStatus.RUNNING):
+            # Never started: an intent a pause or a hand-back put back, a call parked for
+            # approval (each put back with its attempt undone, see Fenced.put_back), or the
+            # intent of a call that is not replay-safe whose start was never recorded.
             moved = _close(turn, execution, reason, status=ToolStatus.CANCELLED,
-                           result=not_executed(reason).for_model())
+                           result=not_executed(reason).for_model(), attempts=0)
             content, interrupted = not_executed(reason).for_model(), False
+            if not moved and execution.status == ToolStatus.RUNNING:  # it started meanwhile
+                execution.refresh_from_db()
+                moved = _interrupt(turn, execution, reason)
+                content, interrupted = outcome_unknown().for_model(), True
         else:
             # Finished but its message is missing cannot happen (both commit together); be safe.
             content = execution.result if execution.status == ToolStatus.COMPLETED else (
