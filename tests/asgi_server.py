@@ -2,7 +2,8 @@
 
 The server serves ``tests.urls`` with Django's ASGI handler over a socket on 127.0.0.1; it uses
 the test database (transactional tests commit what it must see). ``serving()`` yields its base
-URL and stops it, waiting for its thread, when the block ends.
+URL and stops it, waiting for its thread, when the block ends. ``serving_wsgi()`` does the same
+with Django's WSGI handler behind the standard library's threading WSGI server.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import uvicorn
 from django.core.asgi import get_asgi_application
+from django.core.wsgi import get_wsgi_application
 
 
 def _free_port() -> int:
@@ -41,4 +45,27 @@ def serving() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
+        thread.join(timeout=10)
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def serving_wsgi() -> Iterator[str]:
+    server = make_server("127.0.0.1", 0, get_wsgi_application(),
+                         server_class=_ThreadingServer, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="wsgiref", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
         thread.join(timeout=10)

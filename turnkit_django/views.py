@@ -28,10 +28,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
 from django.db import connections, transaction
 from django.http import (
     Http404,
@@ -52,6 +54,8 @@ from .exceptions import InputError
 from .models import Event, Turn
 from .serialization import unstorable
 from .services.reading import Readable, TreeConversation
+
+T = TypeVar("T")
 
 
 def principal_of(request: HttpRequest) -> Any:
@@ -125,6 +129,33 @@ def _batch(run_id: str, after: int, size: int, readable: Readable) -> tuple[list
     return rows, finished
 
 
+def unit(work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)``, then close the database connections it opened: a stream holds no session
+    while it waits (one per open stream would exhaust ``max_connections``). A connection in a
+    transaction is left alone (the stream's own never is: the view is not atomic); with a pool,
+    closing returns it."""
+    try:
+        return work(*args)
+    finally:
+        for connection in connections.all(initialized_only=True):
+            if not connection.in_atomic_block:
+                connection.close()
+
+
+@dataclass
+class Cursor:
+    """Where one stream is: its run, the last event sent and the conversations it shows."""
+
+    run_id: str
+    after: int
+    shown: Readable
+
+
+RETRY = "retry: 1000\n\n"
+END = "event: end\ndata: {}\n\n"
+WAITING = ": waiting\n\n"  # a comment: keeps proxies from closing an idle stream
+
+
 def frame(event: Event) -> str:
     """One event as an SSE frame."""
     data = json.dumps({"id": event.pk, "type": event.type, "turn_id": event.turn_id,
@@ -164,41 +195,71 @@ class EventStream(View):
 
     async def _answer(self, request: HttpRequest, run_id: str, *,
                       stream: bool) -> HttpResponseBase:
-        user = await request.auser()
-        request.user = user
-        principal = self.principal(request)
-        root = await sync_to_async(_allowed)(request, run_id, principal)
-        after = _cursor(request)
-        if after is None:
+        cursor = await sync_to_async(unit)(self._open, request, run_id)
+        if cursor is None:
             return HttpResponseBadRequest(
                 "Last-Event-ID (or ?after=) must be the id of an event: a non-negative "
                 "integer (0 for the start)", content_type="text/plain")
         response: HttpResponseBase
-        if stream:
-            shown = await sync_to_async(readable)(request, root, principal)
-            response = StreamingHttpResponse(self.stream(run_id, after, shown),
-                                             content_type="text/event-stream")
-        else:
+        if not stream:
             response = HttpResponse(content_type="text/event-stream")
+        elif isinstance(request, ASGIRequest):
+            response = StreamingHttpResponse(self.stream(cursor),
+                                             content_type="text/event-stream")
+        else:  # WSGI consumes an async iterator whole before sending a byte
+            response = StreamingHttpResponse(self.stream_sync(cursor),
+                                             content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
         return response
 
-    async def stream(self, run_id: str, after: int, shown: Readable) -> AsyncIterator[str]:
+    def _open(self, request: HttpRequest, run_id: str) -> Cursor | None:
+        """The stream's starting point (None: the client's cursor is not an event id); 404 if
+        the reader may not read the run."""
+        principal = self.principal(request)
+        root = _allowed(request, run_id, principal)
+        after = _cursor(request)
+        return None if after is None else Cursor(run_id, after, readable(request, root,
+                                                                          principal))
+
+    def poll(self, cursor: Cursor) -> tuple[list[str], bool]:
+        """One read of the table: the frames to send (advancing the cursor) and whether the
+        stream ends after them (every event sent and the run finished)."""
+        rows, finished = _batch(cursor.run_id, cursor.after, self.batch_size, cursor.shown)
+        frames = [frame(event) for event in rows]
+        if rows:
+            cursor.after = rows[-1].pk
+        if finished and len(rows) < self.batch_size:
+            return [*frames, END], True
+        if not rows:
+            frames.append(WAITING)
+        return frames, False
+
+    async def stream(self, cursor: Cursor) -> AsyncIterator[str]:
+        """The stream under ASGI: each poll a short unit of database work (its connection
+        closed after it), nothing held while it sleeps."""
         deadline = time.monotonic() + self.max_seconds
-        yield "retry: 1000\n\n"
+        yield RETRY
         while time.monotonic() < deadline:
-            rows, finished = await sync_to_async(_batch)(run_id, after, self.batch_size,
-                                                          shown)
-            for event in rows:
-                after = event.pk
-                yield frame(event)
-            if finished and len(rows) < self.batch_size:
-                yield "event: end\ndata: {}\n\n"
+            frames, done = await sync_to_async(unit)(self.poll, cursor)
+            for chunk in frames:
+                yield chunk
+            if done:
                 return
-            if not rows:
-                yield ": waiting\n\n"  # a comment: keeps proxies from closing an idle stream
+            if frames[-1] is WAITING:
                 await asyncio.sleep(self.poll_interval)
+
+    def stream_sync(self, cursor: Cursor) -> Iterator[str]:
+        """The same stream under WSGI (the server's thread iterates it)."""
+        deadline = time.monotonic() + self.max_seconds
+        yield RETRY
+        while time.monotonic() < deadline:
+            frames, done = unit(self.poll, cursor)
+            yield from frames
+            if done:
+                return
+            if frames[-1] is WAITING:
+                time.sleep(self.poll_interval)
 
 
 class RunPage(View):
