@@ -29,10 +29,13 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib import import_module
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth import get_user
 from django.core.handlers.asgi import ASGIRequest
 from django.db import connections, transaction
 from django.http import (
@@ -146,9 +149,13 @@ def unit(work: Callable[..., T], *args: Any) -> T:
 class Cursor:
     """Where one stream is: its run, the last event sent and the conversations it shows."""
 
+    request: HttpRequest
     run_id: str
+    principal: Any
     after: int
     shown: Readable
+    #: When the reader's authorization was last checked (time.monotonic()).
+    checked_at: float = field(default_factory=time.monotonic)
 
 
 RETRY = "retry: 1000\n\n"
@@ -172,6 +179,9 @@ class EventStream(View):
     #: Seconds a stream stays open; the browser reconnects from its cursor afterwards.
     max_seconds = 300.0
     batch_size = 200
+    #: Seconds between checks that the reader may still read the run (logged out, permission
+    #: revoked, policy changed: the stream closes).
+    authorization_interval = 5.0
 
     @classmethod
     def as_view(cls, **initkwargs: Any) -> Any:
@@ -219,12 +229,41 @@ class EventStream(View):
         principal = self.principal(request)
         root = _allowed(request, run_id, principal)
         after = _cursor(request)
-        return None if after is None else Cursor(run_id, after, readable(request, root,
-                                                                          principal))
+        if after is None:
+            return None
+        return Cursor(request, run_id, principal, after, readable(request, root, principal))
+
+    def current_user(self, request: HttpRequest) -> Any:
+        """The request's user as of now: its session read again from the session store (a
+        logout, a password change or a deleted user makes it anonymous). Override it when your
+        users do not authenticate with Django's session."""
+        engine = import_module(settings.SESSION_ENGINE)
+        request.session = engine.SessionStore(request.session.session_key)
+        return get_user(request)
+
+    def still_allowed(self, cursor: Cursor) -> bool:
+        """Whether the reader may still read the run, checked as when the stream opened (the
+        conversations it shows are decided afresh)."""
+        request = cursor.request
+        request.user = self.current_user(request)
+        principal = self.principal(request)
+        try:
+            root = _allowed(request, cursor.run_id, principal)
+        except Http404:
+            return False
+        if principal != cursor.principal:
+            return False
+        cursor.shown = readable(request, root, principal)
+        cursor.checked_at = time.monotonic()
+        return True
 
     def poll(self, cursor: Cursor) -> tuple[list[str], bool]:
         """One read of the table: the frames to send (advancing the cursor) and whether the
-        stream ends after them (every event sent and the run finished)."""
+        stream ends after them (every event sent and the run finished, or the reader may no
+        longer read the run: checked every ``authorization_interval`` seconds)."""
+        if time.monotonic() - cursor.checked_at >= self.authorization_interval \
+                and not self.still_allowed(cursor):
+            return [], True  # no ``end``: the run is not over; a reconnect gets 404
         rows, finished = _batch(cursor.run_id, cursor.after, self.batch_size, cursor.shown)
         frames = [frame(event) for event in rows]
         if rows:
@@ -246,7 +285,7 @@ class EventStream(View):
                 yield chunk
             if done:
                 return
-            if frames[-1] is WAITING:
+            if frames and frames[-1] is WAITING:
                 await asyncio.sleep(self.poll_interval)
 
     def stream_sync(self, cursor: Cursor) -> Iterator[str]:
@@ -258,7 +297,7 @@ class EventStream(View):
             yield from frames
             if done:
                 return
-            if frames[-1] is WAITING:
+            if frames and frames[-1] is WAITING:
                 time.sleep(self.poll_interval)
 
 

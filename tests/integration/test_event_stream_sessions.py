@@ -9,6 +9,8 @@ from contextlib import ExitStack
 
 import httpx
 import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.sessions.models import Session
 from django.db import connection
 
 from tests.asgi_server import serving, serving_wsgi
@@ -68,3 +70,30 @@ def test_waiting_streams_hold_no_database_session(registered, monkeypatch, serve
             assert response.status_code == 200
             opened.append(waiting(response.iter_lines()))
         assert settled(before) <= before  # not one per open stream
+
+
+def _logout(cookies: dict[str, str], _reader: str) -> None:
+    Session.objects.filter(session_key=cookies["sessionid"]).delete()  # what logout() does
+
+
+def _revoke(_cookies: dict[str, str], reader: str) -> None:
+    get_user_model().objects.get(username=reader).user_permissions.clear()
+
+
+@pytest.mark.parametrize("revoke", [_logout, _revoke], ids=["logout", "permission"])
+def test_a_stream_ends_once_its_reader_may_no_longer_read_the_run(registered, monkeypatch,
+                                                                  revoke):
+    """It stayed open, sending every new event, for up to max_seconds (300)."""
+    monkeypatch.setattr(EventStream, "poll_interval", 0.05)
+    monkeypatch.setattr(EventStream, "authorization_interval", 0.0)  # at every poll
+    agent = registered(Agent("watched", client=FunctionClient(lambda r: None)))
+    session_cookie("owner")
+    cookies = session_cookie("auditor", permissions=("view_transcript",))
+    run = agent.prepare("x", principal=principal("owner"))
+    with serving() as base, httpx.Client(base_url=base, cookies=cookies, timeout=10) as client, \
+            client.stream("GET", f"/turnkit/runs/{run.id}/events") as response:
+        lines = waiting(response.iter_lines())
+        revoke(cookies, "auditor")
+        # The poll running now may have checked before; the next one ends the stream.
+        after = [line for line, _ in zip(lines, range(50), strict=False)]
+    assert after.count(": waiting") <= 1 and "event: end" not in after
