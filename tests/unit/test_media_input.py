@@ -56,6 +56,16 @@ def test_an_https_url_is_passed_on_without_downloading_and_its_secrets_are_not_d
     assert to_media("https://cdn.example.com/render?id=4", mime_type="image/png").is_image
 
 
+@pytest.mark.parametrize("url", ["https://cdn.example.com:99999/p.png",
+                                 "https://cdn.example.com:0/p.png",
+                                 "https://cdn.example.com:http/p.png", "https:///p.png",
+                                 "https://:443/p.png"])
+def test_a_url_with_an_impossible_port_or_no_host_is_refused_before_anything_is_sent(
+        url: str) -> None:
+    with pytest.raises(MediaError, match=r"media URL .* (port|host)"):
+        to_media(url)
+
+
 def test_bytes_are_typed_by_their_signature_or_by_the_caller() -> None:
     assert [sniff(b) for b in (PNG, JPEG, WEBP, PDF, b"GIF89a..", b"plain")] == [
         "image/png", "image/jpeg", "image/webp", "application/pdf", "image/gif", None]

@@ -14,7 +14,13 @@ from tests.testapp.models import Upload
 from turnkit_django import Agent, ImageTool, ToolContext, ViewMediaTool, tool
 from turnkit_django.clients.media import MediaAnalysis
 from turnkit_django.models import Message
-from turnkit_django.testing import PNG, FunctionMediaClient, ScriptedClient, call, reply
+from turnkit_django.testing import (
+    PNG,
+    FunctionMediaClient,
+    ScriptedClient,
+    call,
+    reply,
+)
 
 pytestmark = pytest.mark.django_db
 MEDIA = FunctionMediaClient()
@@ -99,12 +105,15 @@ def test_the_default_view_media_tool_takes_only_https_urls_from_the_model(
         client = MEDIA
 
     run_with(registered, [Look()], call("look", url="/etc/passwd", objective="Read it"),
+             call("look", url="https://cdn.example.com:99999/p.png", objective="What is it?"),
              call("look", url="https://cdn.example.com/p.png", objective="What is it?"),
              reply("done"))
-    first, second = (m.content[0] for m in Message.objects.filter(role="tool")
-                     .order_by("sequence"))
+    first, bad_port, third = (m.content[0] for m in Message.objects.filter(role="tool")
+                              .order_by("sequence"))
     assert first["is_error"] and "https URL" in first["content"]["message"]
-    assert not second["is_error"]
+    assert bad_port["is_error"] and bad_port["content"]["error"] == "ToolError"
+    assert "port" in bad_port["content"]["message"], "the model reads why, before any call"
+    assert not third["is_error"]
     [request] = MEDIA.requests
     assert request.media[0].url == "https://cdn.example.com/p.png"
 
@@ -129,3 +138,4 @@ def test_a_function_tool_uses_the_turn_as_the_api_example_shows(registered: Any)
              reply("done"))
     assert Message.objects.get(role="tool").content[0]["content"] == {"damaged": True}
     assert vision.requests[0].output_schema == Damage.model_json_schema()
+

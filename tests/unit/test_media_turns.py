@@ -406,3 +406,47 @@ def test_a_crash_during_a_pending_turns_own_call_leaves_it_stale_with_the_intent
     assert row.status == "stale" and row.state["phase"] == "media"
     assert row.state["media"][f"turnkit:{run.id}:paint"]["status"] == "requested"
     assert not Message.objects.filter(turn_id=run.id, kind="image").exists()
+
+
+# --------------------------------------------------------------------------- answers kept or not
+
+
+def unrecordable(request: Any) -> MediaAnalysis:
+    """A custom client's answer the store cannot write (its data is not JSON)."""
+    return MediaAnalysis(text="Chipped.", data={"found": object()}, model="gpt-4o",
+                         usage=Usage(1_000, 50))
+
+
+def test_an_answer_that_fails_while_it_is_recorded_still_charges_its_usage(
+        registered: Any, events: list[Event], on_commit: Any) -> None:
+    run = artist(registered).prepare("Look")
+    with on_commit(execute=True), pytest.raises(Exception, match="serialize"):
+        run.turn.view_media((PNG, "image/png"), objective="Damaged?",
+                            client=FunctionMediaClient(view_media=unrecordable))
+    run.refresh()
+    assert run.status == "failed", "the claimed turn is not left running"
+    assert run.usage == Usage(1_000, 50), "the paid call is recorded whatever happened after"
+    assert Turn.objects.get(pk=run.id).state["media"][f"turnkit:{run.id}:view_media"][
+        "status"] == "failed"
+    assert "media.failed" in [e.type for e in events]
+
+
+def test_from_a_tool_an_answer_that_fails_while_it_is_recorded_still_charges_its_usage(
+        registered: Any) -> None:
+    @tool(read_only=True)
+    def look(ctx: Any) -> str:
+        """Look at the photo."""
+        ctx.turn.view_media((PNG, "image/png"), objective="Damaged?",
+                            client=FunctionMediaClient(view_media=unrecordable))
+        return "unreachable"
+
+    agent = registered(Agent("looker", tools=[look], client=FunctionClient(
+        lambda r: call("look", id="c1") if r.last_message_is_user() else reply("x"))))
+    run = agent.run("Look")
+    assert run.status == "completed", run.error
+    result = Message.objects.get(turn_id=run.id, role="tool").content[0]
+    assert result["is_error"]
+    assert run.usage.input_tokens >= 1_000, "the media call's usage is the turn's"
+    [record] = Turn.objects.get(pk=run.id).state["media"].values()
+    assert record["status"] == "failed"
+

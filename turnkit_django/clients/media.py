@@ -90,11 +90,41 @@ class MediaInput:
 
 
 def public_url(url: str) -> str:
-    """``url`` without user info, query and fragment: signed URLs carry credentials there."""
+    """``url`` without user info, query and fragment: signed URLs carry credentials there (and
+    without a port that is no number from 1 to 65535)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
+    port = _port(url)
+    netloc = f"{host}:{port}" if port else host
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def web_url(url: str) -> str:
+    """``url`` when a provider can fetch it: an ``http``/``https`` URL with a host and, if it
+    names one, a port from 1 to 65535; MediaError saying which is missing otherwise.
+
+    The one check of every media URL that goes to a provider (:func:`~.media_input.to_media`,
+    ``ViewMediaTool``) or comes from one (a generated image's URL): such a URL is never read as
+    a path on this server, and the transcript links nothing else.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise MediaError(f"media URL {public_url(url)[:100]!r} is not an http(s) URL")
+    if not parts.hostname:
+        raise MediaError(f"media URL {public_url(url)[:100]!r} has no host")
+    if _port(url) == 0:
+        raise MediaError(f"media URL {public_url(url)[:100]!r} has no valid port: give one from "
+                         "1 to 65535, or none")
+    return url
+
+
+def _port(url: str) -> int | None:
+    """The URL's port; None when it names none, 0 when it names no port from 1 to 65535."""
+    try:
+        port = urlsplit(url).port
+    except ValueError:  # not a number, or over 65535
+        return 0
+    return port if port is None or 1 <= port <= 65535 else 0
 
 
 @dataclass(frozen=True)
@@ -289,4 +319,5 @@ __all__ = [
     "public_url",
     "require",
     "supports",
+    "web_url",
 ]

@@ -35,7 +35,7 @@ from urllib.parse import unquote_to_bytes, urlsplit
 from django.core.files import File
 
 from ..exceptions import MediaError
-from .media import MediaInput, Source, public_url
+from .media import MediaInput, Source, public_url, web_url
 
 #: The largest medium :func:`to_media` accepts unless told otherwise (bytes).
 MAX_BYTES = 20 * 1024 * 1024
@@ -130,9 +130,7 @@ def _check_size(size: int | None, limit: int, name: str, *, exact: bool = True) 
 
 
 def _url(url: str, mime_type: str | None, name: str | None) -> MediaInput:
-    parts = urlsplit(url)
-    if not parts.hostname:
-        raise MediaError(f"media URL {public_url(url)!r} has no host")
+    parts = urlsplit(web_url(url))
     guessed = mime_type or mimetypes.guess_type(parts.path)[0]
     if not guessed:
         raise MediaError(f"cannot tell the type of media at {public_url(url)!r} from its path: "

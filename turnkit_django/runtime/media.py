@@ -69,10 +69,19 @@ from ..exceptions import (
     LostClaim,
     MediaError,
 )
+from ..messages import Part
 from ..models import Message, Turn
 from ..serialization import JsonObject, decimal_json
 from ..states import TERMINAL_TURN_STATUSES, Phase, TurnStatus
-from ..store import Ledger, LedgerDelta, MediaCall, TurnState, claim_turn, worker_identity
+from ..store import (
+    Charge,
+    Ledger,
+    LedgerDelta,
+    MediaCall,
+    TurnState,
+    claim_turn,
+    worker_identity,
+)
 from ..store.media import delete_images
 from . import budget, internal
 from .context import ToolBinding, TurnContext
@@ -242,54 +251,64 @@ def _check_claimable(row: Turn, operation: str) -> None:
 
 def _call_and_record(ctx: TurnContext, op: Operation[Result], key: str, link: dict[str, str],
                      *, finish: bool) -> Result:
-    """Call the provider (no transaction open), keep the result, then write it in one step."""
+    """Call the provider (no transaction open), keep the result, then write it in one step.
+
+    Whatever fails once the provider answered (checking, keeping or writing the answer) still
+    records the call as failed with what it used: a paid call is never left uncharged."""
     answered: object = None  # what the client returned, checked before it is kept
+    stored: list[tuple[str, str]] = []
     try:
         answered = op.invoke(key)
         op.check(answered)
-        kept = op.store(answered, ctx.row.pk)
-    except LostClaim:
-        raise
-    except Exception as exc:
-        _record_failure(ctx, op, key, exc, answered, finish=finish)
-        raise
-    stored, parts, result = kept
-    text: str = ""
-    data: JsonObject | None = None
-    callback = callback_decision(ctx.row) if finish else None  # asked before the lock
-    answer = _as_response(result)
-    price = internal.price(answer, result.model)  # COST_CALCULATOR runs outside the step
-    try:
-        with ctx.fenced.atomic() as ledger:
-            fee, delta, cost = internal.charge(ctx, ledger, answer, result.model, price)
-            message = ctx.fenced.append(
-                "assistant", parts, kind=op.kind, tool_execution_id=link.get("tool_execution_id"),
-                metadata={**op.details(), "model": result.model, "provider": result.provider,
-                          "usage": result.usage.as_dict(),
-                          "cost": decimal_json(cost), "idempotency_key": key,
-                          "metadata": op.metadata, **link},
-            )
-            result = replace(result, message_id=message.pk, cost=cost)
-            state = ctx.state.with_media(key, replace(ctx.state.media[key], status="completed",
-                                                      message_id=message.pk))
-            if finish:
-                state = state.replace(phase=Phase.DONE)
-                text, data = op.completion(result)
-                publish_locked(ctx, state, text, data, callback_allowed=callback, charge=fee,
-                               delta=delta)
-            else:
-                ctx.fenced.record(state, charge=fee, delta=delta)
+        stored, parts, result = op.store(answered, ctx.row.pk)
+        state, message, result, fee, text = _write(ctx, op, key, link, parts, result,
+                                                   finish=finish)
     except LostClaim:
         delete_images(stored)  # nothing refers to them
+        raise
+    except Exception as exc:
+        delete_images(stored)
+        _record_failure(ctx, op, key, exc, answered, finish=finish)
         raise
     ctx.state = state
     ctx.row.usage = fee.usage  # committed: the next charge adds to it
     ctx.remember(message)
     ctx.emit(f"{op.event}.completed", key=key, message_id=message.pk, model=result.model,
-             usage=result.usage.as_dict(), cost=decimal_json(cost))
+             usage=result.usage.as_dict(), cost=decimal_json(result.cost))
     if finish:
         ctx.emit("turn.completed", status=TurnStatus.COMPLETED, output_text=text)
     return result
+
+
+def _write(ctx: TurnContext, op: Operation[Result], key: str, link: dict[str, str],
+           parts: list[Part], result: Result, *, finish: bool
+           ) -> tuple[TurnState, Message, Result, Charge, str]:
+    """The step that records an answer: its message, usage and cost, ``completed``."""
+    text: str = ""
+    data: JsonObject | None = None
+    callback = callback_decision(ctx.row) if finish else None  # asked before the lock
+    answer = _as_response(result)
+    price = internal.price(answer, result.model)  # COST_CALCULATOR runs outside the step
+    with ctx.fenced.atomic() as ledger:
+        fee, delta, cost = internal.charge(ctx, ledger, answer, result.model, price)
+        message = ctx.fenced.append(
+            "assistant", parts, kind=op.kind, tool_execution_id=link.get("tool_execution_id"),
+            metadata={**op.details(), "model": result.model, "provider": result.provider,
+                      "usage": result.usage.as_dict(),
+                      "cost": decimal_json(cost), "idempotency_key": key,
+                      "metadata": op.metadata, **link},
+        )
+        result = replace(result, message_id=message.pk, cost=cost)
+        state = ctx.state.with_media(key, replace(ctx.state.media[key], status="completed",
+                                                  message_id=message.pk))
+        if finish:
+            state = state.replace(phase=Phase.DONE)
+            text, data = op.completion(result)
+            publish_locked(ctx, state, text, data, callback_allowed=callback, charge=fee,
+                           delta=delta)
+        else:
+            ctx.fenced.record(state, charge=fee, delta=delta)
+    return state, message, result, fee, text
 
 
 def _record_failure(ctx: TurnContext, op: Operation[Result], key: str, exc: Exception,

@@ -32,9 +32,9 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..clients._http import members
-from ..clients.media import ImageResult, MediaAnalysis, MediaInput
+from ..clients.media import ImageResult, MediaAnalysis, MediaInput, web_url
 from ..clients.media_input import MAX_MEDIA_ITEMS, to_media
-from ..exceptions import ConfigurationError, ToolError
+from ..exceptions import ConfigurationError, MediaError, ToolError
 from ..messages import ImagePart, MessageKind, load_parts
 from ..models import Message
 from ..serialization import JsonMapping, JsonObject
@@ -126,7 +126,10 @@ class ViewMediaTool(Tool):
         url = str(getattr(args, "url", ""))
         if urlsplit(url).scheme != "https":
             raise ToolError("pass the https URL of an image or a PDF")
-        return url
+        try:
+            return web_url(url)
+        except MediaError as exc:  # no host, or a port no server listens on
+            raise ToolError(f"{exc}; pass the https URL of an image or a PDF") from None
 
     def objective(self, ctx: ToolContext, args: Any) -> str:
         return str(getattr(args, "objective", "") or self.objective_text)
