@@ -12,15 +12,17 @@ from pydantic import BaseModel
 
 from tests.testapp.models import Upload
 from turnkit_django import Agent, ImageTool, ToolContext, ViewMediaTool, tool
-from turnkit_django.clients.media import MediaAnalysis
+from turnkit_django.clients.media import GeneratedImage, ImageResult, MediaAnalysis
 from turnkit_django.models import Message
 from turnkit_django.testing import (
     PNG,
+    FunctionClient,
     FunctionMediaClient,
     ScriptedClient,
     call,
     reply,
 )
+from turnkit_django.tools import PaintImage
 
 pytestmark = pytest.mark.django_db
 MEDIA = FunctionMediaClient()
@@ -139,3 +141,26 @@ def test_a_function_tool_uses_the_turn_as_the_api_example_shows(registered: Any)
     assert Message.objects.get(role="tool").content[0]["content"] == {"damaged": True}
     assert vision.requests[0].output_schema == Damage.model_json_schema()
 
+
+def test_a_reference_to_an_image_whose_url_is_not_http_is_never_read_as_a_server_file(
+        registered: Any, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(PNG + b"SERVER-SECRET")
+    painter = FunctionMediaClient()
+    agent = registered(Agent("ref_painter", tools=[PaintImage(
+        gate=lambda **request: True, model="gpt-image-1", client=painter)],
+        client=FunctionClient(lambda r: call(
+            "paint_image", prompt="Bluer", reference_images=[
+                Message.objects.get(kind="image").content[0]["id"]])
+            if r.last_message_is_user() else reply("done"))))
+    conv = agent.conversation()
+    conv.prepare_turn().paint("A teapot", client=FunctionMediaClient(paint=lambda r: ImageResult(
+        images=(GeneratedImage(url="https://img.example/1.png"),), model="gpt-image-1")))
+    image = Message.objects.get(kind="image")
+    # A row recorded before provider URLs were checked, holding a path where its URL goes.
+    Message.objects.filter(pk=image.pk).update(
+        content=[{**image.content[0], "url": str(secret)}])
+    run = conv.ask("Again")
+    result = Message.objects.get(turn_id=run.id, role="tool").content[0]
+    assert result["is_error"] and "http" in result["content"]["message"]
+    assert painter.requests == [], "nothing read from the server's disk was sent anywhere"

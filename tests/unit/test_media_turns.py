@@ -450,3 +450,16 @@ def test_from_a_tool_an_answer_that_fails_while_it_is_recorded_still_charges_its
     [record] = Turn.objects.get(pk=run.id).state["media"].values()
     assert record["status"] == "failed"
 
+
+@pytest.mark.parametrize("url", ["/etc/passwd", "file:///etc/passwd", "javascript:alert(1)",
+                                 "https://img.example:99999/1.png"])
+def test_a_provider_image_url_that_is_not_a_web_url_is_refused_and_charged(
+        registered: Any, url: str) -> None:
+    run = artist(registered).prepare("Draw")
+    odd = FunctionMediaClient(paint=lambda r: ImageResult(
+        images=(GeneratedImage(url=url),), model="gpt-image-1", usage=Usage(10, 100)))
+    with pytest.raises(ModelError, match=r"not an http|no valid port"):
+        run.turn.paint("A teapot", client=odd)
+    run.refresh()
+    assert run.status == "failed" and run.usage == Usage(10, 100)
+    assert not Message.objects.filter(turn_id=run.id, kind="image").exists()

@@ -21,8 +21,9 @@ from ..clients.media import (
     MediaAnalysis,
     MediaInput,
     MediaRequest,
+    web_url,
 )
-from ..exceptions import ModelError
+from ..exceptions import MediaError, ModelError
 from ..ids import new_id
 from ..messages import ImagePart, MediaAnalysisPart, MessageKind, Part, load_parts
 from ..models import Message
@@ -99,6 +100,12 @@ class PaintOperation(_Call[ImageRequest]):
         if any(i.url is None and i.data is None for i in result.images):
             raise ModelError(f"{self.client!r} returned an image with neither a URL nor data; "
                              "nothing was recorded")
+        for url in (i.url for i in result.images if i.url is not None):
+            try:  # kept, linked and read back only as a URL: never a path or another scheme
+                web_url(url)
+            except MediaError as exc:
+                raise ModelError(f"{self.client!r} returned an image whose {exc}; nothing was "
+                                 "recorded") from None
 
     def store(self, result: ImageResult, turn_id: str
               ) -> tuple[list[tuple[str, str]], list[Part], ImageResult]:

@@ -255,7 +255,12 @@ def conversation_image(reference: str, ctx: ToolContext) -> MediaInput | str | N
                     with open_image(part) as handle:
                         return to_media(handle.read(), mime_type=part.mime_type,
                                         name=part.name.rsplit("/", 1)[-1])
-                return part.url
+                if part.url is None:
+                    return None
+                try:  # a URL, never a path on this server, whatever the provider returned
+                    return to_media(web_url(part.url), mime_type=part.mime_type)
+                except MediaError as exc:
+                    raise ToolError(f"image {reference!r} cannot be used: {exc}") from None
     raise ToolError(f"no image {reference!r} in this conversation; use the id (img_...) of an "
                     "image generated here")
 
