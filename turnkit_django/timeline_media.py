@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import NotRequired, TypedDict
+from urllib.parse import urlsplit
 
-from .clients.media import public_url
+from .clients.media import public_url, web_url
+from .exceptions import MediaError
 from .messages import ImagePart, MediaAnalysisPart
 from .models import Message
 from .serialization import JsonObject, JsonValue
@@ -128,10 +130,25 @@ def media_item(message: Message, part: ImagePart | MediaAnalysisPart) -> Transcr
     facts = CallFacts.of(message)
     view: ImageView | AnalysisView
     if isinstance(part, ImagePart):
-        view = ImageView(part, image_url(part), facts)
+        view = ImageView(part, link(part), facts)
         return {"type": "image", "value": view.as_json(), "view": view}
     view = AnalysisView(part, facts)
     return {"type": "analysis", "value": view.as_json(), "view": view}
+
+
+def link(part: ImagePart) -> str | None:
+    """The URL the console links and shows: the provider's if it is http(s)
+    (:func:`~.clients.media.web_url`), else the storage's if it is http(s) or relative; never a
+    ``javascript:`` or other URL a provider, a custom client or an old row may hold."""
+    if part.url:
+        try:
+            return web_url(part.url)
+        except MediaError:
+            pass  # a row recorded before provider URLs were checked: try the storage
+    stored = image_url(replace(part, url=None))
+    if stored is None or urlsplit(stored).scheme not in ("", "http", "https"):
+        return None
+    return stored
 
 
 def media_line(item: Mapping[str, object]) -> str:
@@ -146,5 +163,5 @@ def media_line(item: Mapping[str, object]) -> str:
     return f"◎ analysis of {names}: {view.part.text}"
 
 
-__all__ = ["AnalysisView", "CallFacts", "ImageView", "Medium", "TranscriptItem", "media_item",
-           "media_line"]
+__all__ = ["AnalysisView", "CallFacts", "ImageView", "Medium", "TranscriptItem", "link",
+           "media_item", "media_line"]

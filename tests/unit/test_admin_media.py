@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -149,3 +150,22 @@ def test_text_transcripts_describe_images_and_analyses(registered: Any) -> None:
     assert f"▣ image {image_id} (image/png, stored): A blue teapot" in text
     assert "◎ analysis of image/png: Looked at image/png for: Is the spout chipped?" in text
     assert "1 model calls" not in text and "2 model calls" in text  # media calls are not loop steps
+
+
+@pytest.mark.parametrize("url", ["javascript:alert(document.cookie)", "java\tscript:alert(1)",
+                                 " javascript:alert(1)", "data:text/html,<script>x</script>"])
+def test_an_image_url_that_is_not_http_is_never_a_link_in_the_console(
+        registered: Any, staff: Client, url: str) -> None:
+    agent = registered(Agent("console_js", client=FunctionClient(lambda r: reply("x"))))
+    prepared = agent.prepare("Draw")
+    prepared.turn.paint("A banner", client=FunctionMediaClient(paint=lambda r: ImageResult(
+        images=(GeneratedImage(url="https://cdn.example.com/b.png"),), model="dall-e-3")))
+    image = Message.objects.get(turn_id=prepared.id, kind="image")
+    # A row recorded before provider URLs were checked (or by a custom client's own writes).
+    Message.objects.filter(pk=image.pk).update(content=[{**image.content[0], "url": url}])
+
+    page = transcript_of(staff, prepared.id)
+    assert image.content[0]["id"] in page and "no URL to show" in page
+    links = re.findall(r'(?:href|src)="([^"]*)"', page)
+    assert all(link.startswith(("/", "https://", "http://", "#", "?"))
+                         for link in links), links
