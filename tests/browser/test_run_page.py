@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from tests.helpers import registered
 from tests.integration.test_controls import issue_refund, refund_then_report
 from turnkit_django import Agent, load_run, services
 from turnkit_django.models import ToolExecution
-from turnkit_django.testing import FunctionClient
+from turnkit_django.testing import Call, FunctionClient
 
 __all__ = ["registered"]
 
@@ -34,11 +35,20 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 
 @contextmanager
-def paused_run_page(registered, tmp_path: Path) -> Iterator[tuple[Page, str, str]]:
+def paused_run_page(registered, tmp_path: Path, call_id: str | None = None
+                    ) -> Iterator[tuple[Page, str, str]]:
     """A background run parked on a refund's approval, open in the page of the user it was
-    started for (the page shows it to them): the page, the run's id and the call's id."""
-    agent = registered(Agent("paged", tools=[issue_refund],
-                             client=FunctionClient(refund_then_report("issue_refund"))))
+    started for (the page shows it to them): the page, the run's id and the call's id (the
+    model's ``call_id`` when given)."""
+    respond = refund_then_report("issue_refund")
+
+    def with_id(request):
+        response = respond(request)
+        if call_id is None or not isinstance(response, Call):
+            return response
+        return replace(response, id=call_id)
+
+    agent = registered(Agent("paged", tools=[issue_refund], client=FunctionClient(with_id)))
     user = User.objects.create_user("reader", password="pw")
     client = Client()
     client.force_login(user)
@@ -107,4 +117,21 @@ def test_the_run_page_drops_an_approval_its_cancelled_turn_will_never_ask_again(
         expect(page.locator(f"#approval-{call_id}")).to_have_count(0)
         expect(page.locator("#no-approvals")).to_be_visible()
         canceller.join(timeout=30)
+    assert errors == []
+
+
+def test_the_run_page_keeps_an_approval_whatever_the_model_called_it(
+        registered, tmp_path: Path) -> None:
+    """The page kept pending approvals in a plain object keyed by the model's call id: a call
+    named ``__proto__`` set the object's prototype instead, so the page said "None." while the
+    call waited."""
+    errors: list[BaseException] = []
+    with paused_run_page(registered, tmp_path, call_id="__proto__") as (page, run_id, call_id):
+        expect(page.locator("#no-approvals")).to_be_hidden()
+        worker = threading.Thread(target=approve_and_finish, args=(run_id, call_id, errors))
+        worker.start()
+        expect(page.locator("#status")).to_have_text("completed", timeout=30_000)
+        expect(page.locator("#approval-__proto__")).to_have_count(0)
+        expect(page.locator("#no-approvals")).to_be_visible()
+        worker.join(timeout=30)
     assert errors == []
