@@ -176,3 +176,34 @@ def test_a_final_save_must_be_terminal_and_replay_safe(options):
         def save(text: str) -> str:
             """Save."""
             return text
+
+
+SPEND_RESULT = {"error": "not_executed", "message": "Not executed: spend limit reached."}
+
+
+def test_every_call_the_final_save_leaves_out_gets_the_spend_limit_result_whatever_its_place():
+    # TurnKit scenario 73: the calls after the save too are left out because the spend limit
+    # was reached, not because the turn ended with the save.
+    run = writer([[call("note", text="b", usage=THREE), call("save_draft", text="final"),
+                   call("note", text="c"), call("note", text="d")]]).run("write")
+
+    assert run.status == "completed", run.error
+    left = {e.arguments["text"]: (e.status, e.result) for e in run.tool_executions()
+            if e.tool_name != "save_draft"}
+    assert left == {"b": ("cancelled", SPEND_RESULT), "c": ("cancelled", SPEND_RESULT),
+                    "d": ("cancelled", SPEND_RESULT)}
+    assert noted == [] and [s.split(":")[-1] for s in saved] == ["final"]
+
+
+@pytest.mark.usefixtures("background")
+def test_a_resumed_final_save_leaves_the_calls_after_it_out_with_the_spend_limit_result(
+        registered):
+    agent = registered(writer([[call("save_draft", text="final", usage=THREE),
+                                call("note", text="c")]]))
+    run = agent.submit("write")
+    crash_and_resume(run.id, "inside_tool")
+
+    run.refresh()
+    assert run.status == "completed", run.error
+    assert run.tool_executions().get(tool_name="note").result == SPEND_RESULT
+    assert noted == []

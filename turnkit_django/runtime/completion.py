@@ -5,7 +5,8 @@ When the response whose charge reaches or passes ``max_spend`` holds exactly one
 tool, that call's id is recorded in the turn's state by the response's own transaction. Then:
 
 * only that call runs; every other call of the response, before or after it, gets a
-  "not executed: spend limit reached" result;
+  "not executed: spend limit reached" result (:func:`skip_reason` is the one rule: it wins over
+  "the turn ended with ..." for the calls after the save);
 * its start skips the spend check alone: the deadline, the tool-count limits, authorization,
   the tool policy, argument validation and fencing all still apply;
 * no further model request is made (no next step, no summary, no policy judge, no evaluation);
@@ -18,9 +19,10 @@ any response that exhausts it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import overload
 
 from ..messages import ToolCallPart
-from ..store import Ledger
+from ..store import Ledger, Terminal
 from .budget import limits_of
 from .context import TurnContext
 
@@ -56,4 +58,21 @@ def left_out(ctx: TurnContext, call: ToolCallPart) -> bool:
     return chosen is not None and chosen != call.id
 
 
-__all__ = ["SPEND_REACHED", "choose", "exempt", "exhausted", "left_out"]
+@overload
+def skip_reason(ctx: TurnContext, call: ToolCallPart, terminal: Terminal) -> str: ...
+@overload
+def skip_reason(ctx: TurnContext, call: ToolCallPart, terminal: None) -> str | None: ...
+def skip_reason(ctx: TurnContext, call: ToolCallPart, terminal: Terminal | None) -> str | None:
+    """Why ``call`` gets a "not executed" result instead of running, or None if it may run.
+
+    A call a final save leaves out gets the spend limit, whatever its place relative to the
+    save; any other call after a terminal tool gets the tool that ended the turn.
+    """
+    if left_out(ctx, call):
+        return SPEND_REACHED
+    if terminal is not None:
+        return f"the turn ended with {terminal.tool!r}"
+    return None
+
+
+__all__ = ["SPEND_REACHED", "choose", "exempt", "exhausted", "left_out", "skip_reason"]

@@ -25,7 +25,7 @@ from ..models import Message, ToolExecution
 from ..serialization import render_result
 from ..states import Phase, ToolStatus
 from ..store import Candidate, Ledger, LedgerDelta, Terminal, TurnState
-from . import budget
+from . import budget, completion
 from .context import TurnContext
 
 
@@ -134,8 +134,8 @@ def _then(ctx: TurnContext, ledger: Ledger, then: Then) -> None:
         return  # a resumed batch: the loop handles the calls that have executions
     if then.terminal is not None:
         for call in then.rest:
-            then.messages.append(skip_locked(ctx, call,
-                                             f"the turn ended with {then.terminal.tool!r}"))
+            reason = completion.skip_reason(ctx, call, then.terminal)
+            then.messages.append(skip_locked(ctx, call, reason))
             then.skipped.append(call)
         then.state = leave(ctx, ledger, then.terminal, then.delta)
     elif not then.rest:

@@ -53,11 +53,9 @@ def tools_step(ctx: TurnContext) -> None:
         execution = existing.get(call.id)
         if execution is not None and execution.status in FINISHED_TOOL_STATUSES:
             continue
-        if terminal is not None:
-            skip(ctx, call, f"the turn ended with {terminal.tool!r}")
-            continue
-        if completion.left_out(ctx, call):
-            skip(ctx, call, completion.SPEND_REACHED)
+        reason = completion.skip_reason(ctx, call, terminal)
+        if reason is not None:
+            skip(ctx, call, reason)
             continue
         if delegates(ctx, call):
             fanout.run_group(ctx, calls, call, existing)
