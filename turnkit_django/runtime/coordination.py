@@ -24,7 +24,7 @@ from ..store.deliveries import TOOL_PREFIX
 from ..store.waits import add_edges
 from ..tools.coordination import CoordinationTool, LaunchAgent, SendMessage, WaitFor
 from .calls import CallOutcome
-from .context import Suspended, TurnContext
+from .context import ControlPending, Suspended, TurnContext
 from .delegation import child_of, create_child, launch_refusal
 from .deliveries import authorize_send, deliver, record_send
 from .fanout import suspend
@@ -149,7 +149,7 @@ def execute(ctx: TurnContext, tool: CoordinationTool, call: ToolCallPart,
     """Run a coordination tool; an unexpected error is a failed tool result, as for any tool."""
     try:
         return EXECUTORS[type(tool)](ctx, call, execution, args)
-    except (LostClaim, Suspended, BudgetExceeded):
+    except (LostClaim, Suspended, BudgetExceeded, ControlPending):
         raise
     except Exception as exc:
         return _failed(type(exc).__name__, str(exc))

@@ -20,7 +20,7 @@ from ..states import TERMINAL_TURN_STATUSES, ToolStatus, TurnStatus
 from ..store.events import stamp
 from . import budget
 from .calls import CallOutcome
-from .context import Suspended, TurnContext
+from .context import ControlPending, Suspended, TurnContext
 from .creation import new_turn
 
 
@@ -61,11 +61,17 @@ def create_child(parent: TurnContext, agent: AgentDefinition, execution: ToolExe
     A fenced write of the parent; the child is found again by ``parent_tool_execution``, so a
     replayed call never creates a second child. ``turn_id`` is the id the child gets (one the
     caller asked a policy about before opening its transaction).
+
+    A control recorded for the parent meanwhile (a pause asked while the launch was being
+    authorized) wins: the transaction reads it under the tree lock and raises ControlPending,
+    so no child is created and the parent's call is started again after the control.
     """
     existing = child_of(execution)
     if existing is not None:
         return existing
     with parent.fenced.atomic() as ledger:
+        if parent.fenced.controls_pending:
+            raise ControlPending(parent.row.pk)
         budget.check_depth(ledger, parent.row.depth + 1)
         return new_turn(agent, [TextPart(task)], parent=parent.row, parent_execution=execution,
                         principal=parent.principal, turn_id=turn_id)

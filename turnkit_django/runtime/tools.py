@@ -104,8 +104,8 @@ def _start(ctx: TurnContext, call: ToolCallPart,
     ctx.state = state
     if opened is not None and opened.denial is not None:
         ctx.remember(opened.denial)
-    elif opened is not None:
-        ctx.started.add(opened.execution.pk)
+    else:  # written or restarted, not started yet: a control before it puts it back
+        ctx.started.add(execution.pk)
     if opened is not None and opened.error is not None:
         raise opened.error
     return execution
