@@ -86,6 +86,31 @@ def test_s2_worker_killed_inside_unsafe_tool_gives_outcome_unknown(cluster: Clus
 
 
 @pytest.mark.timeout(90)
+def test_s2_worker_killed_before_an_unsafe_tool_starts_runs_it_once_after_recovery(
+        cluster: Cluster) -> None:
+    """TurnKit scenarios 5 and 51: the response and the call's intent committed, the worker dies
+    before the tool starts: the call provably never ran, so the resumed turn runs it."""
+    cluster.start(2)
+    cluster.start_reconciler()
+    turn_id = submit({"call": "unsafe_effect", "args": {"label": "s2b"}, "gate": "s2b-model"},
+                     {"reply": "after the crash"})
+    cluster.wait_ledger("gate.blocked", gate="s2b-model")
+    (cluster.gates / f"start-{turn_id}.arm").touch()  # stop where the tool would start
+    cluster.open_gate("s2b-model")
+    kill_worker_at(cluster, f"start-{turn_id}")
+    row = wait_terminal([turn_id], timeout=45)[turn_id]
+
+    assert row.status == TurnStatus.COMPLETED, row.error
+    assert row.recovery_attempts == 1
+    execution = ToolExecution.objects.get(turn_id=turn_id)
+    assert (execution.status, execution.attempts) == (ToolStatus.COMPLETED, 1)
+    assert len(cluster.ledger("effect", turn=turn_id)) == 1, "run once, after the recovery"
+    result = Message.objects.get(turn_id=turn_id, role="tool")
+    assert result.content[0]["is_error"] is False
+    assert_scenario_invariants(cluster)
+
+
+@pytest.mark.timeout(90)
 def test_s3_worker_killed_inside_replay_safe_tool_reruns_with_same_key(cluster: Cluster) -> None:
     row, execution = crash_inside_tool(cluster, "safe_effect")
 

@@ -23,7 +23,7 @@ from turnkit_django.events import Event
 from turnkit_django.events import event as any_event
 from turnkit_django.testing import Entry, FunctionClient, call, reply
 
-from .ledger import gate, record
+from .ledger import armed_gate, gate, record
 
 SCRIPTED_AGENT = "e2e_scripted"
 
@@ -113,6 +113,8 @@ scripted = register(Agent(
 
 def _ledger_event(sender: Any, event: Event, **kwargs: Any) -> None:
     record("event", type=event.type, turn=event.turn_id)
+    if event.type == "tool_call.started":  # the call's intent committed, the tool not started
+        armed_gate(f"start-{event.turn_id}", turn=event.turn_id)
 
 
 any_event.connect(_ledger_event, dispatch_uid="turnkit-e2e-ledger")

@@ -79,6 +79,14 @@ def gate(name: str, **fields: Any) -> None:
     record("gate.released", gate=name, **fields)
 
 
+def armed_gate(name: str, **fields: Any) -> None:
+    """A :func:`gate` only once the test armed it (``<gates>/<name>.arm`` exists), for points
+    every turn passes (a runtime event) where only one test wants to stop."""
+    directory = os.environ.get(GATES_ENV)
+    if directory and name and (Path(directory) / f"{name}.arm").exists():
+        gate(name, **fields)
+
+
 def hold(name: str, **fields: Any) -> None:
     """While ``<gates>/<name>.hold`` exists, stop every process that gets here.
 
