@@ -11,6 +11,8 @@ get their continuation) and the next turn of each lane is dispatched.
 
 Authorization: the ``cancel`` action is asked for the target and for EVERY descendant the call
 will change, before any change; one denial raises :class:`AuthorizationError` and writes nothing.
+Descendants past the batch are not asked about (nor loaded: the tree walk reads five columns):
+the sweep cancels them as part of the cascade the call was authorized for.
 A descendant is asked about with ``turn_principal`` set to the TARGET's principal: a continuation
 acting for another principal (woken by a delivery from this tree) is cancelled with the tree
 that caused it and whose budget it spends.
@@ -87,34 +89,43 @@ def _error(principal: Any, target_id: str, *, cascade: bool, ancestor: bool) -> 
                                               "by": json_safe(principal)})
 
 
-def _descendants(target: Turn, *, marked: bool) -> tuple[list[Turn], list[Turn]]:
+@dataclass(frozen=True)
+class _Node:
+    """A descendant as the tree walk reads it: its id and status, never the whole row."""
+
+    pk: str
+    status: str
+
+
+def _descendants(target: Turn, *, marked: bool) -> tuple[list[_Node], list[_Node]]:
     """Active descendants, parents before children: (unreachable by the sweep, the rest).
 
     Descendants are children through parent links and, for a root, the root-level tasks of its
     tree (continuations that joined it). The sweep finds an active turn through its parent's
     (or, for a root-level task, its root's) ``cancel_cascade`` mark, so a turn above which the
     mark is missing (``marked`` False for the target: it finished without being cancelled)
-    must be cancelled by the call itself.
+    must be cancelled by the call itself. One query per level, reading five columns: finished
+    descendants are walked through (an active turn may hang under one) but never loaded.
     """
     above = {target.pk} if marked else set()
-    unreachable: list[Turn] = []
-    reachable: list[Turn] = []
+    unreachable: list[_Node] = []
+    reachable: list[_Node] = []
     frontier = [target.pk]
     tree_members = Q(root_turn_id=target.pk, parent_turn__isnull=True) & ~Q(pk=target.pk)
     while frontier:
         found = Q(parent_turn_id__in=frontier)
         if frontier == [target.pk] and target.is_root:
             found |= tree_members
-        children = list(Turn.objects.filter(found).order_by("created_at", "id"))
-        frontier = [child.pk for child in children]
-        for child in children:
-            if child.status in ACTIVE_TURN_STATUSES:
-                up = child.parent_turn_id or child.root_turn_id
-                (reachable if up in above else unreachable).append(child)
-                above.add(child.pk)
-            elif child.status == TurnStatus.CANCELLED and (child.options or {}).get(
-                    "cancel_cascade"):
-                above.add(child.pk)
+        children = list(Turn.objects.filter(found).order_by("created_at", "id").values_list(
+            "pk", "parent_turn_id", "root_turn_id", "status", "options__cancel_cascade"))
+        frontier = [pk for pk, *_ in children]
+        for pk, parent_id, root_id, status, cascade_mark in children:
+            if status in ACTIVE_TURN_STATUSES:
+                up = parent_id or root_id
+                (reachable if up in above else unreachable).append(_Node(pk, status))
+                above.add(pk)
+            elif status == TurnStatus.CANCELLED and cascade_mark:
+                above.add(pk)
     return unreachable, reachable
 
 
@@ -182,11 +193,13 @@ def _after(rows: list[Turn]) -> None:
 
 @dataclass
 class _Plan:
-    """What a cancel changes, read with or without the tree lock."""
+    """What a cancel changes, read with or without the tree lock: whole rows only for the
+    turns it will change; ``left`` counts the active descendants left to the sweep."""
 
     target: Turn
     unreachable: list[Turn]
     reachable: list[Turn]
+    left: int = 0
 
     @property
     def active(self) -> bool:
@@ -197,15 +210,27 @@ class _Plan:
         return [self.target, *self.unreachable, *self.reachable]
 
 
-def _plan(turn_id: str, cascade: bool) -> _Plan:
+def _plan(turn_id: str, cascade: bool, batch: int) -> _Plan:
     target = Turn.objects.get(pk=turn_id)
     if not cascade:
         # The inline sub-agents it is parked on are part of its step: they end with it.
         return _Plan(target, controls.inline_chain(target), [])
+    active = target.status in ACTIVE_TURN_STATUSES
     # Marked for the sweep: an active target (cancelled now, with the mark) or one an earlier
     # cancel left cancelled (escalated below); a finished one is not.
-    marked = target.status in ACTIVE_TURN_STATUSES or target.status == TurnStatus.CANCELLED
-    return _Plan(target, *_descendants(target, marked=marked))
+    marked = active or target.status == TurnStatus.CANCELLED
+    unreachable, reachable = _descendants(target, marked=marked)
+    # A running descendant is never claimed again, so refusing claims does not stop it: only
+    # its fence moving does. It is cancelled now, past the batch if need be (there are at
+    # most as many as the tree has executions in flight); the sweep takes the rest.
+    running = [node for node in reachable if node.status == TurnStatus.RUNNING]
+    rest = [node for node in reachable if node.status != TurnStatus.RUNNING]
+    room = max(batch - len(unreachable) - len(running) - (1 if active else 0), 0)
+    chosen = running + rest[:room]
+    rows = Turn.objects.in_bulk([node.pk for node in unreachable + chosen])
+    return _Plan(target, [rows[node.pk] for node in unreachable if node.pk in rows],
+                 [rows[node.pk] for node in chosen if node.pk in rows],
+                 left=len(reachable) - len(chosen))
 
 
 #: How often a cancel reads its plan again when turns appeared after it asked the policy.
@@ -219,6 +244,8 @@ def cancel(turn: Turn | str, *, cascade: bool = False, principal: Any = None) ->
     their completion callbacks, BEFORE the tree lock is taken; under the lock the plan is read
     again, and when a turn appeared meanwhile (a child launched by a racing worker) the call
     asks about it and tries again. Past the last attempt a newcomer is left to the sweep.
+    Descendants past the batch are neither loaded nor asked about: the sweep cancels them as
+    part of the cascade this call was authorized for.
     """
     flag(cascade, "cancel(): cascade=")
     turn_id = turn.pk if isinstance(turn, Turn) else turn
@@ -232,16 +259,16 @@ def cancel(turn: Turn | str, *, cascade: bool = False, principal: Any = None) ->
     report = CancelReport(turn_id, cascade)
     asked: dict[str, bool | None] = {}  # turn id: its callback decision
     for attempt in range(1, ATTEMPTS + 1):
-        seen = _plan(turn_id, cascade)
+        seen = _plan(turn_id, cascade, batch)
         fresh = [row for row in seen.rows if row.pk not in asked]
         _authorize(fresh, principal, seen.target, cascade)
         asked.update((row.pk, callback_decision(row)) for row in fresh)
         with transaction.atomic():
             lock_tree(root_id)
-            plan = _plan(turn_id, cascade)
+            plan = _plan(turn_id, cascade, batch)
             if any(row.pk not in asked for row in plan.rows) and attempt < ATTEMPTS:
                 continue  # ask about the newcomers without the lock, then read again
-            changed = _execute(plan, report, principal, cascade, batch, asked)
+            changed = _execute(plan, report, principal, cascade, asked)
         if changed is None:
             return report
         report.cancelled = [row.pk for row in changed]
@@ -249,22 +276,15 @@ def cancel(turn: Turn | str, *, cascade: bool = False, principal: Any = None) ->
     return report  # pragma: no cover - the last attempt always returns
 
 
-def _execute(plan: _Plan, report: CancelReport, principal: Any, cascade: bool, batch: int,
+def _execute(plan: _Plan, report: CancelReport, principal: Any, cascade: bool,
              asked: dict[str, bool | None]) -> list[Turn] | None:
     """Apply a plan under the tree lock; None when it changes nothing."""
     target, active = plan.target, plan.active
     report.status = target.status
     unreachable = [row for row in plan.unreachable if row.pk in asked]
     reachable = [row for row in plan.reachable if row.pk in asked]
-    # A running descendant is never claimed again, so refusing claims does not stop it: only
-    # its fence moving does. It is cancelled now, past the batch if need be (there are at
-    # most as many as the tree has executions in flight); the sweep takes the rest.
-    running = [row for row in reachable if row.status == TurnStatus.RUNNING]
-    rest = [row for row in reachable if row.status != TurnStatus.RUNNING]
-    room = max(batch - len(unreachable) - len(running) - (1 if active else 0), 0)
-    descendants = unreachable + running + rest[:room]
-    report.remaining = len(plan.reachable) - len(running) - min(room, len(rest))
-    if not active and not unreachable and not reachable:
+    report.remaining = plan.left + len(plan.reachable) - len(reachable)
+    if not active and not plan.unreachable and not plan.reachable and not plan.left:
         return None
     changed: list[Turn] = []
     if active:
@@ -276,7 +296,7 @@ def _execute(plan: _Plan, report: CancelReport, principal: Any, cascade: bool, b
             "cancel_cascade"):
         # Escalation of an earlier plain cancel: mark it so the sweep finds the rest.
         set_options(target, cancel_cascade=True)
-    for row in descendants:
+    for row in unreachable + reachable:
         cancel_row(row, _error(principal, target.pk, cascade=True, ancestor=True), mark=True,
                    callback_allowed=asked.get(row.pk))
         changed.append(row)
