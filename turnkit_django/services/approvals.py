@@ -205,21 +205,32 @@ def decide(root_id: str, call_id: str, state: str, *, principal: Any, reason: st
     return Decision(execution, True, paused is not None and not background, top.pk)
 
 
+#: Requests one inbox call reads and asks the policy about, per call it may list (``limit``, or
+#: ``MAINTENANCE_BATCH_SIZE`` without one), unless ``scan=`` says otherwise.
+SCAN_PER_CALL = 10
+
+
 def pending_approvals(*, principal: Any = None, limit: int | None = None,
                       root_id: str | None = None, turn_id: str | None = None,
-                      ) -> list[ToolExecution]:
+                      scan: int | None = None) -> list[ToolExecution]:
     """Tool calls waiting for a decision, oldest first, that ``principal`` may approve (in the
     tree of ``root_id``, or of the turn ``turn_id``, if given): at most ``limit``.
 
-    The scope is a filter of the query and the policy is asked page by page until ``limit``
-    calls are allowed, so older requests of other runs, or of calls the principal may not
-    approve, never crowd out the ones asked for."""
+    The scope is a filter of the query, so requests of other runs never crowd out a run's. The
+    policy is a Python callable, so the principal is not: the oldest requests of the scope are
+    asked about one by one until ``limit`` are allowed or ``scan`` were asked about (by default
+    ten per call the answer may hold), so one inbox view costs a bounded number of policy calls
+    however many requests other principals have waiting."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InputError(f"pending_approvals(): limit= must be None or an int >= 1, got "
                          f"{limit!r:.40}")
+    if scan is not None and (isinstance(scan, bool) or not isinstance(scan, int) or scan < 1):
+        raise InputError(f"pending_approvals(): scan= (the most requests asked about) must be "
+                         f"None or an int >= 1, got {scan!r:.40}")
     root_id = optional_text(root_id, "pending_approvals(): root_id= (a run's turn id)")
     turn_id = optional_text(turn_id, "pending_approvals(): turn_id= (a turn id)")
     size = limit or int(turnkit_settings.MAINTENANCE_BATCH_SIZE)
+    budget = scan if scan is not None else SCAN_PER_CALL * size
     scope = ToolExecution.objects.awaiting_approval().select_related("turn")
     if root_id is not None:
         scope = scope.filter(turn__root_turn_id=root_id)
@@ -228,14 +239,18 @@ def pending_approvals(*, principal: Any = None, limit: int | None = None,
     scope = scope.order_by("created_at", "id")
     allowed: list[ToolExecution] = []
     start = 0
-    while len(allowed) < size:
-        page = list(scope[start:start + size])
-        allowed += [r for r in page
-                    if is_allowed("approve", principal=principal, **_resources(r))]
-        if len(page) < size:
+    while len(allowed) < size and start < budget:
+        stop = min(start + size, budget)
+        page = list(scope[start:stop])
+        for row in page:
+            if is_allowed("approve", principal=principal, **_resources(row)):
+                allowed.append(row)
+                if len(allowed) == size:
+                    break
+        if len(page) < stop - start:
             break
-        start += size
-    return allowed[:size]
+        start = stop
+    return allowed
 
 
 def expire_approvals() -> list[str]:
