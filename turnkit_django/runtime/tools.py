@@ -3,11 +3,12 @@
 Calls run in order, each outside any transaction; :mod:`.results` writes each call's intent
 before it starts and its result after (one commit per step, see there).
 
-Being pessimistic about the gap between an intent committed by the previous step and the tool
-actually starting is deliberate (P4 stays intact): a worker that dies in it leaves the
-execution ``running``, so recovery reports "outcome unknown" for a tool that is not
-replay-safe, and re-runs a replay-safe one with the same idempotency key, exactly as for a
-worker that died inside the tool.
+An intent says the call is next, not that it started: a tool that is not replay-safe records
+its start (``started_at``) in one statement of its own just before its code runs
+(:meth:`~turnkit_django.store.Fenced.start_call`). A worker that dies before that statement
+never started the call, so recovery puts it back to ``pending`` and the next worker runs it;
+one that dies after it leaves the call "outcome unknown" (a replay-safe tool is re-run with its
+idempotency key either way).
 
 A resumed turn (no batch in memory) reads its executions, and starts a call without a
 committed intent in a transaction of its own first, as does a call after a background
