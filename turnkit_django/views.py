@@ -38,6 +38,7 @@ from django.conf import settings
 from django.contrib.auth import get_user
 from django.core.handlers.asgi import ASGIRequest
 from django.db import connections, transaction
+from django.db.models import Exists
 from django.http import (
     Http404,
     HttpRequest,
@@ -120,16 +121,30 @@ def readable(request: HttpRequest, root: Turn, principal: Any) -> Readable:
     return Readable(root.pk, principal, decide)
 
 
-def _batch(run_id: str, after: int, size: int, readable: Readable) -> tuple[list[Event], bool]:
-    """Events after ``after`` the reader may see and whether the run had finished before they
-    were read: no turn of its tree active, the root's nor a continuation's that joined it after
-    the root finished (conversations that joined the tree since the last batch are decided
-    first)."""
-    finished = not Turn.objects.filter(root_turn_id=run_id).active().exists()
-    allowed = sorted(readable.refresh())
-    rows = list(Event.objects.filter(root_turn_id=run_id, id__gt=after,
-                                     conversation_id__in=allowed).order_by("id")[:size])
-    return rows, finished
+def _news(run_id: str, after: int) -> tuple[bool, bool]:
+    """Whether a turn of the run's tree is active (the root, a sub-agent, a continuation that
+    joined it after the root finished) and whether an event follows ``after``: ONE query, two
+    ``EXISTS`` over indexed columns (``turnkit_turn.root_turn_id``, ``turnkit_event (root_turn,
+    id)``) that stop at their first row, whatever the size of the tree. A deleted run is
+    finished, with nothing new."""
+    found = (Turn.objects.filter(pk=run_id).order_by()
+             .annotate(busy=Exists(Turn.objects.filter(root_turn_id=run_id).active()),
+                       new=Exists(Event.objects.filter(root_turn_id=run_id, id__gt=after)))
+             .values_list("busy", "new")[:1])
+    return next(iter(found), (False, False))
+
+
+def _batch(run_id: str, after: int, size: int,
+          readable: Readable) -> tuple[list[Event], list[Event]]:
+    """Up to ``size`` events after ``after`` (of every conversation of the tree) and those of
+    them the reader may see. The stream's cursor moves to the last one read, past the events of
+    conversations the reader may not read (else each poll would find them new and read them
+    again). The conversations are decided after the events were read, so the conversation of
+    every event read is known then (a turn commits before or with its events)."""
+    rows = list(Event.objects.filter(root_turn_id=run_id, id__gt=after).order_by("id")[:size])
+    allowed = readable.refresh() if rows else set()
+    shown = [event for event in rows if event.conversation_id in allowed]
+    return rows, shown
 
 
 def unit(work: Callable[..., T], *args: Any) -> T:
@@ -264,13 +279,16 @@ class EventStream(View):
         if time.monotonic() - cursor.checked_at >= self.authorization_interval \
                 and not self.still_allowed(cursor):
             return [], True  # no ``end``: the run is not over; a reconnect gets 404
-        rows, finished = _batch(cursor.run_id, cursor.after, self.batch_size, cursor.shown)
-        frames = [frame(event) for event in rows]
-        if rows:
-            cursor.after = rows[-1].pk
-        if finished and len(rows) < self.batch_size:
+        busy, new = _news(cursor.run_id, cursor.after)
+        if not new:  # the usual poll: one query
+            return ([WAITING], False) if busy else ([END], True)
+        read, shown = _batch(cursor.run_id, cursor.after, self.batch_size, cursor.shown)
+        frames = [frame(event) for event in shown]
+        if read:
+            cursor.after = read[-1].pk
+        if not busy and len(read) < self.batch_size:  # busy was read before the events
             return [*frames, END], True
-        if not rows:
+        if not frames and len(read) < self.batch_size:
             frames.append(WAITING)
         return frames, False
 
