@@ -184,7 +184,7 @@ class Cluster:
 
     def start(self, count: int = 2, *, pool: str = "prefork", timeout: float = 120,
               env: dict[str, str] | None = None,
-              app: str = "tests.celery_app") -> list[Worker]:
+              app: str = "tests.celery_app", concurrency: int = 1) -> list[Worker]:
         """Start ``count`` workers of the Celery module ``app``; wait until each is consuming
         (``env``: extra variables, such as :func:`skewed_clock`)."""
         started = []
@@ -195,7 +195,7 @@ class Cluster:
             command = [
                 *_DIE_WITH_PARENT,
                 sys.executable, "-m", "celery", "-A", app, "worker",
-                "-Q", QUEUE, f"--pool={pool}", "--concurrency=1", "-n", f"{name}@%h",
+                "-Q", QUEUE, f"--pool={pool}", f"--concurrency={concurrency}", "-n", f"{name}@%h",
                 "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
             ]
             with log.open("ab") as out:

@@ -47,6 +47,11 @@ if _default["ENGINE"] == "django.db.backends.postgresql":
         "connect_timeout": 5,
     }
 
+if os.environ.get("TURNKIT_E2E_DB_POOL"):
+    # Django's connection pool (psycopg's), at most this many sessions per worker process.
+    _default["OPTIONS"] = {**_default.get("OPTIONS", {}), "pool": {
+        "min_size": 1, "max_size": int(os.environ["TURNKIT_E2E_DB_POOL"]), "timeout": 60}}
+
 if os.environ.get("TURNKIT_E2E_KEEP_CONNECTIONS"):
     # docs/howto/celery.md, "Database connections": the worker keeps its session across tasks.
     _default["CONN_MAX_AGE"] = 600

@@ -4,7 +4,8 @@
 ``{"steps": [...]}`` and the model answers step *n* with *n* = the number of assistant messages
 after that input, so the answer depends only on the transcript and any worker gives the same one.
 A step is ``{"call": tool, "args": {...}}``, ``{"reply": text}``, optionally with ``"gate": name``
-(block the first model call that reaches it, see :func:`tests.testapp.ledger.gate`).
+(block the first model call that reaches it, see :func:`tests.testapp.ledger.gate`) or
+``"hold": name`` (stop every model call that reaches it while the test holds it).
 
 The tools write their side effects to the ledger with the tool execution's idempotency key.
 """
@@ -23,7 +24,7 @@ from turnkit_django.events import Event
 from turnkit_django.events import event as any_event
 from turnkit_django.testing import Entry, FunctionClient, call, reply
 
-from .ledger import armed_gate, gate, record
+from .ledger import armed_gate, gate, hold, record
 
 SCRIPTED_AGENT = "e2e_scripted"
 
@@ -50,6 +51,8 @@ def respond(request: ModelRequest) -> Entry:
     record("model", turn=turn_id, step=step)
     if entry.get("gate"):
         gate(entry["gate"], turn=turn_id, step=step)
+    if entry.get("hold"):  # every model call reaching it waits while the test holds it
+        hold(entry["hold"], turn=turn_id, step=step)
     record("model.done", turn=turn_id, step=step)
     if "call" in entry:
         return call(entry["call"], id=f"call_{turn_id}_{step}", **entry.get("args", {}))

@@ -14,7 +14,7 @@ from ..clients import Client
 from ..events import EventCallback, emit
 from ..messages import PRIVATE_MESSAGE_KINDS, ChatMessage
 from ..models import Conversation, Message, ToolExecution, Turn
-from ..store import Claim, Fenced, History, TurnState, to_chat
+from ..store import Claim, Fenced, History, TurnState, release_session, to_chat
 from ..tools.base import Tool
 from .handles import turn_handle
 
@@ -114,8 +114,10 @@ class TurnContext:
 
     @contextmanager
     def waiting_for(self, kind: str, name: str, limit: float | None) -> Iterator[None]:
-        """Mark a model or tool call as in flight while it runs (see :meth:`overdue`)."""
+        """Mark a model or tool call as in flight while it runs (see :meth:`overdue`); the
+        turn's database session goes back to the pool meanwhile (store.sessions)."""
         self.in_flight = InFlight(kind, name, limit)
+        release_session()
         try:
             yield
         finally:

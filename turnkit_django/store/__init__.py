@@ -28,6 +28,7 @@ from .claims import (
 from .fenced import Charge, Fenced
 from .locks import Ledger, LedgerDelta, database_now, lock_conversation, lock_tree
 from .seen import History, Prefix, history_before, remember_history
+from .sessions import pooled, release_session
 from .state import GRANTED, Candidate, MediaCall, Reservation, Terminal, TurnState
 from .transcript import (
     ClosedCall,
@@ -91,6 +92,8 @@ __all__ = [
     "lease_of",
     "lock_conversation",
     "lock_tree",
+    "pooled",
+    "release_session",
     "reload",
     "remember_history",
     "repair",
