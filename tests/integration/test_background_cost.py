@@ -38,8 +38,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 #: steps,
 #: the terminal write (1: the step's one statement with its message, events and the
 #: conversation's row, guarded to hold only while no delivery waits in the lane), and after
-#: its commit one read of the lane's next turn, its buffered deliveries and the turn's waiters.
-RUN_TURN_STATEMENTS = 8
+#: its commit one read of the lane's next turn, its buffered deliveries and the turn's waiters;
+#: plus the start of each of the two calls of a tool that is not replay-safe (one UPDATE each,
+#: just before the tool runs, so a call whose worker died before it never ran).
+RUN_TURN_STATEMENTS = 8 + 2
 #: Statements of ``agent.prepare(task).submit()``: the conversation, input, turn and event in
 #: one statement; then the submit, one guarded update.
 SUBMIT_STATEMENTS = 2
