@@ -22,6 +22,7 @@ from .claims import (
     claim_turn,
     create_claimed,
     heartbeat,
+    heartbeat_all,
     lease_of,
     worker_identity,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "create_turn",
     "database_now",
     "heartbeat",
+    "heartbeat_all",
     "history_before",
     "insert_messages",
     "keyed_write",

@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Any, Literal, TypeVar, cast
 
 from django.db import connection, transaction
-from django.db.models import Exists
+from django.db.models import Exists, OuterRef, Q
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -359,10 +359,27 @@ def heartbeat(claim: Claim) -> None:
         raise LostClaim(claim.turn_id, claim.fence)
 
 
+def heartbeat_all(claims: Sequence[Claim]) -> set[str]:
+    """:func:`heartbeat` for every claim a process holds, in one statement; return the turn
+    ids whose claim is lost (their fence moved on: read again only when some were)."""
+    if not claims:
+        return set()
+    held = Q()
+    for claim in claims:
+        held |= Q(turn_id=claim.turn_id, fence=claim.fence)
+    holds = Turn.objects.filter(pk=OuterRef("turn_id"), fence=OuterRef("fence")).running()
+    updated = Lease.objects.filter(held).filter(Exists(holds)).update(heartbeat_at=Now())
+    if updated == len({(c.turn_id, c.fence) for c in claims}):
+        return set()
+    alive = set(Turn.objects.filter(pk__in=[c.turn_id for c in claims]).running().values_list(
+        "pk", "fence"))
+    return {c.turn_id for c in claims if (c.turn_id, c.fence) not in alive}
+
+
 def lease_of(turn_id: str) -> datetime | None:
     """The last heartbeat of the claim on ``turn_id`` (None: never claimed)."""
     return Lease.objects.filter(turn_id=turn_id).values_list("heartbeat_at", flat=True).first()
 
 
 __all__ = ["Claim", "Prepare", "cancelled_above", "claim", "claim_turn", "create_claimed",
-           "heartbeat", "lease_of", "worker_identity"]
+           "heartbeat", "heartbeat_all", "lease_of", "worker_identity"]
