@@ -31,6 +31,7 @@ from ..models import Message, ToolExecution, Turn
 from ..serialization import JsonObject
 from ..states import FINISHED_TOOL_STATUSES, TERMINAL_TURN_STATUSES, Phase, ToolStatus
 from ..store import Ledger
+from ..store.controls import steering_receipts
 from ..store.events import stamp
 from ..tools.base import Tool, ToolContext
 from . import budget
@@ -80,8 +81,7 @@ def boundary(ctx: TurnContext) -> None:
 def _steer(ctx: TurnContext, ledger: Ledger, controls: JsonObject,
            executions: dict[str, ToolExecution], idle: set[str]) -> list[Message]:
     """Under the lock: supersede the unstarted calls, append the guidance, back to the model."""
-    steers = controls.get("steers")
-    receipts = [dict(r) for r in steers if isinstance(r, dict)] if isinstance(steers, list) else []
+    receipts = steering_receipts(controls)
     waiting = [r for r in receipts if not r.get("message_id")]
     if not waiting:
         return []

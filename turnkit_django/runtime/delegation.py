@@ -17,6 +17,7 @@ from ..exceptions import BudgetExceeded, ConfigurationError
 from ..messages import TextPart, ToolCallPart
 from ..models import ToolExecution, Turn
 from ..states import TERMINAL_TURN_STATUSES, ToolStatus, TurnStatus
+from ..store.controls import steering_receipts
 from ..store.events import stamp
 from . import budget
 from .calls import CallOutcome
@@ -121,9 +122,7 @@ def _park_on_child(parent: TurnContext, execution: ToolExecution, child: Turn) -
         controls.pop("pause_requested", None)  # a pause asked of the parent holds: it parks
         controls.update(paused_at=stamp(ledger.now), paused_from="running",
                         inline_child=child.pk)
-        steers = controls.get("steers")
-        unread = isinstance(steers, list) and any(
-            isinstance(r, dict) and not r.get("message_id") for r in steers)
+        unread = any(not r.get("message_id") for r in steering_receipts(controls))
         # The call goes back to pending keeping its attempt: the child may have taken effects.
         parent.fenced.move_execution(execution.pk, [ToolStatus.RUNNING], ToolStatus.PENDING)
         parent.fenced.pause([], controls, transition="await_child", controls_pending=unread)

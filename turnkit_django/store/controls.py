@@ -139,6 +139,13 @@ def extend_deadline(root_id: str, by: timedelta) -> None:
             deadline_at=F("deadline_at") + by)
 
 
+def steering_receipts(controls: JsonMapping) -> list[JsonObject]:
+    """The steering receipts recorded in a turn's ``controls`` (copies; malformed entries
+    left out). One whose ``message_id`` is unset has not been read by the turn yet."""
+    steers = controls.get("steers")
+    return [dict(r) for r in steers if isinstance(r, dict)] if isinstance(steers, list) else []
+
+
 def add_steering(row: Turn, receipt: JsonMapping) -> None:
     """Record a steering receipt for ``row``'s worker (it reads it at its next boundary)."""
     controls = dict(row.controls or {})
@@ -164,4 +171,5 @@ def decide(execution: ToolExecution, row: Turn, approval: JsonMapping,
 
 
 __all__ = ["add_steering", "decide", "extend_deadline", "inline_chain", "lift_hold",
-           "parked_parents", "request_pause", "resume"]
+           "parked_parents", "request_pause", "resume",
+           "steering_receipts"]
