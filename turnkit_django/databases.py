@@ -14,14 +14,16 @@ primary/replica router only has to leave this app on the primary.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from django.apps import apps
 from django.core.checks import CheckMessage, Error, Tags, register
-from django.db import DEFAULT_DB_ALIAS, router
+from django.db import DEFAULT_DB_ALIAS, connections, router
 
 APP_LABEL = "turnkit"
+
+T = TypeVar("T")
 
 
 def routing_problems() -> list[str]:
@@ -61,4 +63,19 @@ def check_routing(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> li
         id="turnkit.E022")]
 
 
-__all__ = ["APP_LABEL", "check_routing", "routing_problems"]
+def unit(work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)``, then close this thread's database connections that are not in a
+    transaction: code that waits between short reads (an event stream, ``run.wait()``) holds no
+    session while it sleeps (one per waiter would exhaust ``max_connections``). A connection in
+    a transaction is left alone; with a pool, closing returns it. Unlike
+    ``close_old_connections()``, which closes only what is past ``CONN_MAX_AGE`` or broken,
+    this closes them all, inside a request too."""
+    try:
+        return work(*args)
+    finally:
+        for connection in connections.all(initialized_only=True):
+            if not connection.in_atomic_block:
+                connection.close()
+
+
+__all__ = ["APP_LABEL", "check_routing", "routing_problems", "unit"]

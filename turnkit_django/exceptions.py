@@ -21,7 +21,8 @@
     │   ├── DeliveryConflict    ... a delivery key (send_message, post)
     │   └── KeyConflict         ... an input or steering key (ask, say, steer)
     ├── ApprovalError           no such call waits for a decision, or it was decided otherwise
-    ├── AtomicBlockError        inline execution was asked for inside transaction.atomic()
+    ├── AtomicBlockError        inline execution or run.wait() inside transaction.atomic()
+    ├── RunTimeout              run.wait()/await_result() timed out (also a TimeoutError)
     ├── EvaluationError         a structured evaluation got no valid answer (``status`` says why)
     └── InvalidTransition       the operation is not allowed in the turn's current status
 """
@@ -201,14 +202,41 @@ class AtomicBlockError(TurnkitError):
     CONTINUE = ("or run turns that wait for people in the background: a run started with "
                 "submit() is continued by a worker once the outer transaction commits.")
 
-    def __init__(self, operation: str, instead: str = SUBMIT) -> None:
+    #: Why the operation cannot run in the block, by default: it executes the turn.
+    EXECUTES = ("executes the turn now and commits every step, so it cannot run inside "
+                "transaction.atomic() (a view under ATOMIC_REQUESTS is inside one): its steps "
+                "would roll back with the outer block.")
+    #: For ``run.wait()`` and ``run.await_result()``.
+    WAITS = ("waits for a worker's commits, which a caller inside transaction.atomic() (a view "
+             "under ATOMIC_REQUESTS is inside one) may never see, and it would hold the block's "
+             "database session the whole time.")
+    #: What to do instead of waiting.
+    FOLLOW = ("or return the run's id and follow it without blocking: the event stream "
+              "(turnkit_django.urls), run.events() or load_run(id).refresh() later.")
+
+    def __init__(self, operation: str, instead: str = SUBMIT, *, reason: str = EXECUTES) -> None:
         self.operation = operation
         super().__init__(
-            f"{operation} executes the turn now and commits every step, so it cannot run inside "
-            "transaction.atomic() (a view under ATOMIC_REQUESTS is inside one): its steps would "
-            "roll back with the outer block. Call it outside the block (decorate the view with "
+            f"{operation} {reason} Call it outside the block (decorate the view with "
             f"@transaction.non_atomic_requests), {instead}"
         )
+
+
+class RunTimeout(TurnkitError, TimeoutError):
+    """``run.wait(timeout=)`` or ``run.await_result(timeout=)`` gave up: the run was neither
+    finished nor paused for a person when the timeout passed. Nothing was changed: the run goes
+    on; ``status`` is what it was at the last check."""
+
+    def __init__(self, run_id: str, status: str, timeout: float) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.timeout = timeout
+        advice = ("is a worker running (celery -A <project> worker) and consuming turnkit's "
+                  "queue? " if status == "pending" else "")
+        super().__init__(
+            f"run {run_id!r} is still {status} after waiting {timeout:g} s; {advice}wait "
+            "again with a longer timeout, follow it without blocking (run.events(), the event "
+            "stream) or cancel it (run.cancel())")
 
 
 class EvaluationError(TurnkitError):
@@ -267,6 +295,7 @@ __all__ = [
     "ModelAccessError",
     "ModelError",
     "NotFound",
+    "RunTimeout",
     "ToolError",
     "TurnkitError",
     "WaitError",

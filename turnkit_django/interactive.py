@@ -1,4 +1,5 @@
-"""The interactive controls of the handles: approvals, pause/resume, steering, post, events.
+"""The interactive controls of the handles: approvals, pause/resume, steering, post, events,
+and waiting for a run (``run.wait()``, ``run.await_result()``).
 
 Mixed into :class:`~turnkit_django.handles.TurnHandle` (``Run`` adds :class:`TreeControls`) and
 :class:`~turnkit_django.handles.ConversationHandle`; the work is in ``services``.
@@ -16,7 +17,7 @@ from .exceptions import AtomicBlockError
 from .models import Conversation, Delivery, Event, ToolExecution, Turn
 from .runtime import execute, refuse_atomic_block
 from .serialization import JsonObject
-from .services import approvals, controls, inputs
+from .services import approvals, awaiting, controls, inputs
 from .services.inputs import InputStatus
 from .services.reading import readable_conversations
 from .states import TurnStatus
@@ -129,6 +130,18 @@ class TreeControls(TurnControls):
     """A run's controls: its approvals (decisions and the pending list) span its tree."""
 
     _approvals_of_tree = True
+
+    def wait(self, timeout: float | None = 60) -> Self:
+        """Block until the run is terminal or paused for a person (an approval, a pause) and
+        return it refreshed; RunTimeout after ``timeout`` seconds (None: no limit). Holds no
+        database session between its checks; refused inside ``transaction.atomic()``."""
+        awaiting.wait(self.row, timeout)
+        return self
+
+    async def await_result(self, timeout: float | None = 60) -> Self:
+        """``wait()`` for async code (async views): ``await run.await_result(timeout=60)``."""
+        await awaiting.await_result(self.row, timeout)
+        return self
 
 
 class ConversationInputs:

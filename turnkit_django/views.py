@@ -28,10 +28,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from importlib import import_module
-from typing import Any, TypeVar
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -54,12 +54,11 @@ from django.views import View
 from .arguments import cursor
 from .authorization import TRANSCRIPT_PERMISSION, is_allowed
 from .conf import turnkit_settings
+from .databases import unit
 from .exceptions import InputError
 from .models import Event, Turn
 from .serialization import unstorable
 from .services.reading import Readable, TreeConversation
-
-T = TypeVar("T")
 
 
 def principal_of(request: HttpRequest) -> Any:
@@ -145,19 +144,6 @@ def _batch(run_id: str, after: int, size: int,
     allowed = readable.refresh() if rows else set()
     shown = [event for event in rows if event.conversation_id in allowed]
     return rows, shown
-
-
-def unit(work: Callable[..., T], *args: Any) -> T:
-    """``work(*args)``, then close the database connections it opened: a stream holds no session
-    while it waits (one per open stream would exhaust ``max_connections``). A connection in a
-    transaction is left alone (the stream's own never is: the view is not atomic); with a pool,
-    closing returns it."""
-    try:
-        return work(*args)
-    finally:
-        for connection in connections.all(initialized_only=True):
-            if not connection.in_atomic_block:
-                connection.close()
 
 
 @dataclass

@@ -144,16 +144,17 @@ def context(claim: Claim, row: Turn, agent: AgentDefinition, *, client: Client,
     )
 
 
-def refuse_atomic_block(operation: str, instead: str = AtomicBlockError.SUBMIT) -> None:
-    """Raise AtomicBlockError when called inside ``transaction.atomic()`` (``instead``: the
-    advice after "call it outside the block").
+def refuse_atomic_block(operation: str, instead: str = AtomicBlockError.SUBMIT, *,
+                        reason: str = AtomicBlockError.EXECUTES) -> None:
+    """Raise AtomicBlockError when called inside ``transaction.atomic()`` (``reason``: why it
+    cannot run there; ``instead``: the advice after "call it outside the block").
 
     The block a test case wraps each test in does not count (Django's durable blocks make the
     same exception), so tests can run turns inline.
     """
     blocks = transaction.get_connection().atomic_blocks
     if blocks and not getattr(blocks[-1], "_from_testcase", False):
-        raise AtomicBlockError(operation, instead)
+        raise AtomicBlockError(operation, instead, reason=reason)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@
 * :mod:`.cancellation`: cancel with or without descendants, the cascade sweep;
 * :mod:`.deliveries`, :mod:`.waits`: durable messages, application waits;
 * :mod:`.retention`, :mod:`.compaction`: pruning history, manual compaction;
-* :mod:`.reading`: what a reader of a tree may see (readable conversations, the tree's messages).
+* :mod:`.reading`: what a reader of a tree may see (readable conversations, the tree's messages);
+* :mod:`.awaiting`: waiting for a run to finish or pause for a person (``run.wait()``).
 """
 
 from __future__ import annotations
