@@ -30,12 +30,15 @@ from .conf import turnkit_settings
 
 @shared_task(name="turnkit.run_turn", acks_late=True, reject_on_worker_lost=True,
              ignore_result=True)
-def run_turn(turn_id: str) -> None:
-    """Claim and execute a submitted turn if it is claimable; then one maintenance pass."""
-    from .services import run_turn as run  # noqa: PLC0415 - see the module doc
+def run_turn(turn_id: str) -> dict[str, object]:
+    """Claim and execute a submitted turn if it is claimable; then one maintenance pass.
+
+    Returns how the execution ended (``{"turn_id", "agent", "outcome", "steps", "duration"}``),
+    which Celery's "succeeded" line shows; no result backend stores it (``ignore_result``)."""
+    from .services.turns import run_submitted  # noqa: PLC0415 - see the module doc
 
     with _django_connections(), _graceful_sigterm():
-        run(turn_id)
+        return run_submitted(turn_id).summary()
 
 
 @shared_task(name="turnkit.maintain", ignore_result=True)

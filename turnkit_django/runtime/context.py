@@ -76,6 +76,8 @@ class TurnContext:
     #: Once the turn ended: whether other turns wait for it, as its lane's hand-off read it
     #: (None: not read).
     waited_for: bool | None = None
+    #: Model and tools steps this worker ran (one per model call, one per batch of tool calls).
+    steps: int = 0
 
     @property
     def conversation(self) -> Conversation:

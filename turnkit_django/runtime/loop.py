@@ -73,9 +73,12 @@ def run(ctx: TurnContext) -> None:
                 controls.boundary(ctx)
                 continue
             phase = ctx.state.phase
+            counted = phase != Phase.OUTPUT
+            ctx.steps += counted
             try:
                 STEPS[phase](ctx)
             except ControlPending:
+                ctx.steps -= counted  # run again after the boundary
                 continue
             if phase == Phase.OUTPUT and ctx.state.phase != Phase.MODEL:
                 return  # published or failed (not sent back for a revision)
@@ -161,10 +164,19 @@ def refuse_atomic_block(operation: str, instead: str = AtomicBlockError.SUBMIT, 
 class Executed:
     """What :func:`execute` did: whether it claimed and ran the turn (its truth value) and,
     when the turn ended, whether other turns wait for it, as the lane's hand-off read it
-    (None: not read)."""
+    (None: not read).
+
+    Once it ran: how this execution ended its claim (``ended_by``, the transition:
+    ``publish``, ``fail``, ``suspend``, ``hand_back``, ``pause_at_boundary``,
+    ``await_approval``, ``await_child``; None when it lost the claim to someone else), the
+    model and tools steps it ran, and the turn's agent and conversation."""
 
     ran: bool
     waited_for: bool | None = None
+    ended_by: str | None = None
+    steps: int = 0
+    agent: str = ""
+    conversation_id: str = ""
 
     def __bool__(self) -> bool:
         return self.ran
@@ -188,8 +200,9 @@ def execute(
     if claimed is None:
         return Executed(False)
     claim, row, ledger = claimed
-    return Executed(True, _run_claimed(claim, row, ledger, agent, client, on_event,
-                                       visible_history(row)).waited_for)
+    ctx = _run_claimed(claim, row, ledger, agent, client, on_event, visible_history(row))
+    return Executed(True, ctx.waited_for, ctx.fenced.ended_by, ctx.steps, row.agent_name,
+                    row.conversation_id)
 
 
 def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "inline",

@@ -55,10 +55,14 @@ def dispatch(turn_id: str) -> None:
             _dispatcher()(turn_id)
         except ConfigurationError as exc:  # nothing to retry until the setup is fixed
             logger.warning("could not dispatch turn %r: %s", turn_id, exc)
-        except Exception:
-            # Celery is only a doorbell: maintenance re-dispatches what was lost.
-            logger.warning("could not dispatch turn %r; maintenance will retry", turn_id,
-                           exc_info=True)
+        except Exception as exc:
+            # Celery is only a doorbell: maintenance re-dispatches what was lost. A condition
+            # that heals by itself (the broker down) is one line; the traceback is at DEBUG.
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+            logger.warning("could not dispatch turn %r (%s); maintenance will re-dispatch it",
+                           turn_id, reason, extra={"turnkit_turn_id": turn_id,
+                                                   "turnkit_outcome": "not_dispatched"})
+            logger.debug("dispatching turn %s failed", turn_id, exc_info=True)
 
     transaction.on_commit(send)
 

@@ -1,6 +1,7 @@
 """Use cases, one function each: what handles, admin actions, commands and tasks call.
 
 * :mod:`.turns`: create conversations and turns, submit, run a submitted turn;
+* :mod:`.outcomes`: the worker's one log line per turn outcome (and per recovered turn);
 * :mod:`.recovery`: reconcile abandoned turns, the bounded maintenance pass (``drain``);
 * :mod:`.cancellation`: cancel with or without descendants, the cascade sweep;
 * :mod:`.deliveries`, :mod:`.waits`: durable messages, application waits;

@@ -28,6 +28,7 @@ from ..store.transcript import ClosedCall, interrupt_running
 from ..store.turns import count_recovery, end, release, revoke, touch
 from ..store.waits import join
 from .approvals import expire_approvals
+from .outcomes import log_recovery
 
 logger = logging.getLogger("turnkit_django.services")
 
@@ -71,6 +72,7 @@ def _abandon(turn: Turn, message: str, report: ReconcileReport) -> None:
                            repair_reason="the turn was abandoned",
                            error=ErrorRecord("Stale", message).for_turn()))
     report.stale.append(turn.pk)
+    transaction.on_commit(lambda: log_recovery(turn, "stale", message))
     emit("turn.stale", turn_id=turn.pk, conversation_id=turn.conversation_id)
 
 
@@ -108,6 +110,9 @@ def _recover(turn_id: str, report: ReconcileReport) -> None:
         revoke(turn, "requeue", reason="lease expired", recovery_attempts=attempts)
         dispatch(turn.pk)
         report.recovered.append(turn.pk)
+        transaction.on_commit(lambda: log_recovery(
+            turn, "recovered", f"its worker's lease expired (recovery attempt {attempts} of "
+            f"{turnkit_settings.MAX_RECOVERY_ATTEMPTS})"))
         emit("turn.recovered", turn_id=turn.pk, conversation_id=turn.conversation_id,
              recovery_attempts=attempts)
 
@@ -122,6 +127,7 @@ def _dead_letter(turn: Turn, attempts: int, cause: str, report: ReconcileReport,
         error=error, recovery_attempts=attempts)
     finished(turn, callback_allowed=callback_allowed)  # commits with the dead-letter
     report.dead_lettered.append(turn.pk)
+    transaction.on_commit(lambda: log_recovery(turn, "dead_lettered", cause))
     emit("turn.failed", turn_id=turn.pk, conversation_id=turn.conversation_id, error=error)
 
 

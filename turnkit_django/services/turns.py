@@ -8,22 +8,32 @@ from ..conf import turnkit_settings
 from ..runtime import execute
 from ..runtime.creation import new_conversation, new_turn
 from ..runtime.submission import dispatch, submit
+from .outcomes import TurnOutcome, log_outcome, outcome_of
 from .recovery import drain, release_waiters_of
 
 
 def run_turn(turn_id: str, *, kind: str = "celery") -> bool:
     """Execute a submitted turn if it is claimable, release what waited for it, and run
-    maintenance when it is due.
+    maintenance when it is due; true if this call ran the turn.
 
     The turn's terminal write has already handed its lane on (the next queued turn rung, or the
     idle conversation woken) and created its completion callback; when the hand-off read
-    after the commit, it read the waiters too.
+    after the commit, it read the waiters too. How the execution ended is logged, one line
+    (:mod:`.outcomes`); :func:`run_submitted` returns it.
     """
+    return run_submitted(turn_id, kind=kind).ran
+
+
+def run_submitted(turn_id: str, *, kind: str = "celery") -> TurnOutcome:
+    """:func:`run_turn`, returning how the execution ended (what the Celery task returns)."""
+    started = time.monotonic()
     executed = execute(turn_id, kind=kind)
+    outcome = outcome_of(turn_id, executed, time.monotonic() - started)
+    log_outcome(outcome)
     if executed and executed.waited_for is not False:  # unless its hand-off read none
         release_waiters_of(turn_id)
     maintain_when_due()
-    return executed.ran
+    return outcome
 
 
 class _Maintenance:
@@ -48,4 +58,4 @@ def maintain_when_due() -> None:
 
 
 __all__ = ["dispatch", "maintain_when_due", "new_conversation", "new_turn",
-           "run_turn", "submit"]
+           "run_submitted", "run_turn", "submit"]

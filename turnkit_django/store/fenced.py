@@ -71,6 +71,8 @@ class Fenced:
         #: only when ``keep_row``: an inline run adopts it, a background worker has no use).
         self.ended: tuple[Any, ...] | None = None
         self.keep_row = False
+        #: The transition that ended this worker's claim, committed (None: held, or lost).
+        self.ended_by: str | None = None
         if ledger is not None:
             self._remember(ledger, time.monotonic())
 
@@ -111,11 +113,14 @@ class Fenced:
             self.controls_pending = bool(pending)
             if fence != claim.fence or status != TurnStatus.RUNNING:
                 raise LostClaim(claim.turn_id, claim.fence)
-            outer, self._events = self._events, []
+            outer, self._events, ended_by = self._events, [], self.ended_by
             try:
                 yield ledger
                 if self._events:  # the block's events, in order, in one insert
                     Event.objects.bulk_create(self._events)
+            except BaseException:
+                self.ended_by = ended_by  # rolled back
+                raise
             finally:
                 self._events = outer
         self._remember(ledger, locked_at)
@@ -137,6 +142,7 @@ class Fenced:
         itself, so that runs under the lock without a read to take it.
         """
         ledger = self._projected() if buffered and connection.vendor == "postgresql" else None
+        ended_by = self.ended_by
         if ledger is not None:
             writes, after = StepWrites(), list[Callable[[], object]]()
             self._writes, self._after, self._then = writes, after, []
@@ -156,6 +162,7 @@ class Fenced:
                 for hand_off in then:
                     transaction.on_commit(hand_off)
                 return result
+            self.ended_by = ended_by  # nothing was written
         with self.atomic() as locked_ledger:
             return body(locked_ledger)
 
@@ -310,6 +317,7 @@ class Fenced:
                transition: str | None = None) -> None:
         """The turn's own row (``updated_at`` moves with a status change only, so state
         writes stay HOT updates); ``delta`` goes to the root's ledger."""
+        self.ended_by = transition or self.ended_by  # every transition here ends the claim
         if transition in TRANSITION_EVENTS:
             self.event(TRANSITION_EVENTS[transition], status=TRANSITIONS[transition].target)
         writes = self._writes
