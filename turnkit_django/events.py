@@ -15,6 +15,7 @@ from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from . import metrics
 from .serialization import JsonObject, JsonValue
 
 logger = logging.getLogger("turnkit_django.events")
@@ -103,15 +104,25 @@ def emit(
     turn_id: str | None,
     conversation_id: str | None,
     callback: EventCallback | None = None,
+    started_at: datetime | None = None,
     **payload: JsonValue,
 ) -> None:
-    """Send the event once the current transaction commits (at once outside one)."""
+    """Send the event once the current transaction commits (at once outside one).
+
+    A turn's end (``turn.completed`` ...) is also counted in :mod:`.metrics`, with the turn's
+    duration from ``started_at`` (its first claim) when given.
+    """
+    measure = metrics.turn_event(type_, payload, started_at)
     listening = [s for s in (signals[type_], event) if s.has_listeners(Event)]
     if not listening and callback is None:
+        if measure is not None:
+            _after_commit(measure)
         return  # nobody hears it: build nothing
     evt = Event(type_, turn_id, conversation_id, payload)
 
     def send() -> None:
+        if measure is not None:
+            measure()
         for signal in listening:
             for _receiver, result in signal.send_robust(sender=Event, event=evt):
                 if isinstance(result, Exception):
@@ -122,6 +133,10 @@ def emit(
             except Exception:  # a callback must not break the turn
                 logger.exception("on_event callback failed for %s", type_)
 
+    _after_commit(send)
+
+
+def _after_commit(send: Callable[[], object]) -> None:
     if transaction.get_connection().in_atomic_block:
         transaction.on_commit(send)
     else:

@@ -174,6 +174,16 @@ class Turn(models.Model):
                 condition=Q(submitted_at__isnull=True)
                 & Q(status__in=[TurnStatus.PENDING, TurnStatus.RUNNING]),
             ),
+            # Live turns by status and the oldest pending one (metrics, turnkit_stats).
+            models.Index(fields=["status", "created_at"], name="turnkit_turn_active",
+                         condition=Q(status__in=[TurnStatus.PENDING, TurnStatus.WAITING,
+                                                 TurnStatus.PAUSED, TurnStatus.RUNNING])),
+            # Turns that ended in a window (turnkit_stats: dead letters, tokens, cost).
+            models.Index(fields=["completed_at"], name="turnkit_turn_completed",
+                         condition=Q(completed_at__isnull=False)),
+            # Turns reconcile recovered (turnkit_stats: recoveries in a window).
+            models.Index(fields=["updated_at"], name="turnkit_turn_recovered",
+                         condition=Q(recovery_attempts__gt=0)),
             *_where_set("turn", "parent_turn", "parent_tool_execution"),
         ]
         constraints = [

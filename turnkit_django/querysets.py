@@ -85,6 +85,19 @@ class TurnQuerySet(models.QuerySet):
             Q(lease__heartbeat_at__lt=before) | Q(lease__isnull=True)
         ).order_by(F("lease__heartbeat_at").asc(nulls_first=True), "id")
 
+    def finished_since(self, moment: datetime) -> TurnQuerySet:
+        """Turns that ended at or after ``moment`` (the partial completed index)."""
+        return self.filter(completed_at__gte=moment)
+
+    def recovered_since(self, moment: datetime) -> TurnQuerySet:
+        """Turns reconcile recovered that changed status at or after ``moment`` (the partial
+        recovered index): a superset of those recovered since then."""
+        return self.filter(recovery_attempts__gt=0, updated_at__gte=moment)
+
+    def dead_lettered(self) -> TurnQuerySet:
+        """Turns reconcile gave up on (failed with a ``DeadLetter`` error)."""
+        return self.filter(status=TurnStatus.FAILED, error__type="DeadLetter")
+
     def queued_in_lane(self) -> TurnQuerySet:
         """Submitted pending turns, in the order their lane runs them."""
         return self.background().pending().order_by("submitted_at", "id")

@@ -93,7 +93,7 @@ class TurnContext:
 
     def emit(self, type_: str, **payload: Any) -> None:
         emit(type_, turn_id=self.row.pk, conversation_id=self.row.conversation_id,
-             callback=self.on_event, **payload)
+             callback=self.on_event, started_at=self.row.started_at, **payload)
 
     @property
     def visible(self) -> list[ChatMessage]:

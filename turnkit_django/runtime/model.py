@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Decimal
 
-from .. import failpoints
+from .. import failpoints, metrics
 from ..agents.prompting import Prompt
 from ..clients import ModelRequest, ModelResponse
 from ..conf import turnkit_settings
@@ -75,7 +75,8 @@ def model_step(ctx: TurnContext) -> None:
     ctx.emit("model.requested", model=request.model, tool_names=request.tool_names,
              message_count=len(request.messages))
     failpoints.hit("before_model_call")
-    with ctx.waiting_for("model", request.model, turnkit_settings.MODEL_TIMEOUT):
+    with metrics.model_call(ctx.agent.name, ctx.row.model), \
+            ctx.waiting_for("model", request.model, turnkit_settings.MODEL_TIMEOUT):
         response = ctx.client.complete(request)
     error = record_response(ctx, response)
     failpoints.hit("after_model_commit")
@@ -164,6 +165,8 @@ def record_response(ctx: TurnContext, response: ModelResponse) -> BudgetExceeded
         else:
             ctx.started.add(opened.execution.pk)
         error = opened.error
+    metrics.model_usage(ctx.agent.name, ctx.row.model, response.usage.input_tokens,
+                        response.usage.output_tokens, cost)
     ctx.emit("model.completed", model=response.model or ctx.row.model,
              tool_call_count=len(calls), usage=response.usage.as_dict(),
              cost=decimal_json(cost))

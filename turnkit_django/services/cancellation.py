@@ -164,7 +164,7 @@ def cancel_row(row: Turn, error: ErrorRecord, *, mark: bool, callback_allowed: b
             emit("approval.cancelled", turn_id=row.pk, conversation_id=row.conversation_id,
                  id=call.call_id, name=call.name, tool_execution_id=call.execution_id)
     emit("turn.cancelled", turn_id=row.pk, conversation_id=row.conversation_id,
-         status=TurnStatus.CANCELLED, error=record)
+         started_at=row.started_at, status=TurnStatus.CANCELLED, error=record)
 
 
 def _after(rows: list[Turn]) -> None:

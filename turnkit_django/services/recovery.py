@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from django.db import transaction
 
-from .. import failpoints
+from .. import failpoints, metrics
 from ..agents import get_agent
 from ..conf import turnkit_settings
 from ..errors import ErrorRecord
@@ -73,7 +73,8 @@ def _abandon(turn: Turn, message: str, report: ReconcileReport) -> None:
                            error=ErrorRecord("Stale", message).for_turn()))
     report.stale.append(turn.pk)
     transaction.on_commit(lambda: log_recovery(turn, "stale", message))
-    emit("turn.stale", turn_id=turn.pk, conversation_id=turn.conversation_id)
+    emit("turn.stale", turn_id=turn.pk, conversation_id=turn.conversation_id,
+         started_at=turn.started_at)
 
 
 def _callback_if_dead_lettered(turn_id: str) -> bool | None:
@@ -97,6 +98,7 @@ def _recover(turn_id: str, report: ReconcileReport) -> None:
         if turn.status != TurnStatus.RUNNING or (beat is not None and beat >= cutoff):
             return
         failpoints.hit("recover_turn")
+        metrics.lease_expired()
         if turn.submitted_at is None:
             _abandon(turn, "the inline execution was abandoned", report)
             return
@@ -109,6 +111,7 @@ def _recover(turn_id: str, report: ReconcileReport) -> None:
             return
         revoke(turn, "requeue", reason="lease expired", recovery_attempts=attempts)
         dispatch(turn.pk)
+        metrics.turn_recovered()
         report.recovered.append(turn.pk)
         transaction.on_commit(lambda: log_recovery(
             turn, "recovered", f"its worker's lease expired (recovery attempt {attempts} of "
@@ -128,7 +131,8 @@ def _dead_letter(turn: Turn, attempts: int, cause: str, report: ReconcileReport,
     finished(turn, callback_allowed=callback_allowed)  # commits with the dead-letter
     report.dead_lettered.append(turn.pk)
     transaction.on_commit(lambda: log_recovery(turn, "dead_lettered", cause))
-    emit("turn.failed", turn_id=turn.pk, conversation_id=turn.conversation_id, error=error)
+    emit("turn.failed", turn_id=turn.pk, conversation_id=turn.conversation_id,
+         started_at=turn.started_at, error=error)
 
 
 def _recovery_failed(turn_id: str, exc: Exception, report: ReconcileReport) -> None:
