@@ -18,7 +18,9 @@
 #                          Redis); a markdown report at the end (bench/README.md)
 #   make bench-peers       LangGraph and DBOS side by side with the floor and turnkit-django
 #                          (installs them into .venv-peers, never into .venv)
-#   make lint | docs | demo | venv | venv-peers | venv-django61 | clean | distclean
+#   make demo              the example project's story (example_project/demo.py); installs only
+#                          the `demo` extra into .venv when the full install is not there yet
+#   make lint | docs | venv | venv-demo | venv-peers | venv-django61 | clean | distclean
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -33,6 +35,9 @@ SOAK_SECONDS ?= 600
 
 # The install is redone when the content of pyproject.toml changes or .venv is missing.
 VENV_STAMP := build/venv-$(shell sha256sum pyproject.toml | cut -c1-16).stamp
+# `make demo` needs only the `demo` extra: it installs that into .venv unless the full install
+# (VENV_STAMP) is already there; a later `make test` adds the other extras to the same .venv.
+DEMO_STAMP := build/demo-$(shell sha256sum pyproject.toml | cut -c1-16).stamp
 # The peers of `make bench-peers` live in a virtual environment of their own.
 PEERS_VENV := .venv-peers
 PEERS_STAMP := build/peers-$(shell sha256sum bench/peers-requirements.txt | cut -c1-16).stamp
@@ -49,7 +54,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help venv venv-peers venv-django61 test test-unit test-integration test-browser \
+.PHONY: help venv venv-demo venv-peers venv-django61 test test-unit test-integration test-browser \
 	test-e2e test-django61 soak lint docs demo bench bench-peers clean distclean FORCE
 
 help:
@@ -64,6 +69,16 @@ $(VENV_STAMP): $(if $(wildcard $(BIN)/python),,FORCE)
 	fi
 	$(BIN)/python -m pip install --quiet --editable '.[$(EXTRAS)]'
 	@mkdir -p build && rm -f build/venv-*.stamp && touch $@
+
+venv-demo: $(DEMO_STAMP)
+
+$(DEMO_STAMP): $(if $(wildcard $(BIN)/python),,FORCE)
+	@if [ ! -x $(BIN)/python ]; then \
+		echo "creating $(VENV) with $$(command -v $(PYTHON))"; \
+		$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }; \
+	fi
+	$(BIN)/python -m pip install --quiet --editable '.[demo]'
+	@mkdir -p build && rm -f build/demo-*.stamp && touch $@
 
 venv-peers: $(PEERS_STAMP)
 
@@ -121,7 +136,7 @@ bench: venv
 bench-peers: venv venv-peers
 	bash scripts/bench.sh peers
 
-demo: venv
+demo: $(if $(wildcard $(VENV_STAMP)),venv,venv-demo)
 	$(BIN)/python example_project/demo.py
 
 clean:
