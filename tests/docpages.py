@@ -7,11 +7,19 @@ shell sessions of docs/media.md and docs/specialists.md in its own process):
 - ```` ```python title="path/to/file.py" ```` : a file, written as is (created or replaced);
 - ```` ```python title="path/to/file.py, at the end" ```` : text appended to that file;
 - ```` ```ini title="pytest.ini" ```` : the same for any language;
-- ```` ```python title="python manage.py shell" ```` : code typed into ``manage.py shell``;
-  consecutive shell blocks are one session;
+- ```` ```python title="python manage.py shell" ```` : code typed into ``manage.py shell``, a
+  new session (a new process) for each block, so a block cannot use names a previous one defined;
+  on a page run in one process (tests/unit/test_docs_examples.py) the blocks share a namespace;
 - ```` ```console ```` : commands, one a line, run in order (``cd`` changes the directory).
 
-Blocks without a title are illustrations and are not run.
+Blocks that are not run say why in their title, which the reader sees too:
+
+- ```` title="python manage.py shell, needs an API key" ```` (any title with ``, needs `` then
+  what is missing: a provider's key, a server): written to run, but not here;
+- ```` title="fragment" ````: part of a file or a session, shown to explain, not complete.
+
+Blocks without a title are data or illustrations (JSON, a trace): pages whose every Python
+block must be run or marked are listed in tests/unit/test_docs_examples.py.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ from pathlib import Path
 FENCE = re.compile(r'^```(?P<lang>[\w-]+)(?:\s+title="(?P<title>[^"]*)")?\s*$')
 SHELL = "python manage.py shell"
 APPEND = ", at the end"
+NEEDS = ", needs "
+FRAGMENT = "fragment"
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,11 @@ class Block:
     title: str
     code: str
     line: int  # where the block starts in the page, for messages
+
+    @property
+    def skipped(self) -> bool:
+        """Marked as not run here: it needs a provider or a server, or it is a fragment."""
+        return NEEDS in self.title or self.title == FRAGMENT
 
 
 def blocks(page: Path) -> list[Block]:
@@ -129,24 +144,18 @@ class Reader:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(block.code)
 
-    def shell(self, session: list[Block]) -> str:
-        code = ""
-        for block in session:
-            code += self.before_shell(block.code) + block.code
+    def shell(self, block: Block) -> str:
+        code = self.before_shell(block.code) + block.code
         return self.run(self.argv(["python", "manage.py", "shell"]), what=code, stdin=code)
 
     def read(self, page: Path) -> list[str]:
         """Do everything the page says; return the output of each shell session."""
         sessions: list[str] = []
-        pending: list[Block] = []
-        for block in [*blocks(page), None]:
-            if pending and (block is None or block.title != SHELL):
-                sessions.append(self.shell(pending))
-                pending = []
-            if block is None:
-                break
+        for block in blocks(page):
+            if block.skipped:
+                continue
             if block.title == SHELL:
-                pending.append(block)
+                sessions.append(self.shell(block))
             elif block.lang == "console":
                 self.console(block)
             elif block.title:
