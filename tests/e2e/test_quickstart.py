@@ -31,9 +31,9 @@ QUICKSTART = REPO / "docs" / "quickstart.md"
 TESTING = REPO / "docs" / "howto" / "testing.md"
 WAIT = """\
 import time as _time  # (the test waits for the worker here, with a deadline)
-from turnkit_django import load_run as _load_run
+from turnkit_django.models import Turn as _Turn
 _deadline = _time.monotonic() + 60
-while not _load_run(run.id).is_terminal and _time.monotonic() < _deadline:
+while _Turn.objects.background().active().exists() and _time.monotonic() < _deadline:
     _time.sleep(0.2)
 """
 
@@ -66,7 +66,7 @@ def quickstart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Quickstart]
         return words
 
     reader = Reader(root, env, on_command=on_command,
-                    before_shell=lambda code: WAIT if "load_run(run.id)" in code else "")
+                    before_shell=lambda code: WAIT if "load_run(" in code else "")
     try:
         yield Quickstart(reader, reader.read(QUICKSTART))
     except BaseException:
@@ -85,7 +85,8 @@ def _printed(output: str) -> list[str]:
 @pytest.mark.timeout(300)
 def test_the_quickstart_runs_as_written_on_a_fresh_project(quickstart: Quickstart) -> None:
     reader, project = quickstart.reader, quickstart.reader.cwd
-    scripted, background = (_printed(session) for session in quickstart.sessions)
+    # Each shell block is a new `manage.py shell`, as a reader coming back later opens one.
+    scripted, submitted, loaded = (_printed(session) for session in quickstart.sessions)
 
     # The scripted run: the support agent, its writer sub-agent, a refund paid once.
     assert scripted[0] == "completed", scripted
@@ -94,12 +95,17 @@ def test_the_quickstart_runs_as_written_on_a_fresh_project(quickstart: Quickstar
                       "replayed": False}
     assert any(re.match(r"\d+ assistant tool_call ", line) for line in scripted), scripted
 
+    # The page says the first migrate warns W006 until section 6 adds the Celery app.
+    migrated = dict(reader.outputs)["python manage.py migrate"]
+    assert "turnkit.W006" in migrated and "turnkit.W006" in QUICKSTART.read_text(), migrated
     checked = dict(reader.outputs)["python manage.py check"]
     assert "System check identified no issues" in checked, checked
 
-    # The background run: pending at once, completed by the worker started from the page.
-    assert background[0] == "pending", background
-    assert background[1].startswith("completed {"), (background, reader.logs())
+    # The background run: pending at once, completed by the worker started from the page,
+    # then loaded by its id in a session that has no `run` of its own.
+    assert submitted[0] == "pending", submitted
+    assert submitted[1].startswith("turn_"), submitted
+    assert loaded[0].startswith("completed {"), (loaded, reader.logs())
     logs = reader.logs()
     assert ". turnkit.run_turn" in logs and "unregistered" not in logs, logs
     assert "beat: Starting" in logs, logs
@@ -124,3 +130,36 @@ def test_the_testing_page_example_runs_in_the_quickstart_project(quickstart: Qui
     assert ran, "the testing page runs no pytest command"
     output = dict(reader.outputs)[ran[-1]]
     assert re.search(r"\b[1-9]\d* passed\b", output) and "failed" not in output, output
+
+
+VIEWS = REPO / "docs" / "howto" / "views.md"
+CALL_VIEWS = """\
+import json, time
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+client = Client(HTTP_HOST="localhost")
+client.force_login(User.objects.create_user("reader"))
+answer = client.post(reverse("support:refund", args=["42"]), {"reason": "it arrived broken"})
+run_id = json.loads(answer.content)["run"]
+print(answer.status_code, json.loads(answer.content)["status"])
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    body = json.loads(client.get(reverse("support:run_status", args=[run_id])).content)
+    if body["status"] not in ("pending", "running", "waiting"):
+        break
+    time.sleep(0.2)
+print(body["status"])
+import support.async_views
+"""
+
+
+@pytest.mark.timeout(300)
+def test_the_views_page_runs_in_the_quickstart_project(quickstart: Quickstart) -> None:
+    """Its views, the app's urls.py and the project's include, called through Django's client."""
+    reader = quickstart.reader
+    assert reader.read(VIEWS) == []
+    output = reader.run(reader.argv(["python", "manage.py", "shell"]), what="views",
+                        stdin=CALL_VIEWS)
+    assert _printed(output) == ["202 pending", "completed"], (output, reader.logs())
