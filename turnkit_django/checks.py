@@ -25,7 +25,7 @@ from .agents.compaction import merged_options
 from .agents.registry import registered_agents
 from .beat import beat_problem
 from .brokers import FILESYSTEM_HINT, broker_problem, filesystem_problem
-from .clients import default_client
+from .clients import default_client, is_test_client
 from .clients.cost import validate_rates
 from .conf import problems, turnkit_settings
 from .exceptions import ConfigurationError
@@ -229,6 +229,24 @@ def check_client_credentials(app_configs: Sequence[Any] | None = None,
     return [Warning(f"The model client {type(client).__name__} has no credentials: {problem}.",
                     hint="Set the provider's API key in the environment of every web and "
                          "worker process.", id="turnkit.W003")]
+
+
+@register(Tags.compatibility, TAG, deploy=True)
+def check_test_clients(app_configs: Sequence[Any] | None = None,
+                       **kwargs: Any) -> list[CheckMessage]:
+    """W010 for a test client as TURNKIT['CLIENT'] or as a registered agent's client."""
+    found = [(f"agent {name!r}'s client", agent.client) for name, agent
+             in sorted(registered_agents().items()) if agent.client is not None]
+    if not any(p.key == "CLIENT" or p.id == "turnkit.E002" for p in problems()):
+        try:
+            found.insert(0, ("TURNKIT['CLIENT']", default_client()))
+        except Exception:  # noqa: S110 - E009 reports it
+            pass
+    return [Warning(f"{where} is {type(client).__name__}, a test client from "
+                    "turnkit_django.testing: no model is ever called.",
+                    hint="Use a provider client (turnkit_django.clients.AnthropicClient) in "
+                         "production; keep test clients to the test settings.",
+                    id="turnkit.W010") for where, client in found if is_test_client(client)]
 
 
 # --------------------------------------------------------------------------- Celery

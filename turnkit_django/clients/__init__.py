@@ -39,6 +39,13 @@ def build_client(value: object) -> Client:
     return client
 
 
+def is_test_client(client: object) -> bool:
+    """True for a test double of ``turnkit_django.testing`` (or a project subclass of one),
+    which answers without calling a model: ``check --deploy`` warns about it (W010)."""
+    return any(cls.__module__.startswith("turnkit_django.testing")
+               for cls in type(client).__mro__)
+
+
 def reset_default_client() -> None:
     global _default
     with _lock:
@@ -68,5 +75,6 @@ __all__ = [
     "Usage",
     "build_client",
     "default_client",
+    "is_test_client",
     "reset_default_client",
 ]
