@@ -283,3 +283,15 @@ def test_verify_refuses_an_unknown_turn_or_conversation():
     with pytest.raises(CommandError, match="'nope'"):
         run_command("turnkit_verify", "--turn", run.id, "--turn", "nope")
     assert run_command("turnkit_verify", "--turn", run.id).startswith("ok: 1 conversations")
+
+
+def test_verify_help_says_what_each_invariant_is():
+    """``turnkit_verify --help`` named "invariants I1-I4, I6 and I7" and nothing more: each is now
+    listed on its own line with what it means, as argparse would otherwise join the lines."""
+    command = load_command_class("turnkit_django", "turnkit_verify")
+    text = command.create_parser("manage.py", "turnkit_verify").format_help()
+    lines = {line.split(" ", 1)[0]: line for line in (raw.strip() for raw in text.splitlines())
+             if line[:1] == "I" and line[1:2].isdigit()}
+    assert sorted(lines) == ["I1", "I2", "I3", "I4", "I6", "I7"]
+    assert "each accepted input appears once" in lines["I2"]
+    assert "cancel" in lines["I6"] and "wait" in lines["I7"]

@@ -63,6 +63,17 @@ from .report import Report, Violation
 from .rows import DeliveryRow, ExecutionRow, MessageRow, TurnRow
 from .verify_graph import check_graph
 
+#: Each invariant the checker proves, in one line (``turnkit_verify --help`` lists them).
+INVARIANTS = {
+    "I1": "one terminal state: a finished turn has completed_at, an error unless it completed, "
+          "no later write",
+    "I2": "each accepted input appears once: one message per delivery or input key",
+    "I3": "transcripts are valid: sequences without gaps, every tool call answered once, "
+          "in order",
+    "I4": "no write by a revoked fence: a worker whose claim was taken away wrote nothing after",
+    "I6": "a cascade cancel reaches every descendant: no active turn under a cancelled tree",
+    "I7": "the wait graph is acyclic and waiters are released: no deadlock, no forgotten waiter",
+}
 INPUT_KEYS = ("delivery_id", "input_key")
 CHUNK_SIZE = 200
 

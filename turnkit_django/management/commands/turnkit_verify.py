@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+from argparse import RawDescriptionHelpFormatter
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser, DjangoHelpFormatter
 
 from ...models import Conversation, Turn
-from ...testing.verify import verify
+from ...testing.verify import INVARIANTS, verify
 from ..base import TurnkitCommand, id_hint, unstorable_id
 
 
+class HelpFormatter(DjangoHelpFormatter, RawDescriptionHelpFormatter):
+    """Django's option order, with the description's lines kept (one per invariant)."""
+
+
 class Command(TurnkitCommand):
-    help = ("Check the stored turns, transcripts, deliveries and waits against invariants "
-            "I1-I4, I6 and I7; exits non-zero when any is violated.")
+    help = ("Check the stored turns, transcripts, deliveries and waits against these\n"
+            "invariants; exits non-zero when any is violated.\n\n"
+            + "\n".join(f"  {name}  {text}" for name, text in INVARIANTS.items())
+            + "\n\n(I5, one side effect per replay-safe tool call, needs the tools' own records:\n"
+            "turnkit's end-to-end tests check it.)")
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.formatter_class = HelpFormatter
+        return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--turn", action="append", dest="turns", metavar="TURN_ID",
