@@ -31,7 +31,7 @@ from .admin_views import (
     turn_console,
 )
 from .models import Conversation, Delivery, ToolExecution, Turn, Wait
-from .templatetags.turnkit_admin import dollars, took, when
+from .templatetags.turnkit_admin import dollars, ran, took, when
 from .timeline import conversation_transcript, load_tree
 
 
@@ -197,12 +197,11 @@ class TurnAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("completed"), ordering="completed_at")
     def completed(self, obj: Turn) -> str:
-        """When the turn finished, and how long it took."""
+        """When the turn finished, and how long it ran ("never ran": cancelled while pending)."""
         if obj.completed_at is None:
             return "—"
-        return format_html('{}<br><span class="tk-muted">{} {}</span>',
-                           when_cell(obj.completed_at), _("took"),
-                           took(obj.started_at or obj.created_at, obj.completed_at))
+        return format_html('{}<br><span class="tk-muted">{}</span>', when_cell(obj.completed_at),
+                           ran(obj) if obj.started_at is None else f"{_('took')} {ran(obj)}")
 
     # -- the page
 

@@ -37,6 +37,7 @@ from .timeline import (
     Tree,
     load_tree,
     pretty_json,
+    ran_seconds,
     seconds_between,
     turn_transcript,
 )
@@ -205,7 +206,7 @@ def turn_console(request: HttpRequest, turn: Turn) -> dict[str, object]:
             (_("completed"), current.completed_at),
         ],
         "tk_queued": seconds_between(current.submitted_at, started),
-        "tk_took": seconds_between(started or current.created_at, current.completed_at),
+        "tk_took": ran_seconds(current),
         "tk_tree_rows": tree.in_parent_order(),
         "tk_transcript": turn_transcript(current, tree) if readable else None,
         "tk_can_cancel": can_cancel(request),

@@ -51,6 +51,13 @@ def seconds_between(start: datetime | None, end: datetime | None) -> float | Non
     return round((end - start).total_seconds(), 3)
 
 
+def ran_seconds(turn: Turn) -> float | None:
+    """How long a turn ran: its start to its end. None while it has not finished, and for a
+    turn that never started (cancelled or refused while pending): it has no duration, whatever
+    time passed between its creation and its end."""
+    return seconds_between(turn.started_at, turn.completed_at)
+
+
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
@@ -99,8 +106,7 @@ def turn_summary(turn: Turn, *, private: bool = True) -> JsonObject:
         "error": turn.error,
         "created_at": _iso(turn.created_at), "submitted_at": _iso(turn.submitted_at),
         "started_at": _iso(turn.started_at), "completed_at": _iso(turn.completed_at),
-        "duration_seconds": seconds_between(turn.started_at or turn.created_at,
-                                            turn.completed_at),
+        "duration_seconds": ran_seconds(turn),
         "recovery_attempts": turn.recovery_attempts,
     }
     if private:

@@ -30,7 +30,7 @@ from .timeline import (
     TurnTranscript,
     format_cost,
     load_tree,
-    seconds_between,
+    ran_seconds,
     turn_transcript,
 )
 from .timeline_media import media_line
@@ -132,7 +132,7 @@ def tree_lines(tree: Tree, *, highlight: str = "") -> list[str]:
     lines = []
     for row in tree.in_parent_order():
         mark = "▶" if row.pk == highlight else " "
-        took = seconds_between(row.started_at or row.created_at, row.completed_at)
+        took = ran_seconds(row)
         timing = "" if took is None else f" {took:.2f}s"
         lines.append(f"{mark} {'  ' * row.depth}{row.agent_name} {row.pk} {row.status} "
                      f"{format_cost(None if row.cost_unknown else row.cost)}{timing}")

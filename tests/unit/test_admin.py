@@ -7,6 +7,7 @@ the Django test client as a superuser unless a test says otherwise.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -22,6 +23,8 @@ from turnkit_django import Agent, services
 from turnkit_django.messages import TextPart
 from turnkit_django.models import Conversation, Delivery, ToolExecution, Turn, Wait
 from turnkit_django.testing import FunctionClient, reply
+from turnkit_django.timeline import load_tree, turn_summary
+from turnkit_django.transcript import tree_lines
 
 __all__ = ["console_agents"]
 
@@ -295,3 +298,29 @@ def test_the_turn_page_costs_the_same_queries_for_a_bigger_tree(staff_client):
     small_page, big_page = (reverse("admin:turnkit_turn_change", args=[t.pk]) for t in (small, big))
     queries_for(staff_client, small_page)  # warm the per-process caches (content types ...)
     assert queries_for(staff_client, big_page) == queries_for(staff_client, small_page)
+
+
+def test_a_turn_cancelled_before_it_ran_has_no_duration(staff_client):
+    """A turn cancelled while pending showed "took 1.76 s" (created to cancelled) in the list,
+    on its page, in the transcript tree and as duration_seconds; it never ran: no duration."""
+    run = support.prepare("Refund order 43 later.")
+    services.cancel(run.id)
+    turn = Turn.objects.get(pk=run.id)
+    assert turn.started_at is None and turn.completed_at is not None
+    Turn.objects.filter(pk=turn.pk).update(created_at=turn.completed_at - timedelta(seconds=90))
+    turn.refresh_from_db()
+    listing = page(staff_client, "turn_changelist")
+    row = listing[listing.index(run.id):]
+    row = row[:row.index("</tr>")]
+    assert "never ran" in row and "took" not in row
+    facts = turn_page(staff_client, run.id)
+    facts = facts[facts.index('id="tk-facts"'):facts.index('id="tk-transcript"')]
+    assert "never ran" in facts and "took" not in facts
+    tree = turn_page(staff_client, run.id)
+    tree = tree[tree.index('id="tk-tree"'):tree.index('class="module tk-stored"')]
+    conversation = page(staff_client, "conversation_change", turn.conversation_id)
+    for table in (tree, conversation[conversation.index(run.id):]):
+        assert "never ran" in table and "90.00 s" not in table
+    assert turn_summary(turn)["duration_seconds"] is None
+    (line,) = tree_lines(load_tree(turn))
+    assert not re.search(r"\d\.\d\ds$", line), line

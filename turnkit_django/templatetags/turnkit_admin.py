@@ -8,8 +8,10 @@ from decimal import Decimal
 
 from django import template
 from django.utils import timezone
+from django.utils.translation import gettext
 
-from ..timeline import format_cost, seconds_between
+from ..models import Turn
+from ..timeline import format_cost, ran_seconds, seconds_between
 
 register = template.Library()
 
@@ -40,6 +42,16 @@ def seconds(value: float | None) -> str:
 def took(start: datetime | None, end: datetime | None) -> str:
     """Seconds from ``start`` to ``end`` as text."""
     return seconds(seconds_between(start, end))
+
+
+@register.filter
+def ran(turn: Turn) -> str:
+    """How long ``turn`` ran as text: ``never ran`` for a finished turn that never started
+    (cancelled while pending), ``—`` for one not finished yet."""
+    value = ran_seconds(turn)
+    if value is None and turn.completed_at is not None:
+        return gettext("never ran")
+    return seconds(value)
 
 
 @register.filter
