@@ -3,13 +3,13 @@
 #
 #   make test              lint + docs + unit, integration/concurrency, browser and e2e tiers on
 #                          Django 5.2 / Python 3.11 (.venv), then unit and integration/concurrency
-#                          again on Django 6.1 / Python 3.12 (.venv-django61); not the soak
+#                          again on Django 6.1 / Python 3.13 or 3.12 (.venv-django61); not the soak
 #   make test-unit         unit tier only (SQLite in memory)
 #   make test-integration  integration + concurrency tiers (throwaway PostgreSQL)
 #   make test-browser      the admin in headless Chromium (throwaway PostgreSQL; screenshots in
 #                          build/screenshots/, and docs/img/ with TURNKIT_DOCS_SCREENSHOTS=1)
 #   make test-e2e          e2e tier (throwaway PostgreSQL + Redis)
-#   make test-django61     unit + integration/concurrency tiers on Django 6.1 / Python 3.12
+#   make test-django61     unit + integration/concurrency tiers on Django 6.1 / Python 3.13 (3.12)
 #   make soak              the nemesis soak for SOAK_SECONDS (default 600; SOAK_SEED replays
 #                          a run): faults, a mixed workload, then every invariant (tests/soak)
 #   make test PYTEST_ARGS='-x -k claim'   extra pytest arguments, passed to every tier
@@ -42,8 +42,10 @@ DEMO_STAMP := build/demo-$(shell sha256sum pyproject.toml | cut -c1-16).stamp
 PEERS_VENV := .venv-peers
 PEERS_STAMP := build/peers-$(shell sha256sum bench/peers-requirements.txt | cut -c1-16).stamp
 
-# The second supported stack: the newest Django, which needs Python >= 3.12 (found by
-# scripts/find-python.sh: PATH, then pyenv's versions; override with PYTHON312=...).
+# The second supported stack: the newest Django, which needs Python >= 3.12, on Python 3.13 when
+# there is one, else 3.12 (found by scripts/find-python.sh: PATH, then pyenv's versions;
+# override with PYTHON313=... or PYTHON312=...). An existing .venv-django61 is kept: remove it
+# to rebuild it on another Python.
 VENV61 := .venv-django61
 DJANGO61 := Django>=6.1,<6.2
 EXTRAS61 := test,dev,anthropic,celery,redis,postgres
@@ -94,9 +96,9 @@ venv-django61: $(VENV61_STAMP)
 
 $(VENV61_STAMP): $(if $(wildcard $(VENV61)/bin/python),,FORCE)
 	@if [ ! -x $(VENV61)/bin/python ]; then \
-		python312=$$(bash scripts/find-python.sh 3.12) || exit 1; \
-		echo "creating $(VENV61) with $$python312"; \
-		$$python312 -m venv $(VENV61) || { rm -rf $(VENV61); exit 1; }; \
+		python61=$$(bash scripts/find-python.sh 3.13 3.12) || exit 1; \
+		echo "creating $(VENV61) with $$python61"; \
+		$$python61 -m venv $(VENV61) || { rm -rf $(VENV61); exit 1; }; \
 	fi
 	$(VENV61)/bin/python -m pip install --quiet --editable '.[$(EXTRAS61)]' '$(DJANGO61)'
 	@mkdir -p build && rm -f build/django61-*.stamp && touch $@

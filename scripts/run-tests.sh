@@ -9,7 +9,7 @@
 #   integration  pytest tests/integration tests/concurrency   + TURNKIT_TEST_DATABASE_URL
 #   browser      pytest tests/browser                         + PostgreSQL, headless Chromium
 #   e2e          pytest tests/e2e                             + TURNKIT_TEST_REDIS_URL
-#   *-django61   the same tier with .venv-django61 (Django 6.1 / Python 3.12)
+#   *-django61   the same tier with .venv-django61 (Django 6.1 / Python 3.13, else 3.12)
 #   all          unit integration browser e2e unit-django61 integration-django61
 #   soak         pytest tests/soak                            the e2e servers, no coverage;
 #                                                             SOAK_SECONDS of faults (default
