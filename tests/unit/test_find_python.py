@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "find-python.sh"
-HERE = "%d.%d" % sys.version_info[:2]
+HERE = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 def find(*versions: str, **env: str) -> subprocess.CompletedProcess[str]:
