@@ -141,6 +141,31 @@ class Process:
 SHOWN = ("turn.", "tool_call.")
 
 
+def describe(entry: dict[str, Any]) -> str:
+    """One timeline line's detail for an event; a value the event does not carry is left out."""
+    from turnkit_django.transcript import counted, result_text
+
+    kind, payload, row = entry["type"], entry["payload"], entry["row"]
+    agent = str(row.get("agent_name"))
+    if kind == "turn.started":
+        return f"{agent} · fence {row.get('fence')}"
+    if kind == "turn.recovered":
+        return f"{agent} · lease expired → pending · fence {row.get('fence')}"
+    if kind == "turn.waiting":
+        return f"{agent} · waiting for {counted(len(payload.get('targets') or ()), 'turn')}"
+    if kind.startswith("turn."):
+        detail = payload.get("output_text") or payload.get("error")
+        if detail is None:
+            return agent
+        return f"{agent} · {detail if isinstance(detail, str) else result_text(detail)}"
+    if kind == "tool_call.started" and row.get("attempts", 0) > 1:
+        return f"{payload.get('name')} · attempt {row['attempts']}, same idempotency key"
+    outcome = row.get("result") if kind == "tool_call.completed" else row.get("error")
+    if kind == "tool_call.started" or outcome is None:
+        return str(payload.get("name"))
+    return f"{payload.get('name')} → {result_text(outcome)}"
+
+
 class Timeline:
     """Prints what each process did to the run, from the event log the processes append to."""
 
@@ -171,23 +196,6 @@ class Timeline:
 
         return set(Turn.objects.filter(root_turn_id=self.run_id).values_list("pk", flat=True))
 
-    def _describe(self, entry: dict[str, Any]) -> str:
-        from turnkit_django.transcript import result_text
-
-        kind, payload, row = entry["type"], entry["payload"], entry["row"]
-        if kind == "turn.started":
-            return f"{row.get('agent_name')} · fence {row.get('fence')}"
-        if kind == "turn.recovered":
-            return f"{row.get('agent_name')} · lease expired → pending · fence {row.get('fence')}"
-        if kind.startswith("turn."):
-            return f"{row.get('agent_name')} · {payload.get('output_text') or payload.get('error')}"
-        if kind == "tool_call.started" and row.get("attempts", 0) > 1:
-            return f"{payload.get('name')} · attempt {row['attempts']}, same idempotency key"
-        outcome = row.get("result") if kind == "tool_call.completed" else row.get("error")
-        if kind == "tool_call.started" or outcome is None:
-            return str(payload.get("name"))
-        return f"{payload.get('name')} → {result_text(outcome)}"
-
     def poll(self) -> str:
         """Print new events of the run and ledger changes; return the run's status."""
         from turnkit_django.models import Turn
@@ -199,7 +207,7 @@ class Timeline:
             entry = json.loads(line)
             if entry["turn_id"] in tree and entry["type"].startswith(SHOWN):
                 actor = self.actors.get(entry["pid"], f"pid {entry['pid']}")
-                self.say(actor, entry["type"], self._describe(entry), at=entry["at"])
+                self.say(actor, entry["type"], describe(entry), at=entry["at"])
         refunds = refunds_for(self.order_id)
         if refunds != self.refunds:
             self.refunds = refunds

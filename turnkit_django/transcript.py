@@ -44,6 +44,11 @@ def clip(text: str, width: int) -> str:
     return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
 
 
+def counted(number: int, noun: str) -> str:
+    """``1 turn``, ``2 turns``: a count and its noun, singular or plural (nouns ending in s)."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
@@ -150,7 +155,7 @@ def summary(run: Run, *, full: bool = False, totals: Totals | None = None) -> li
     rows = [
         ("status", run.status),
         ("output", run.output_text or "-"),
-        ("usage", f"{calls} model calls in {len(turns)} turns ({names}) · "
+        ("usage", f"{counted(calls, 'model call')} in {counted(len(turns), 'turn')} ({names}) · "
                   f"{usage.input_tokens:,} input + {usage.output_tokens:,} output tokens"),
         ("cost", "unknown (no rate for the model)" if totals.cost is None
          else f"${totals.cost:.6f}"),
