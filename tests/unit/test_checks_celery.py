@@ -131,6 +131,9 @@ def test_redis_without_its_client_libraries_is_a_warning(make_app, monkeypatch, 
     for name in [missing, *(n for n in sys.modules if n.startswith(f"{missing}."))]:
         monkeypatch.setitem(sys.modules, name, None)  # `import <name>` then fails, as if missing
     monkeypatch.delitem(sys.modules, "kombu.transport.redis", raising=False)  # imported anew
+    import kombu.transport
+
+    monkeypatch.setattr(kombu.transport, "_transport_cache", {})  # as no test had loaded it
     make_app(broker_url="redis://localhost:6379/0", imports=["turnkit_django.tasks"])
     (text,) = messages("turnkit.W008")
     assert "The Celery broker (redis://) cannot be used" in text
