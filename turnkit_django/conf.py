@@ -17,7 +17,6 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Protocol
 
@@ -27,6 +26,8 @@ from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
 from .exceptions import ConfigurationError
+from .provider_settings import clean_provider_limits, clean_redis_url
+from .setting_errors import InvalidSetting, SettingProblem
 
 DEFAULTS: dict[str, object] = {
     "DEFAULT_MODEL": "claude-sonnet-5-5",
@@ -57,6 +58,7 @@ DEFAULTS: dict[str, object] = {
     # (None: use the rates); import path or callable.
     "COST_CALCULATOR": None,
     "MEDIA_STORAGE": None,  # alias in settings.STORAGES for generated images; None: "default"
+    "PROVIDER_LIMITS": {}, "LIMITS_REDIS_URL": None,  # see provider_settings.py
 }
 
 IMPORT_STRINGS = frozenset({"CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER", "COST_CALCULATOR"})
@@ -69,24 +71,6 @@ MAX_SECONDS = 10 * 365 * 24 * 3600
 COUNTS = {"MAX_ITERATIONS": 1, "MAX_TOOL_EXECUTIONS": 1, "MAINTENANCE_BATCH_SIZE": 1,
           "PROMPT_DATA_MAX_CHARS": 1, "MAX_DEPTH": 0, "MAX_RECOVERY_ATTEMPTS": 0}
 MAX_COUNT = 2**31 - 1
-
-
-@dataclass(frozen=True)
-class SettingProblem:
-    """One bad ``TURNKIT`` value: its system check id, a message naming key and value, a hint."""
-
-    id: str
-    key: str
-    message: str
-    hint: str
-
-
-class InvalidSetting(ConfigurationError):
-    """A ``TURNKIT`` value that cannot be used; ``problem`` says which and how to fix it."""
-
-    def __init__(self, problem: SettingProblem) -> None:
-        self.problem = problem
-        super().__init__(f"{problem.message} {problem.hint}")
 
 
 def _name(key: str, label: str | None) -> str:
@@ -296,6 +280,7 @@ CLEANERS: dict[str, Callable[[str, object], object]] = {
     "COST_CALCULATOR": _callable("For example 'myapp.costs.price' taking (usage, model) and "
                                  "returning a Decimal, a number or None."),
     "MEDIA_STORAGE": _storage_alias,
+    "PROVIDER_LIMITS": clean_provider_limits, "LIMITS_REDIS_URL": clean_redis_url,
 }
 
 
@@ -381,6 +366,8 @@ class TurnkitSettings:
     MODEL_TIMEOUT: float | None
     COST_CALCULATOR: Callable[..., object] | None
     MEDIA_STORAGE: str | None
+    PROVIDER_LIMITS: Mapping[str, Mapping[str, int]]
+    LIMITS_REDIS_URL: str | None
 
     def __init__(self) -> None:
         self._cache: dict[str, object] = {}

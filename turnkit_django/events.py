@@ -31,6 +31,7 @@ EVENT_TYPES = (
     "turn.waiting",
     "model.requested",
     "model.completed",
+    "model.rate_limited",
     "tool_call.started",
     "tool_call.completed",
     "tool_call.failed",

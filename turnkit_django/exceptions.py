@@ -8,7 +8,8 @@
     ├── BudgetExceeded          a root-wide limit stopped the loop (``reason`` says which)
     ├── ToolError               raised by tool code: becomes a failed tool result the model reads
     ├── ModelError              the provider failed for good; fails the turn, not retried
-    │   └── ModelAccessError    missing or rejected credentials
+    │   ├── ModelAccessError    missing or rejected credentials
+    │   └── ModelRateLimited    429 or overloaded: the runtime waits and sends it again
     ├── LostClaim               this worker's claim on a turn was revoked; it must stop writing
     ├── InputError              unusable input to a public entry point (also a ValueError):
     │                           run input against the input schema, text, an id, a cursor
@@ -71,6 +72,17 @@ class ModelError(TurnkitError):
         self.status = status
         self.retryable = retryable
         super().__init__(message)
+
+
+class ModelRateLimited(ModelError):
+    """The provider refused the request for now (429, overloaded); ``retry_after`` is the wait
+    it asked for in seconds (None: it did not say). The runtime waits and sends the request
+    again, up to a bound, instead of failing the turn."""
+
+    def __init__(self, message: str, *, status: int | None = 429,
+                 retry_after: float | None = None) -> None:
+        self.retry_after = retry_after
+        super().__init__(message, status=status, retryable=True)
 
 
 class ModelAccessError(ModelError, ConfigurationError):
@@ -294,6 +306,7 @@ __all__ = [
     "MediaError",
     "ModelAccessError",
     "ModelError",
+    "ModelRateLimited",
     "NotFound",
     "RunTimeout",
     "ToolError",

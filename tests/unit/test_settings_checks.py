@@ -136,6 +136,8 @@ def test_every_key_accepts_a_valid_value():
         "QUEUE": "q", "DISPATCHER": "tests.dispatch.record", "COMPACTION": False,
         "PROMPT_DATA_MAX_CHARS": 10, "TOOL_TIMEOUT": 30, "MODEL_TIMEOUT": 120.5,
         "COST_CALCULATOR": "tests.orchestration.deny", "MEDIA_STORAGE": "default",
+        "PROVIDER_LIMITS": {"anthropic": {"concurrency": 2}},
+        "LIMITS_REDIS_URL": "redis://localhost:6379/1",
     }
     assert set(valid) == set(DEFAULTS)
     assert errors(valid) == []
@@ -213,6 +215,8 @@ BAD_VALUES = [
     ("MODEL_TIMEOUT", -5, "turnkit.E003"),
     ("MEDIA_STORAGE", "nowhere", "turnkit.E021"),
     ("MEDIA_STORAGE", 7, "turnkit.E021"),
+    ("PROVIDER_LIMITS", [], "turnkit.E024"),
+    ("LIMITS_REDIS_URL", "amqp://localhost", "turnkit.E024"),
 ]
 
 

@@ -15,7 +15,7 @@ from ..clients.cost import response_cost
 from ..conf import turnkit_settings
 from ..serialization import decimal_json
 from ..store import Charge, Ledger, LedgerDelta
-from . import budget
+from . import budget, throttling
 from .context import TurnContext
 
 
@@ -26,7 +26,7 @@ def call(ctx: TurnContext, request: ModelRequest, purpose: str) -> ModelResponse
     ctx.emit("model.requested", model=request.model, purpose=purpose, tool_names=[],
              message_count=len(request.messages))
     with ctx.waiting_for("model", request.model, turnkit_settings.MODEL_TIMEOUT):
-        return ctx.client.complete(request)
+        return throttling.complete(ctx, request)
 
 
 def price(response: ModelResponse, model: str) -> Decimal | None:

@@ -24,7 +24,7 @@ from ..models import Message
 from ..serialization import decimal_json
 from ..states import Phase, TurnStatus
 from ..store import Candidate, Charge, Ledger, TurnState
-from . import budget, completion, dynamic_context, internal
+from . import budget, completion, dynamic_context, internal, throttling
 from .compaction import SUMMARY_KIND, auto_compact, project
 from .context import TurnContext
 from .deliveries import callback_decision
@@ -77,7 +77,7 @@ def model_step(ctx: TurnContext) -> None:
     failpoints.hit("before_model_call")
     with metrics.model_call(ctx.agent.name, ctx.row.model), \
             ctx.waiting_for("model", request.model, turnkit_settings.MODEL_TIMEOUT):
-        response = ctx.client.complete(request)
+        response = throttling.complete(ctx, request)
     error = record_response(ctx, response)
     failpoints.hit("after_model_commit")
     if error is not None:
