@@ -20,7 +20,7 @@ from tests.unit.fixtures.wire import (
     user,
 )
 from turnkit_django.clients import AnthropicClient, ModelRequest, ModelResponse, Usage
-from turnkit_django.exceptions import ModelAccessError, ModelError
+from turnkit_django.exceptions import ModelAccessError, ModelError, ModelRateLimited
 from turnkit_django.messages import (
     ChatMessage,
     DataPart,
@@ -468,3 +468,13 @@ def test_base_url_credentials_go_in_a_header_not_in_the_urls_the_sdk_logs(
     assert repr(client) == "AnthropicClient(model=None, base_url='https://llm.internal')"
     assert any(r.name.startswith("anthropic") for r in caplog.records)  # the SDK did log
     assert not [r for r in caplog.records if "proxy-pass-SECRET" in r.getMessage()]
+
+
+@pytest.mark.parametrize(("status", "name"), [(429, "error_429"), (529, "error_529")])
+def test_rate_limited_and_overloaded_after_the_sdk_retries_carry_retry_after(
+        status: int, name: str) -> None:
+    refused = (status, P[name], {"retry-after": "3"})
+    client, _ = make(refused, refused, max_retries=1)
+    with pytest.raises(ModelRateLimited) as info:
+        client.complete(request(user("hi")))
+    assert (info.value.status, info.value.retry_after) == (status, 3.0)

@@ -22,7 +22,7 @@ from tests.unit.fixtures.wire import (
 )
 from turnkit_django.clients import ModelRequest, ModelResponse, OpenAIClient, Usage
 from turnkit_django.clients.openai import retry_after
-from turnkit_django.exceptions import ModelAccessError, ModelError
+from turnkit_django.exceptions import ModelAccessError, ModelError, ModelRateLimited
 from turnkit_django.messages import (
     ChatMessage,
     DataPart,
@@ -440,3 +440,11 @@ def test_a_key_in_the_base_url_query_is_sent_but_redacted_from_errors(
     # httpx itself logs every request URL, query included, at INFO (documented in providers.md).
     ours = [r for r in caplog.records if r.name != "httpx"]
     assert_secret_absent(canary, info.value, ours)
+
+
+def test_429_after_the_last_retry_is_a_rate_limit_carrying_retry_after() -> None:
+    refused = (429, P["error_429"], {"Retry-After": "7"})
+    client, _, _ = make(refused, refused, max_retries=1)
+    with pytest.raises(ModelRateLimited) as info:
+        client.complete(request(user("hi")))
+    assert (info.value.status, info.value.retry_after) == (429, 7.0)

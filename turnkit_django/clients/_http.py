@@ -288,7 +288,7 @@ def provider_error(body: object) -> tuple[str | None, str | None]:
     return kind, str(message) if message is not None else None
 
 
-def retry_after(headers: httpx.Headers) -> float | None:
+def retry_after(headers: Mapping[str, str]) -> float | None:
     """Return the wait a response asks for, in seconds (``retry-after-ms`` or ``Retry-After``)."""
     millis = headers.get("retry-after-ms")
     if millis:

@@ -28,7 +28,7 @@ import os
 import threading
 from typing import Any, Literal
 
-from ..exceptions import ConfigurationError, ModelAccessError, ModelError
+from ..exceptions import ConfigurationError, ModelAccessError, ModelError, ModelRateLimited
 from ..messages import (
     ChatMessage,
     DataPart,
@@ -52,6 +52,7 @@ from ._http import (
     parse_output,
     provider_error,
     resolve_model,
+    retry_after,
     safe_url,
     split_userinfo,
     text_or_none,
@@ -402,6 +403,9 @@ class AnthropicClient(BaseClient):
             text = error_message(
                 "Anthropic", status, kind, message, secrets, hint=hint, request_id=request_id
             )
+            if status in (429, 529):  # rate limited, overloaded: the runtime waits it out
+                return ModelRateLimited(text, status=status,
+                                        retry_after=retry_after(exc.response.headers))
             return ModelError(
                 text, status=status, retryable=status in (408, 409, 429) or status >= 500
             )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 import httpx
 
-from ..exceptions import ModelAccessError, ModelError
+from ..exceptions import ModelAccessError, ModelError, ModelRateLimited
 from ..serialization import JsonMapping, JsonObject
 from ._http import error_message, json_object, provider_error, redact, retry_after, safe_url
 
@@ -137,6 +137,9 @@ class OpenAIHTTP:
             return ModelError(text, status=response.status_code), 0.0
         delay = retry_after(response.headers)
         error = self._status_error(response)
+        if error.retryable and response.status_code in (429, 529):
+            # Rate limited: if the retries here run out, the runtime waits the rest.
+            error = ModelRateLimited(str(error), status=response.status_code, retry_after=delay)
         return error, backoff if delay is None else min(delay, self.max_backoff)
 
     def _status_error(self, response: httpx.Response) -> ModelError:
