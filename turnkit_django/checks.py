@@ -56,7 +56,7 @@ def _setting(key: str) -> Any:
 
 @register(Tags.compatibility, TAG)
 def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """Report unknown keys and bad values (E001-E008, E011-E013, E020, E021)."""
+    """Report unknown keys and bad values (E001-E008, E011-E013, E020, E021, E023)."""
     found = problems()
     messages: list[CheckMessage] = [Error(p.message, hint=p.hint, id=p.id) for p in found]
     if any(p.id == "turnkit.E002" for p in found):

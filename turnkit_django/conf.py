@@ -17,8 +17,9 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
-from typing import Protocol
+from typing import NamedTuple
 
 from django.conf import settings
 from django.core.files.storage import storages
@@ -59,6 +60,7 @@ DEFAULTS: dict[str, object] = {
     "COST_CALCULATOR": None,
     "MEDIA_STORAGE": None,  # alias in settings.STORAGES for generated images; None: "default"
     "PROVIDER_LIMITS": {}, "LIMITS_REDIS_URL": None,  # see provider_settings.py
+    "TENANT_LIMITS": None,  # {"key": callable(principal) -> str | None, "concurrency": N}
 }
 
 IMPORT_STRINGS = frozenset({"CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER", "COST_CALCULATOR"})
@@ -140,36 +142,6 @@ def _by_name(key: str, value: object, label: str | None = None) -> Mapping[str, 
     return dict(value)
 
 
-class _LimitCleaner(Protocol):
-    def __call__(self, key: str, value: object, label: str | None = None) -> object: ...
-
-
-#: The options that override a limit setting (``Agent(max_iterations=...)``): their setting,
-#: whose rules (E003, E008, E011) they follow, and its cleaner.
-LIMIT_OPTIONS: dict[str, tuple[str, _LimitCleaner]] = {
-    "max_iterations": ("MAX_ITERATIONS", _count),
-    "max_tool_executions": ("MAX_TOOL_EXECUTIONS", _count),
-    "max_tool_executions_by_name": ("MAX_TOOL_EXECUTIONS_BY_NAME", _by_name),
-    "max_spend": ("MAX_SPEND", _spend),
-    "max_depth": ("MAX_DEPTH", _count),
-    "timeout": ("TIMEOUT", _seconds),
-}
-
-
-def clean_limit(option: str, value: object, where: str) -> object:
-    """Return ``value`` of the limit ``option`` of ``where`` (for example ``agent 'support'``)
-    normalised like its setting; raise ConfigurationError naming both when the setting's rule
-    refuses it. None is not checked: it means "use the setting"."""
-    if value is None:
-        return None
-    key, clean = LIMIT_OPTIONS[option]
-    try:
-        return clean(key, value, f"{where}: {option}")
-    except InvalidSetting as exc:
-        raise ConfigurationError(f"{exc.problem.message} {exc.problem.hint} Or leave {option} "
-                                 f"out to use TURNKIT[{key!r}].") from None
-
-
 def _text(key: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _invalid("turnkit.E012", key, value, "a non-empty string",
@@ -241,6 +213,34 @@ def _imported(key: str, value: object) -> object:
         )) from exc
 
 
+class TenantLimits(NamedTuple):
+    """``TENANT_LIMITS`` cleaned: the principal's tenant key, and its running turns at most."""
+
+    key: Callable[[object], str | None]
+    concurrency: int
+
+
+def _tenant_limits(key: str, value: object) -> TenantLimits | None:
+    hint = ("For example {'key': 'myapp.limits.tenant_of', 'concurrency': 20}: a callable "
+            "(or its import path) taking a principal and returning its tenant key or None, and "
+            "the most running background turns one tenant may have.")
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or set(value) != {"key", "concurrency"}:
+        raise _invalid("turnkit.E023", key, value, "None or a dict of 'key' and 'concurrency'",
+                       hint)
+    try:
+        tenant_of, concurrency = _imported(key, value["key"]), value["concurrency"]
+    except InvalidSetting as exc:
+        raise InvalidSetting(replace(exc.problem, message=f"TURNKIT[{key!r}]['key'] of {value!r} "
+                                     f"could not be imported: {exc.__cause__}")) from exc
+    if not callable(tenant_of) or isinstance(concurrency, bool) or not isinstance(
+            concurrency, int) or not 1 <= concurrency <= MAX_COUNT:
+        raise _invalid("turnkit.E023", key, value, "a callable 'key' (or its import path) and "
+                       f"a 'concurrency' from 1 to {MAX_COUNT}", hint)
+    return TenantLimits(tenant_of, concurrency)
+
+
 def _client(key: str, value: object) -> object:
     obj = _imported(key, value)
     if not callable(obj) and not hasattr(obj, "complete"):
@@ -281,6 +281,7 @@ CLEANERS: dict[str, Callable[[str, object], object]] = {
                                  "returning a Decimal, a number or None."),
     "MEDIA_STORAGE": _storage_alias,
     "PROVIDER_LIMITS": clean_provider_limits, "LIMITS_REDIS_URL": clean_redis_url,
+    "TENANT_LIMITS": _tenant_limits,
 }
 
 
@@ -368,6 +369,7 @@ class TurnkitSettings:
     MEDIA_STORAGE: str | None
     PROVIDER_LIMITS: Mapping[str, Mapping[str, int]]
     LIMITS_REDIS_URL: str | None
+    TENANT_LIMITS: TenantLimits | None
 
     def __init__(self) -> None:
         self._cache: dict[str, object] = {}

@@ -11,10 +11,42 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from decimal import Decimal
+from typing import Protocol
 
-from .conf import clean_limit, turnkit_settings
+from .conf import InvalidSetting, _by_name, _count, _seconds, _spend, turnkit_settings
 from .exceptions import ConfigurationError
 from .serialization import JsonMapping, JsonObject
+
+
+class _LimitCleaner(Protocol):
+    def __call__(self, key: str, value: object, label: str | None = None) -> object: ...
+
+
+#: The options that override a limit setting (``Agent(max_iterations=...)``): their setting,
+#: whose rules (E003, E008, E011) they follow, and its cleaner.
+LIMIT_OPTIONS: dict[str, tuple[str, _LimitCleaner]] = {
+    "max_iterations": ("MAX_ITERATIONS", _count),
+    "max_tool_executions": ("MAX_TOOL_EXECUTIONS", _count),
+    "max_tool_executions_by_name": ("MAX_TOOL_EXECUTIONS_BY_NAME", _by_name),
+    "max_spend": ("MAX_SPEND", _spend),
+    "max_depth": ("MAX_DEPTH", _count),
+    "timeout": ("TIMEOUT", _seconds),
+}
+
+
+def clean_limit(option: str, value: object, where: str) -> object:
+    """Return ``value`` of the limit ``option`` of ``where`` (for example ``agent 'support'``)
+    normalised like its setting; raise ConfigurationError naming both when the setting's rule
+    refuses it. None is not checked: it means "use the setting"."""
+    if value is None:
+        return None
+    key, clean = LIMIT_OPTIONS[option]
+    try:
+        return clean(key, value, f"{where}: {option}")
+    except InvalidSetting as exc:
+        raise ConfigurationError(f"{exc.problem.message} {exc.problem.hint} Or leave {option} "
+                                 f"out to use TURNKIT[{key!r}].") from None
+
 
 ITERATIONS = "maximum iterations reached"
 TOOL_EXECUTIONS = "maximum tool executions reached"

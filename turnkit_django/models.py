@@ -117,6 +117,9 @@ class Turn(models.Model):
     # The persisted loop: phase, response message, candidate output, counters.
     state = StorableJSONField(default=dict, blank=True)
     principal = StorableJSONField(null=True, blank=True)
+    # TENANT_LIMITS' key of the principal, set at creation; NULL (not ""): no tenant limit, and
+    # outside the partial index a claim counts.
+    tenant = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     # The last message sequence the turn's input includes; frozen at creation.
     context_sequence = models.PositiveBigIntegerField(default=0)
     usage = StorableJSONField(default=dict, blank=True)
@@ -184,6 +187,10 @@ class Turn(models.Model):
             # Turns reconcile recovered (turnkit_stats: recoveries in a window).
             models.Index(fields=["updated_at"], name="turnkit_turn_recovered",
                          condition=Q(recovery_attempts__gt=0)),
+            # A claim counts its tenant's running background turns (TENANT_LIMITS).
+            models.Index(fields=["tenant"], name="turnkit_turn_tenant_running",
+                         condition=Q(status=TurnStatus.RUNNING) & Q(tenant__isnull=False)
+                         & Q(submitted_at__isnull=False)),
             *_where_set("turn", "parent_turn", "parent_tool_execution"),
         ]
         constraints = [

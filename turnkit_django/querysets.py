@@ -11,8 +11,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Count, Exists, F, OuterRef, Q, Subquery, Window
 from django.db.models.expressions import Combinable
+from django.db.models.functions import Coalesce, RowNumber
 from django.db.models.query import ModelIterable
 
 from .messages import PRIVATE_MESSAGE_KINDS, PRIVATE_PART_KINDS
@@ -133,6 +134,23 @@ class TurnQuerySet(models.QuerySet):
         """Submitted pending turns at the head of their conversation's lane (claimable now)."""
         busy, older = self._lane_blockers()
         return self.actionable().pending().filter(~busy, ~older)
+
+    def tenant_running(self, tenant: str | OuterRef) -> TurnQuerySet:
+        """Running background turns of ``tenant`` (what ``TENANT_LIMITS`` bounds; the partial
+        ``turnkit_turn_tenant_running`` index)."""
+        return self.running().filter(tenant=tenant, submitted_at__isnull=False)
+
+    def within_tenant_limit(self, limit: int) -> TurnQuerySet:
+        """Those of these turns a claim would not refuse for their tenant's limit: every turn
+        without a tenant, and of each tenant's, the oldest submitted, as many as it has
+        fewer than ``limit`` running turns (``TENANT_LIMITS``). One statement."""
+        running = type(self)(self.model).tenant_running(OuterRef("tenant")).order_by()
+        count = running.values("tenant").annotate(n=Count("pk")).values("n")
+        return self.annotate(
+            tenant_running=Coalesce(Subquery(count), 0),
+            tenant_place=Window(RowNumber(), partition_by=F("tenant"),
+                                order_by=[F("submitted_at").asc(), F("id").asc()]),
+        ).filter(Q(tenant__isnull=True) | Q(tenant_place__lte=limit - F("tenant_running")))
 
     def under_cascade(self) -> TurnQuerySet:
         """Active turns whose parent (or, for a root-level task of a tree, whose root) was

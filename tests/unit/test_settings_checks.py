@@ -29,11 +29,11 @@ from turnkit_django.checks import TAG, check_sqlite_mode
 from turnkit_django.conf import (
     CLEANERS,
     DEFAULTS,
-    LIMIT_OPTIONS,
     TurnkitSettings,
     suggest,
     turnkit_settings,
 )
+from turnkit_django.limits import LIMIT_OPTIONS
 from turnkit_django.models import Turn
 from turnkit_django.testing import ScriptedClient
 
@@ -138,6 +138,7 @@ def test_every_key_accepts_a_valid_value():
         "COST_CALCULATOR": "tests.orchestration.deny", "MEDIA_STORAGE": "default",
         "PROVIDER_LIMITS": {"anthropic": {"concurrency": 2}},
         "LIMITS_REDIS_URL": "redis://localhost:6379/1",
+        "TENANT_LIMITS": {"key": "tests.orchestration.deny", "concurrency": 20},
     }
     assert set(valid) == set(DEFAULTS)
     assert errors(valid) == []
@@ -217,6 +218,11 @@ BAD_VALUES = [
     ("MEDIA_STORAGE", 7, "turnkit.E021"),
     ("PROVIDER_LIMITS", [], "turnkit.E024"),
     ("LIMITS_REDIS_URL", "amqp://localhost", "turnkit.E024"),
+    ("TENANT_LIMITS", {"key": "tests.orchestration.deny"}, "turnkit.E023"),
+    ("TENANT_LIMITS", {"key": "tests.orchestration.deny", "concurrency": 0}, "turnkit.E023"),
+    ("TENANT_LIMITS", {"key": 7, "concurrency": 20}, "turnkit.E023"),
+    ("TENANT_LIMITS", {"key": "no.such.tenant_of", "concurrency": 20}, "turnkit.E007"),
+    ("TENANT_LIMITS", [20], "turnkit.E023"),
 ]
 
 

@@ -12,7 +12,8 @@ from ..agents.compaction import check_options as check_compaction
 from ..agents.definition import Schema, check_thinking
 from ..agents.prompting import check_options
 from ..arguments import model_problem, require_subject
-from ..exceptions import InputError
+from ..conf import turnkit_settings
+from ..exceptions import ConfigurationError, InputError
 from ..messages import Part
 from ..models import Conversation, Message, ToolExecution, Turn
 from ..serialization import JsonMapping, JsonObject, JsonValue, json_value, snapshot
@@ -189,9 +190,24 @@ def turn_spec(
         parent_execution=parent_execution,
         tree=tree,
         id=turn_id,
+        tenant=tenant_of(checked if checked is not None else conversation.principal),
     )
     return conversation, spec
 
 
-__all__ = ["conversation_spec", "new_claimed_turn", "new_conversation", "new_turn", "turn_options",
-           "turn_spec"]
+def tenant_of(principal: JsonValue) -> str | None:
+    """The ``TENANT_LIMITS`` key of ``principal`` (None: no tenant limit, or none set up)."""
+    limits = turnkit_settings.TENANT_LIMITS
+    if limits is None:
+        return None
+    tenant = limits.key(principal)
+    if tenant is not None and (not isinstance(tenant, str) or not 0 < len(tenant) <= 200):
+        raise ConfigurationError(
+            f"TURNKIT['TENANT_LIMITS']['key'] returned {tenant!r} for the principal "
+            f"{principal!r}; return a non-empty string of at most 200 characters (the tenant "
+            "key), or None for no tenant limit on this turn.")
+    return tenant
+
+
+__all__ = ["conversation_spec", "new_claimed_turn", "new_conversation", "new_turn", "tenant_of",
+           "turn_options", "turn_spec"]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Subquery
 
 from .. import failpoints, metrics
 from ..agents import get_agent
@@ -249,8 +250,12 @@ def drain() -> list[str]:
     quiet = database_now() - timedelta(seconds=float(turnkit_settings.RECONCILE_INTERVAL))
     # Ring only the head of each conversation's lane: a turn queued behind a busy or older turn
     # cannot be claimed anyway, and the lane hands over to it when its predecessor finishes.
-    ids = list(Turn.objects.lane_heads().filter(updated_at__lt=quiet).order_by("updated_at")
-               .values_list("pk", flat=True)[:batch])
+    # A turn its tenant's limit keeps pending is not rung either: the end of a running turn of
+    # that tenant rings it (ring_tenant), or a later pass once the tenant has a free place.
+    heads = Turn.objects.lane_heads().filter(updated_at__lt=quiet)
+    if (limits := turnkit_settings.TENANT_LIMITS) is not None:
+        heads = heads.within_tenant_limit(limits.concurrency)
+    ids = list(heads.order_by("updated_at").values_list("pk", flat=True)[:batch])
     if ids:
         with transaction.atomic():
             touch(ids)
@@ -259,4 +264,23 @@ def drain() -> list[str]:
     return ids
 
 
-__all__ = ["ReconcileReport", "drain", "reconcile", "release_waiters_of", "release_waiting"]
+def ring_tenant(turn_id: str) -> list[str]:
+    """After the run of ``turn_id`` ended (completed, failed, waiting, lost): ring the oldest
+    pending turns of its tenant that ``TENANT_LIMITS`` kept pending, as many as the tenant now
+    has free places, so its queue drains ``concurrency`` at a time without waiting for
+    maintenance. One read (none without TENANT_LIMITS); a ring that loses a race to another is
+    refused by the claim and rung again by maintenance."""
+    limits = turnkit_settings.TENANT_LIMITS
+    if limits is None:
+        return []
+    tenant = Turn.objects.filter(pk=turn_id).values("tenant")
+    ids = list(Turn.objects.lane_heads().filter(tenant=Subquery(tenant))
+               .within_tenant_limit(limits.concurrency).order_by("submitted_at", "id")
+               .values_list("pk", flat=True)[:limits.concurrency])
+    for head in ids:
+        dispatch(head)
+    return ids
+
+
+__all__ = ["ReconcileReport", "drain", "reconcile", "release_waiters_of", "release_waiting",
+           "ring_tenant"]

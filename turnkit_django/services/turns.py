@@ -9,7 +9,7 @@ from ..runtime import execute
 from ..runtime.creation import new_conversation, new_turn
 from ..runtime.submission import dispatch, submit
 from .outcomes import TurnOutcome, log_outcome, outcome_of
-from .recovery import drain, release_waiters_of
+from .recovery import drain, release_waiters_of, ring_tenant
 
 
 def run_turn(turn_id: str, *, kind: str = "celery") -> bool:
@@ -32,6 +32,8 @@ def run_submitted(turn_id: str, *, kind: str = "celery") -> TurnOutcome:
     log_outcome(outcome)
     if executed and executed.waited_for is not False:  # unless its hand-off read none
         release_waiters_of(turn_id)
+    if executed.ran:  # its tenant has a free place again (TENANT_LIMITS)
+        ring_tenant(turn_id)
     maintain_when_due()
     return outcome
 

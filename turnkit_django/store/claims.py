@@ -24,6 +24,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from ..conf import turnkit_settings
 from ..exceptions import LostClaim
 from ..limits import Limits
 from ..messages import Part
@@ -40,6 +41,7 @@ from .locks import (
     LedgerDelta,
     LedgerRow,
     database_now,
+    lock_tenant,
     lock_tree,
     lock_tree_of,
     read_ledger,
@@ -116,7 +118,7 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
             return None
         if turn.submitted_at is not None and lane_blocked:
             return None
-        if cancelled_above(turn):
+        if cancelled_above(turn) or tenant_full(turn):
             return None
         fields, delta, lease = _claim_fields(turn, ledger, worker, prepare)
         if connection.vendor == "postgresql":  # one statement
@@ -168,6 +170,8 @@ def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None, root_id: 
         return _UNDECIDED
     if turn.submitted_at is not None and lane_blocked:
         return None
+    if tenant_limit(turn) is not None:  # counted under the tenant lock
+        return _UNDECIDED
     ledger: Ledger | None
     if turn.is_root:
         ledger = Ledger.from_row(turn.pk, cast(LedgerRow, {
@@ -188,6 +192,28 @@ def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None, root_id: 
                              known=None if turn.is_root else ledger):
         return _UNDECIDED
     return _claimed(turn, fields, ledger, worker)
+
+
+def tenant_limit(turn: Turn) -> int | None:
+    """How many running background turns ``turn``'s tenant may have (``TENANT_LIMITS``), or
+    None when no tenant limit applies to it (none set up, no tenant, an inline turn)."""
+    limits = turnkit_settings.TENANT_LIMITS
+    if limits is None or turn.tenant is None or turn.submitted_at is None:
+        return None
+    return limits.concurrency
+
+
+def tenant_full(turn: Turn) -> bool:
+    """Whether ``turn``'s tenant already has its ``TENANT_LIMITS`` of running turns: then the
+    claim leaves it pending, as a busy lane does, and the end of one of them rings it (see
+    ``services.recovery.ring_tenant``). Decided under the tenant lock, held until the claim
+    commits, so two claims of one tenant never both count a free place: a count in the
+    claim's statement alone would not do, each seeing the running turns as of its own start."""
+    limit, tenant = tenant_limit(turn), turn.tenant
+    if limit is None or tenant is None:
+        return False
+    lock_tenant(tenant)
+    return Turn.objects.tenant_running(tenant).count() >= limit
 
 
 def cancelled_above(turn: Turn) -> bool:
@@ -382,4 +408,5 @@ def lease_of(turn_id: str) -> datetime | None:
 
 
 __all__ = ["Claim", "Prepare", "cancelled_above", "claim", "claim_turn", "create_claimed",
-           "heartbeat", "heartbeat_all", "lease_of", "worker_identity"]
+           "heartbeat", "heartbeat_all", "lease_of", "tenant_full", "tenant_limit",
+           "worker_identity"]

@@ -4,7 +4,8 @@ The *tree lock* is the root turn's row (``SELECT ... FOR NO KEY UPDATE``): claim
 budget reservations, cancel and reconcile take it, so each revocation is linearised with every
 write it revokes. The *conversation lock* is the conversation's row, taken by sequence
 allocation (an ``UPDATE ... RETURNING``) and by delivery. The *graph lock* serializes wait-edge
-inserts. Order: tree, graph, conversation. On SQLite ``select_for_update`` is a no-op and the
+inserts. The *tenant lock* serializes the claims of one tenant's turns. Order: tree, tenant,
+graph, conversation. On SQLite ``select_for_update`` is a no-op and the
 IMMEDIATE transaction mode serializes writers instead (system check ``turnkit.E010``).
 """
 
@@ -32,6 +33,8 @@ from .fields import TurnFields
 
 #: The advisory lock key of the wait graph (one key for the whole database).
 GRAPH_LOCK_KEY = zlib.crc32(b"turnkit.wait_graph")
+#: The seed of the tenant locks' keys (the tenant's hash), apart from other advisory locks.
+TENANT_LOCK_SEED = zlib.crc32(b"turnkit.tenant")
 
 LEDGER_FIELDS = ("fence", "status", "deadline_at", "tree_iterations", "tree_tool_executions",
                  "tree_tool_counts", "tree_spend", "options", "controls_pending")
@@ -197,6 +200,17 @@ def graph_lock() -> None:
         )
 
 
+def lock_tenant(tenant: str) -> None:
+    """Take the tenant lock of ``tenant`` until the current transaction ends: the claims of
+    its turns (``TENANT_LIMITS``) count its running turns and write theirs one at a time. An
+    advisory lock (PostgreSQL) keyed by the tenant; on SQLite the IMMEDIATE transaction the
+    claim runs in serializes it already."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))",
+                           [tenant, TENANT_LOCK_SEED])
+
+
 def database_now() -> datetime:
     """Return the database server's current time (the clock heartbeats are stamped with)."""
     if connection.vendor == "postgresql":
@@ -208,4 +222,4 @@ def database_now() -> datetime:
 
 
 __all__ = ["GRAPH_LOCK_KEY", "LEDGER_FIELDS", "Ledger", "LedgerDelta", "database_now", "graph_lock",
-           "lock_conversation", "lock_tree", "lock_tree_of", "read_ledger"]
+           "lock_conversation", "lock_tenant", "lock_tree", "lock_tree_of", "read_ledger"]

@@ -118,6 +118,7 @@ class NewTurn:
     tree: Turn | None = None
     #: The new turn's id, when the caller needed it before the turn existed (to ask a policy).
     id: str | None = None
+    tenant: str | None = None  #: its principal's TENANT_LIMITS key (None: no tenant limit)
 
 
 def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part] = (), *,
@@ -178,8 +179,7 @@ def _submitted_at(turn: Turn, now: datetime) -> None:
 def build_turn(spec: NewTurn, conversation: Conversation, sequence: int) -> Turn:
     """The row of a new pending turn whose input ends at ``sequence``, unsaved."""
     turn_id = spec.id or new_id("turn")
-    parent = spec.parent
-    above = parent if parent is not None else spec.tree
+    parent, above = spec.parent, spec.parent if spec.parent is not None else spec.tree
     context = spec.context if spec.context is not None else conversation.context or {}
     return Turn(
         id=turn_id,
@@ -192,6 +192,7 @@ def build_turn(spec: NewTurn, conversation: Conversation, sequence: int) -> Turn
         model=spec.model or conversation.model,
         options={**spec.options, "context": context},
         principal=spec.principal if spec.principal is not None else conversation.principal,
+        tenant=spec.tenant,
         context_sequence=sequence,
         deadline_at=above.deadline_at if above is not None else None,
     )
@@ -399,22 +400,6 @@ def set_options(turn: Turn, **changes: JsonValue) -> None:
     Turn.objects.filter(pk=turn.pk).update(options=turn.options)
 
 
-__all__ = [
-    "NewConversation",
-    "NewTurn",
-    "adopt",
-    "apply_transition",
-    "build_conversation",
-    "build_turn",
-    "create_conversation",
-    "create_turn",
-    "end",
-    "refuse_transition",
-    "release",
-    "reload",
-    "revoke",
-    "row_columns",
-    "set_options",
-    "submit",
-    "touch",
-]
+__all__ = ["NewConversation", "NewTurn", "adopt", "apply_transition", "build_conversation",
+           "build_turn", "create_conversation", "create_turn", "end", "refuse_transition",
+           "release", "reload", "revoke", "row_columns", "set_options", "submit", "touch"]
