@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import NamedTuple
 
@@ -26,7 +26,6 @@ from django.core.files.storage import storages
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
-from .exceptions import ConfigurationError
 from .provider_settings import clean_provider_limits, clean_redis_url
 from .setting_errors import InvalidSetting, SettingProblem
 

@@ -400,15 +400,12 @@ class AnthropicClient(BaseClient):
                     request_id=request_id)
                 return ModelAccessError(text, status=status)
             hint = "Check the model name" if status == 404 else ""
-            text = error_message(
-                "Anthropic", status, kind, message, secrets, hint=hint, request_id=request_id
-            )
+            text = error_message("Anthropic", status, kind, message, secrets, hint=hint,
+                                 request_id=request_id)
             if status in (429, 529):  # rate limited, overloaded: the runtime waits it out
                 return ModelRateLimited(text, status=status,
                                         retry_after=retry_after(exc.response.headers))
-            return ModelError(
-                text, status=status, retryable=status in (408, 409, 429) or status >= 500
-            )
+            return ModelError(text, status=status, retryable=status in (408, 409) or status >= 500)
         retries = f"after {self.max_retries} retries"
         if isinstance(exc, anthropic.APITimeoutError):
             return ModelError(
