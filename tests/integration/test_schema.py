@@ -54,7 +54,12 @@ def test_each_write_path_table_has_the_indexes_the_migration_names():
     assert sorted(turn) == sorted([
         "turnkit_turn_pkey", "turnkit_turn_conv", "turnkit_turn_running", "turnkit_turn_actionable",
         "turnkit_turn_inline_running", "turnkit_turn_parent_turn", "turnkit_turn_parent_tex",
-        "turnkit_one_running_submitted_turn", *root])
+        "turnkit_one_running_submitted_turn", *root,
+        # 0013: partial indexes for metrics and turnkit_stats (live turns by status, turns ended
+        # in a window, recovered turns), each holding only the rows it counts
+        "turnkit_turn_active", "turnkit_turn_completed", "turnkit_turn_recovered",
+        # 0014: a claim counts its tenant's running turns (TENANT_LIMITS; rows with a tenant)
+        "turnkit_turn_tenant_running"])
 
 
 def test_the_turn_and_conversation_tables_leave_room_for_hot_updates():
