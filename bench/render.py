@@ -134,3 +134,21 @@ def peers(data: dict[str, Any]) -> str:
 
 
 __all__ = ["CHECKS", "WINDOW", "growth", "peers", "steps", "throughput"]
+
+
+def inflight(data: dict[str, Any]) -> str:
+    """Many live turns on one threads worker with a capped pool (bench/inflight.py)."""
+    rows = [[b["turns"], b["concurrency"], b["pool"], num(b["seconds"], 1),
+             num(b["ran_seconds"], 1), f"{b['completed']}/{b['turns']}", b["recovered"],
+             b["peak_sessions"], num(b["peak_rss_mb"]), num(b["left"])] for b in data["blocks"]]
+    model = data["model_seconds"]
+    return "\n".join([
+        f"**Live turns on one worker** (turns of model ({model:g} s), tool, model ({model:g} s) "
+        "queued at once; one `celery worker --pool threads` process; Django's connection pool; "
+        "PostgreSQL + Redis)", "",
+        table(["turns", "threads", "pool max_size", "s from worker start to last completion",
+               "s first start to last completion", "completed", "recovered",
+               "peak worker sessions", "peak worker RSS MB", "doorbells left"], rows,
+              right=[0, 1, 2, 3, 4, 6, 7, 8, 9]),
+        "", f"The floor is {2 * model:g} s (two model calls per turn). Peak sessions: "
+        "the worker's role in `pg_stat_activity`, sampled every 50 ms."])

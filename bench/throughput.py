@@ -63,15 +63,17 @@ def as_role(url: str, role: str) -> str:
 
 
 class Worker:
-    """One ``celery worker`` process with ``children`` prefork children, in its own group."""
+    """One ``celery worker`` process with ``children`` prefork children (or threads, with
+    ``pool="threads"``), in its own group."""
 
-    def __init__(self, children: int, url: str, log: Path) -> None:
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.worker_settings",
+    def __init__(self, children: int, url: str, log: Path, *, pool: str = "prefork",
+                 env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, **(env or {}), "DJANGO_SETTINGS_MODULE": "bench.worker_settings",
                "TURNKIT_BENCH_DATABASE_URL": as_role(url, WORKER_ROLE),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                            os.environ.get("PYTHONPATH")]))}
         command = [*_DIE_WITH_PARENT, sys.executable, "-m", "celery", "-A", "bench.celery_app",
-                   "worker", "-Q", QUEUE, "--pool=prefork", f"--concurrency={children}",
+                   "worker", "-Q", QUEUE, f"--pool={pool}", f"--concurrency={children}",
                    "-n", f"bench{children}@%h", "--without-gossip", "--without-mingle",
                    "--without-heartbeat", "-l", "WARNING"]
         self.log = log

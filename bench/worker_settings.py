@@ -18,3 +18,12 @@ DATABASES["default"]["CONN_MAX_AGE"] = 600
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 #: Read by Celery's Django fixup through bench/celery_app.py.
 CELERY_DB_REUSE_MAX = None if os.environ.get("BENCH_NEW_SESSION_PER_TASK") == "1" else 1000
+
+if os.environ.get("BENCH_POOL_MAX_SIZE"):
+    # The in-flight benchmark (bench/inflight.py): Django's connection pool (psycopg's), which
+    # takes no persistent connections; Celery's fixup closes (hands back) a task's at its end.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
+    DATABASES["default"]["OPTIONS"] = {**DATABASES["default"].get("OPTIONS", {}), "pool": {
+        "min_size": 1, "max_size": int(os.environ["BENCH_POOL_MAX_SIZE"]), "timeout": 120}}
+    CELERY_DB_REUSE_MAX = None

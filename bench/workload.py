@@ -7,6 +7,8 @@ request, so a worker process answers exactly as the benchmark process would.
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from turnkit_django import Agent, register, tool
@@ -77,6 +79,22 @@ CHAT_COMPACTING = register(Agent("bench-chat-compacting", tools=[probe],
                                  client=FunctionClient(_answer(1, reuse_ids=True)),
                                  max_iterations=10, compaction=SMALL_CONTEXT))
 
+#: Seconds each model call of the in-flight benchmark waits, as a provider would.
+LIVE_MODEL_SECONDS = float(os.environ.get("BENCH_INFLIGHT_MODEL_SECONDS", "2"))
 
-__all__ = ["CHAT", "CHAT_COMPACTING", "SMALL_CONTEXT", "STEPS_PER_TURN", "T3", "T5",
-           "no_dispatch", "probe"]
+
+def _slow(respond: Any) -> Any:
+    def slow(request: ModelRequest) -> Any:
+        time.sleep(LIVE_MODEL_SECONDS)  # the provider's latency: the turn holds no session
+        return respond(request)
+
+    return slow
+
+
+#: model (2 s), tool, model (2 s): the in-flight benchmark's turns (bench/inflight.py).
+LIVE = register(Agent("bench-live", tools=[probe], client=FunctionClient(_slow(_answer(1))),
+                      max_iterations=10))
+
+
+__all__ = ["CHAT", "CHAT_COMPACTING", "LIVE", "LIVE_MODEL_SECONDS", "SMALL_CONTEXT",
+           "STEPS_PER_TURN", "T3", "T5", "no_dispatch", "probe"]

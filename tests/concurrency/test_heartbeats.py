@@ -152,3 +152,31 @@ def test_the_heartbeat_keeps_a_session_only_as_conn_max_age_allows_and_only_whil
         assert len(set().union(*after_beats)) == 1 and all(after_beats), after_beats
     wait_until(lambda: not _beating_sessions(), timeout=TIMEOUT,
                what="the heartbeat's session to close once its turn ended")
+
+
+def test_the_heartbeat_thread_takes_its_session_before_any_claims_lock(registered):
+    """With Django's connection pool, a turn ending holds its session while it waits for its
+    claim's beat lock (Heartbeat.__exit__); a beat that held that lock while it waited for a
+    pooled session deadlocked with it until the pool's timeout (every turn of a threads worker
+    stalled 60 s, issue 37). A beat takes its session first, then the claims' locks."""
+    agent = registered(Agent("beat-order", client=FunctionClient(lambda r: reply("ok"))))
+    run = agent.prepare("a turn")
+    from turnkit_django.runtime import heartbeat
+    from turnkit_django.store import claim
+
+    beat = heartbeat.Heartbeat(claim(run.id, "a worker"), 60.0)
+    wrappers: list[Any] = []
+
+    def beat_all() -> None:
+        wrappers.append(connections["default"])  # this thread's own connection
+        connection.close()  # no session yet, as after a turn's wait
+        heartbeat.beat_all([beat])
+
+    with beat._beating:  # a turn ending, its session held, reached the lock first
+        thread = Worker(beat_all)
+        thread.start()
+        # The beat thread opens its session while it waits for the lock, not after.
+        wait_until(lambda: bool(wrappers) and wrappers[0].connection is not None,
+                   timeout=5, what="the heartbeat thread's session before the claim's lock")
+    thread.outcome()
+    run.cancel()

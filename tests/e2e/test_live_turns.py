@@ -31,9 +31,6 @@ def worker_sessions(name: str) -> int:
         return int(cursor.fetchone()[0])
 
 
-@pytest.mark.skip(reason="flaky under the full e2e tier: after the hold is released some "
-                  "turns time out waiting for a pooled session (PoolTimeout after 60 s); passes "
-                  "alone; to be diagnosed in issue 37")
 @pytest.mark.timeout(180)
 def test_a_threads_worker_runs_more_live_turns_than_its_pool_has_sessions(
         cluster: Cluster) -> None:

@@ -52,7 +52,8 @@ class Heartbeat:
 
     def beat(self) -> None:
         """One beat, on the heartbeat thread (its session kept only as ``CONN_MAX_AGE``
-        allows)."""
+        allows), its session taken before the claim's lock (see :func:`beat_all`)."""
+        connection.ensure_connection()
         with self._beating:
             if self._stopped:
                 return
@@ -81,9 +82,14 @@ def beat_all(beats: list[Heartbeat]) -> None:
     """One beat of every claim in ``beats`` that is due, in one statement for all of them
     (store.heartbeat_all): a process holding a thousand live turns sends one heartbeat
     statement per interval, not a thousand. Each claim's own lock is held meanwhile, so no beat
-    of a claim is in flight once its turn's block has exited."""
+    of a claim is in flight once its turn's block has exited.
+
+    The session is taken before any claim's lock: a turn that ends waits for its claim's lock
+    holding its own session, so a beat that waited for a pooled session under that lock would
+    deadlock with it until the pool's timeout once the turns held every session."""
     held: list[Heartbeat] = []
     try:
+        connection.ensure_connection()
         for beat in beats:
             beat._beating.acquire()
             if beat._stopped:
