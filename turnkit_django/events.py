@@ -37,6 +37,7 @@ EVENT_TYPES = (
     "tool_call.failed",
     "tool_call.interrupted",
     "tool_call.skipped",
+    "tool.retrying",
     "message.created",
     "delivery.delivered",
     "sub_agent.delegated",

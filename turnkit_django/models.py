@@ -305,6 +305,8 @@ class ToolExecution(models.Model):
     approval = StorableJSONField(null=True, blank=True)
     fence = models.PositiveBigIntegerField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    # The failed attempts of a tool with retries (runtime.retries), oldest first.
+    attempt_log = StorableJSONField(default=list, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -25,15 +25,14 @@ from .. import failpoints
 from ..agents import LOAD_SKILL, SubAgentTool
 from ..conf import turnkit_settings
 from ..errors import ErrorRecord, outcome_unknown
-from ..exceptions import LostClaim
 from ..messages import ToolCallPart
 from ..models import ToolExecution
-from ..serialization import to_json
+from ..serialization import JsonValue, to_json
 from ..states import FINISHED_TOOL_STATUSES, Phase, ToolStatus
 from ..store import LedgerDelta, Terminal
 from ..tools.base import Tool, ToolContext
 from ..tools.coordination import CoordinationTool
-from . import budget, completion, coordination, delegation, fanout
+from . import budget, completion, coordination, delegation, fanout, retries
 from .calls import CallOutcome, precheck, response_calls, turn_tools, unknown_tool
 from .context import ControlPending, ToolBinding, TurnContext
 from .controls import approval_gate
@@ -155,23 +154,22 @@ def invoke(ctx: TurnContext, tool: Tool | None, call: ToolCallPart,
         return delegation.run_inline_child(ctx, tool, call, execution, args)
     if isinstance(tool, CoordinationTool):
         return coordination.execute(ctx, tool, call, execution, args)
-    tool_ctx = ToolContext(
-        turn=ctx.handle(ToolBinding(ctx, execution)),  # media calls write under this claim
-        conversation_id=ctx.row.conversation_id,
-        execution_id=execution.pk,
-        tool_call_id=call.id,
-        principal=copy.deepcopy(ctx.principal),
-        context=copy.deepcopy((ctx.row.options or {}).get("context") or {}),
-    )
+
+    def attempt() -> JsonValue:  # one run of the tool (each attempt of one with retries)
+        tool_ctx = ToolContext(
+            turn=ctx.handle(ToolBinding(ctx, execution)),  # media calls write under this claim
+            conversation_id=ctx.row.conversation_id,
+            execution_id=execution.pk,
+            tool_call_id=call.id,
+            principal=copy.deepcopy(ctx.principal),
+            context=copy.deepcopy((ctx.row.options or {}).get("context") or {}),
+        )
+        return to_json(tool.call(tool_ctx, args))
+
     limit = tool.timeout if tool.timeout is not None else turnkit_settings.TOOL_TIMEOUT
-    try:
-        with ctx.waiting_for("tool", call.name, limit):
-            failpoints.hit("inside_tool")
-            result = to_json(tool.call(tool_ctx, args))
-    except LostClaim:
-        raise
-    except Exception as exc:
-        return CallOutcome.failed(ErrorRecord(type(exc).__name__, str(exc)))
+    result = retries.run_attempts(ctx, tool, call, execution, limit, attempt)
+    if isinstance(result, ErrorRecord):
+        return CallOutcome.failed(result)
     terminal = None
     if tool.terminal:
         terminal = Terminal(call.name, call.id, tool.completion_text(result))

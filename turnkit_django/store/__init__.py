@@ -16,6 +16,7 @@ A test walks the package's source and fails on an ORM write outside this package
 
 from __future__ import annotations
 
+from .attempts import record_attempt
 from .claims import (
     Claim,
     claim,
@@ -95,6 +96,7 @@ __all__ = [
     "lock_conversation",
     "lock_tree",
     "pooled",
+    "record_attempt",
     "release_session",
     "reload",
     "remember_history",

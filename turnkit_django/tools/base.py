@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..clients.base import ToolSpec
 from ..errors import ErrorRecord
-from ..exceptions import ConfigurationError
+from ..exceptions import ConfigurationError, ToolError
 from ..serialization import JsonMapping, JsonObject, JsonValue, render_result
 
 if TYPE_CHECKING:
@@ -24,6 +24,8 @@ Terminal = bool | str | Callable[[Any], str]
 #: Whether a call waits for a person's approval: always, or decided per call from its
 #: validated arguments and its ToolContext.
 Approval = bool | Callable[[Any, "ToolContext"], bool]
+#: The exceptions a tool's calls are retried after: a class or a tuple of classes.
+RetryOn = type[Exception] | tuple[type[Exception], ...] | None
 #: The longest tool name providers accept (and so the longest a tool may have).
 NAME_LENGTH = 64
 _NAME = re.compile(rf"^[a-zA-Z][a-zA-Z0-9_-]{{0,{NAME_LENGTH - 1}}}$")
@@ -74,6 +76,12 @@ class Tool:
     approval: Approval = False
     #: Seconds an approval request stays open; maintenance denies it when they pass.
     approval_timeout: float | None = None
+    #: Durable retries (replay-safe tools only): how many times a failed call is tried again,
+    #: after which exceptions (None: any but ToolError), and the first backoff in seconds (it
+    #: doubles per retry, with jitter, capped; see runtime.retries).
+    retries: int = 0
+    retry_on: RetryOn = None
+    backoff: float = 1.0
     #: Set on built-in tools the runtime executes itself (sub-agents, coordination tools).
     builtin: ClassVar[str | None] = None
 
@@ -101,6 +109,14 @@ class Tool:
     def validate(self, arguments: JsonMapping) -> BaseModel:
         """Validate model-supplied arguments; raises pydantic's ``ValidationError``."""
         return self.Args.model_validate(arguments)
+
+    def retryable(self, exc: Exception) -> bool:
+        """Whether a call that raised ``exc`` is tried again (while retries are left)."""
+        if self.retries <= 0:
+            return False
+        if self.retry_on is None:
+            return not isinstance(exc, ToolError)
+        return isinstance(exc, self.retry_on)
 
     def needs_approval(self, args: Any, ctx: ToolContext) -> bool:
         """Whether this call (its validated arguments) waits for a person's approval."""
@@ -153,6 +169,7 @@ class Tool:
             raise ConfigurationError(
                 f"tool {self.tool_name!r}: approval_timeout must be a positive number of "
                 f"seconds or None, got {wait!r}")
+        _check_retries(self)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.tool_name!r}>"
@@ -174,8 +191,14 @@ class FunctionTool(Tool):
         budget_completion: bool = False,
         approval: Approval = False,
         approval_timeout: float | None = None,
+        retries: int = 0,
+        retry_on: RetryOn = None,
+        backoff: float = 1.0,
     ) -> None:
         self.func = func
+        self.retries = retries
+        self.retry_on = (retry_on,) if isinstance(retry_on, type) else retry_on
+        self.backoff = backoff
         self.approval = approval
         self.approval_timeout = approval_timeout
         self.name = name or func.__name__
@@ -243,6 +266,9 @@ def tool(
     budget_completion: bool = False,
     approval: Approval = False,
     approval_timeout: float | None = None,
+    retries: int = 0,
+    retry_on: RetryOn = None,
+    backoff: float = 1.0,
 ) -> Callable[[Callable[..., object]], FunctionTool]: ...
 
 
@@ -259,6 +285,9 @@ def tool(
     budget_completion: bool = False,
     approval: Approval = False,
     approval_timeout: float | None = None,
+    retries: int = 0,
+    retry_on: RetryOn = None,
+    backoff: float = 1.0,
 ) -> FunctionTool | Callable[[Callable[..., object]], FunctionTool]:
     """Turn a function into a tool. Its docstring is the description given to the model."""
 
@@ -266,7 +295,8 @@ def tool(
         built = FunctionTool(f, name=name, description=description, terminal=terminal,
                              recovery=recovery, timeout=timeout, read_only=read_only,
                              budget_completion=budget_completion, approval=approval,
-                             approval_timeout=approval_timeout)
+                             approval_timeout=approval_timeout, retries=retries,
+                             retry_on=retry_on, backoff=backoff)
         built.check()
         return built
 
@@ -291,6 +321,33 @@ def validation_error(tool_name: str, exc: ValidationError) -> ErrorRecord:
     return ErrorRecord("invalid_arguments",
                        f"The arguments for {tool_name!r} are invalid; fix them and call again.",
                        {"problems": problems})
+
+
+def _check_retries(tool: Tool) -> None:
+    """Raise ConfigurationError unless ``retries``, ``retry_on`` and ``backoff`` are usable."""
+    name, retries, retry_on, backoff = tool.tool_name, tool.retries, tool.retry_on, tool.backoff
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ConfigurationError(
+            f"tool {name!r}: retries must be a non-negative whole number (how many times a "
+            f"failed call is tried again), got {retries!r}")
+    classes = (retry_on,) if isinstance(retry_on, type) else retry_on
+    if classes is not None and (not isinstance(classes, tuple) or not classes or not all(
+            isinstance(c, type) and issubclass(c, Exception) for c in classes)):
+        raise ConfigurationError(
+            f"tool {name!r}: retry_on must be an exception class or a non-empty tuple of "
+            f"them, such as (TimeoutError, ConnectionError), got {retry_on!r}")
+    if isinstance(backoff, bool) or not isinstance(backoff, int | float) or not (
+            0 <= backoff < float("inf")):
+        raise ConfigurationError(
+            f"tool {name!r}: backoff must be a non-negative number of seconds (the wait before "
+            f"the first retry; it doubles for each next one), got {backoff!r}")
+    if retries and not tool.replay_safe:
+        raise ConfigurationError(
+            f"tool {name!r}: retries={retries} needs recovery='replay_safe': a retry runs the "
+            "call again, which could repeat an effect the failed attempt already had (a charge, "
+            "an email). Make the tool safe to run twice (use ctx.idempotency_key with the "
+            "service it calls) and declare recovery='replay_safe', or drop retries= and let the "
+            "model decide what to do with the error")
 
 
 def _snake(name: str) -> str:
