@@ -309,7 +309,7 @@ class ToolExecutionAdmin(ReadOnlyAdmin):
     list_select_related = ("turn",)
     ordering = ("-created_at",)
     date_hierarchy = "created_at"
-    private_fields = frozenset({"arguments", "result", "error", "approval"})
+    private_fields = frozenset({"arguments", "result", "error", "approval", "attempt_log"})
     actions = ("approve_calls", "deny_calls")
 
     def has_decide_permission(self, request: HttpRequest) -> bool:

@@ -237,3 +237,19 @@ def test_a_worker_dying_during_the_backoff_resumes_with_the_next_attempt(registe
     assert len(service.calls) == 2 and tool_result(client).content == {"rate": 1.1}
     execution = ToolExecution.objects.get(turn_id=run.id)
     assert [a["attempt"] for a in execution.attempt_log] == [1]
+
+
+def test_the_attempts_are_on_the_tool_execution_admin_page_for_transcript_readers(registered):
+    from tests.unit.test_admin import page, staff
+
+    agent, _ = rates_agent(registered, Flaky(2))
+    run = agent.run("rates please")
+    execution = ToolExecution.objects.get(turn_id=run.id)
+    reader = page(staff("view_toolexecution", "view_transcript"), "toolexecution_change",
+                  execution.pk)
+    assert "attempt_log" in reader or "attempt log" in reader
+    assert "rates service timed out (call 1)" in reader
+    assert "rates service timed out (call 2)" in reader
+    # The errors may carry what the tool was given: hidden without view_transcript.
+    viewer = page(staff("view_toolexecution"), "toolexecution_change", execution.pk)
+    assert "rates service timed out" not in viewer
