@@ -1,5 +1,5 @@
 """The interactive controls of the handles: approvals, pause/resume, steering, post, events,
-and waiting for a run (``run.wait()``, ``run.await_result()``).
+waiting for a run (``run.wait()``, ``run.await_result()``), forks and retries.
 
 Mixed into :class:`~turnkit_django.handles.TurnHandle` (``Run`` adds :class:`TreeControls`) and
 :class:`~turnkit_django.handles.ConversationHandle`; the work is in ``services``.
@@ -7,6 +7,7 @@ Mixed into :class:`~turnkit_django.handles.TurnHandle` (``Run`` adds :class:`Tre
 
 from __future__ import annotations
 
+from copy import copy
 from typing import Any, Self
 
 from django.db.models import QuerySet
@@ -17,7 +18,7 @@ from .exceptions import AtomicBlockError
 from .models import Conversation, Delivery, Event, ToolExecution, Turn
 from .runtime import execute, refuse_atomic_block
 from .serialization import JsonObject
-from .services import approvals, awaiting, controls, inputs
+from .services import approvals, awaiting, controls, forks, inputs
 from .services.inputs import InputStatus
 from .services.reading import readable_conversations
 from .states import TurnStatus
@@ -143,6 +144,17 @@ class TreeControls(TurnControls):
         await awaiting.await_result(self.row, timeout)
         return self
 
+    def retry(self, *, principal: object = _UNSET, submit: bool | None = None) -> Self:
+        """Run this failed, cancelled or stale run again: a new run (returned) over a copy of
+        its input, with the same agent and options, linked by ``retry_of``. A background run
+        is submitted again, an inline one runs now (``submit=`` chooses). With ``principal=``
+        the new run is that principal's, once it may read the original (``read_messages``)."""
+        row = forks.retry(self.row, self.agent, submit=submit,
+                          principal=forks.UNSET if principal is _UNSET else principal)
+        retried = copy(self)
+        retried.row = row
+        return retried
+
 
 class ConversationInputs:
     """Idempotent next-turn input and its receipts."""
@@ -158,6 +170,16 @@ class ConversationInputs:
         turn)."""
         return inputs.input_status(self.row, key, principal=None if principal is _UNSET
                                    else principal, check=principal is not _UNSET)
+
+    def fork(self, at: int, *, principal: object = _UNSET) -> Self:
+        """A new conversation (returned) holding copies of this one's messages up to and
+        including sequence ``at``; this one is unchanged. With ``principal=`` the fork is
+        authorized as reading this conversation (``read_messages``) and is that principal's."""
+        row = forks.fork(self.row, at,
+                         principal=forks.UNSET if principal is _UNSET else principal)
+        forked = copy(self)
+        forked.row = row
+        return forked
 
 
 __all__ = ["ConversationInputs", "TreeControls", "TurnControls"]

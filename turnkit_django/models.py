@@ -54,17 +54,19 @@ class Conversation(models.Model):
     principal = StorableJSONField(null=True, blank=True)
     context = StorableJSONField(default=dict, blank=True)
     metadata = StorableJSONField(default=dict, blank=True)
-    parent_conversation = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="child_conversations",
-        db_index=False,
-    )
-    parent_turn = models.ForeignKey(
-        "Turn", null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_index=False
-    )
+    parent_conversation = models.ForeignKey("self", null=True, blank=True, db_index=False,
+                                            on_delete=models.CASCADE,
+                                            related_name="child_conversations")
+    parent_turn = models.ForeignKey("Turn", null=True, blank=True, on_delete=models.CASCADE,
+                                    related_name="+", db_index=False)
     parent_tool_execution = models.ForeignKey(
         "ToolExecution", null=True, blank=True, on_delete=models.CASCADE, related_name="+",
         db_index=False,
     )
+    # conv.fork(at=...): the conversation whose messages 1..forked_at this one copied.
+    forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="forks", db_index=False)
+    forked_at = models.PositiveBigIntegerField(null=True, blank=True)
     # Highest allocated message sequence; incremented under the conversation's row lock.
     last_sequence = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -83,7 +85,7 @@ class Conversation(models.Model):
             # Foreign keys that are null on most rows are indexed where set only (deletes and
             # the tree's reads look them up by value, which implies "not null").
             *_where_set("conv", "parent_conversation", "parent_turn", "parent_tool_execution",
-                        "subject_type"),
+                        "subject_type", "forked_from"),
         ]
 
     def __str__(self) -> str:
@@ -105,9 +107,10 @@ class Turn(models.Model):
         "ToolExecution", null=True, blank=True, on_delete=models.CASCADE,
         related_name="child_turns", db_index=False,
     )
-    root_turn = models.ForeignKey(
-        "self", on_delete=models.CASCADE, related_name="tree_turns", db_constraint=True
-    )
+    root_turn = models.ForeignKey("self", on_delete=models.CASCADE, related_name="tree_turns")
+    # run.retry(): the run this one runs again (a new root over a copy of its input).
+    retry_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="retries", db_index=False)
     depth = models.PositiveSmallIntegerField(default=0)
     status = models.CharField(max_length=16, choices=TurnStatus.choices,
                               default=TurnStatus.PENDING)
@@ -191,7 +194,7 @@ class Turn(models.Model):
             models.Index(fields=["tenant"], name="turnkit_turn_tenant_running",
                          condition=Q(status=TurnStatus.RUNNING) & Q(tenant__isnull=False)
                          & Q(submitted_at__isnull=False)),
-            *_where_set("turn", "parent_turn", "parent_tool_execution"),
+            *_where_set("turn", "parent_turn", "parent_tool_execution", "retry_of"),
         ]
         constraints = [
             models.UniqueConstraint(
