@@ -59,7 +59,9 @@ def test_each_write_path_table_has_the_indexes_the_migration_names():
         # in a window, recovered turns), each holding only the rows it counts
         "turnkit_turn_active", "turnkit_turn_completed", "turnkit_turn_recovered",
         # 0014: a claim counts its tenant's running turns (TENANT_LIMITS; rows with a tenant)
-        "turnkit_turn_tenant_running"])
+        "turnkit_turn_tenant_running",
+        # 0016: the retries of a run, looked up by deleting it (rows that are a retry only)
+        "turnkit_turn_retry_of"])
 
 
 def test_the_turn_and_conversation_tables_leave_room_for_hot_updates():

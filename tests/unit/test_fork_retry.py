@@ -6,7 +6,11 @@ background as the original ran."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+from pathlib import Path
+
 import pytest
+from django.utils import timezone
 
 from tests.dispatch import override_turnkit, recorded
 from turnkit_django import (
@@ -15,12 +19,23 @@ from turnkit_django import (
     InputError,
     InvalidTransition,
     ModelError,
+    load_conversation,
     load_run,
     services,
     tool,
 )
+from turnkit_django.agents.registry import registered_agents, unregister
+from turnkit_django.messages import ImagePart, load_parts
 from turnkit_django.models import Conversation, Message
-from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply
+from turnkit_django.store.media import open_image
+from turnkit_django.testing import (
+    PNG,
+    FunctionClient,
+    FunctionMediaClient,
+    ScriptedClient,
+    call,
+    reply,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ACME, GLOBEX = {"tenant": "acme"}, {"tenant": "globex"}
@@ -176,3 +191,58 @@ def test_retry_is_authorized_as_a_new_run_of_its_principal(flaky):
         again = run.retry(principal={"tenant": "acme", "user": 7})
     assert again.status == "completed" and Conversation.objects.count() == before + 1
     assert again.row.principal == {"tenant": "acme", "user": 7}
+
+
+@pytest.mark.usefixtures("media_root")
+def test_a_forks_copied_image_refers_to_the_same_stored_file(registered,
+                                                             django_capture_on_commit_callbacks):
+    artist = registered(Agent("fork_artist", instructions="Draw.",
+                              client=FunctionClient(lambda r: reply("A teapot."))))
+    run = artist.prepare("Draw a teapot")
+    with django_capture_on_commit_callbacks(execute=True):
+        run.turn.paint("A teapot on a shelf", client=FunctionMediaClient())
+    conv = load_conversation(run.row.conversation_id)
+
+    fork = conv.fork(at=2)
+
+    original, copy = (Message.objects.get(conversation_id=c, sequence=2)
+                      for c in (conv.id, fork.id))
+    [part] = load_parts(copy.content)
+    assert isinstance(part, ImagePart) and load_parts(original.content) == [part]
+    with open_image(part) as stored:
+        assert stored.read() == PNG
+    assert fork.ask("Describe it.").status == "completed"
+
+
+@pytest.mark.django_db
+def test_the_integrations_page_fork_and_retry_examples_run_as_written(capsys) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs/howto/integrations.md").read_text()
+    section = page.split("## Fork a conversation, retry a run", 1)[1].split("\n## ", 1)[0]
+    sessions = [b.split("\n", 1)[1] for b in section.split('```python title="python manage.py '
+                                                           'shell"')[1:]]
+    assert len(sessions) == 2
+    for number, code in enumerate(sessions, 1):
+        before = set(registered_agents())
+        try:
+            exec(compile(code.split("```", 1)[0], f"example {number}", "exec"), {})  # noqa: S102
+        finally:
+            for name in set(registered_agents()) - before:
+                unregister(name)
+    assert capsys.readouterr().out.split("\n") == [
+        "[1, 2, 3, 4, 5, 6]", "True 4", "failed", "completed Refunded order 42.", "True", ""]
+
+
+def test_pruning_an_original_keeps_its_forks_and_retries(support, flaky):
+    conv = support.conversation()
+    conv.ask("Where is order 42?")
+    fork = conv.fork(at=4)
+    run = flaky.run("Refund order 42")
+    again = run.retry()
+    Conversation.objects.filter(pk__in=[fork.id, again.row.conversation_id]).update(
+        updated_at=timezone.now() + timedelta(days=2))  # the copies are recent, the rest old
+
+    assert services.prune(before=timezone.now() + timedelta(days=1)) == 2
+
+    assert [r[0] for r in history(fork.id)] == [1, 2, 3, 4]
+    assert fork.refresh().row.forked_from_id is None and fork.row.forked_at == 4
+    assert again.refresh().status == "completed" and again.row.retry_of_id is None
