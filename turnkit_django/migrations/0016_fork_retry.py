@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('turnkit', '0014_tenant_limits'),
+        ('turnkit', '0015_tool_attempts'),
     ]
 
     operations = [
