@@ -23,6 +23,7 @@ from ..exceptions import ConfigurationError, InputError
 from ..limits import Limits, check_limits, resolve_limits
 from ..serialization import JsonObject
 from ..tools.base import Tool
+from ..tools.sources import ToolSource
 from . import policies, prompting
 from .compaction import check_options as check_compaction
 from .jsonschema import problems
@@ -132,7 +133,7 @@ class AgentDefinition:
         instructions: str = "",
         description: str = "",
         model: str | None = None,
-        tools: Sequence[Tool] = (),
+        tools: Sequence[Tool | ToolSource] = (),
         sub_agents: Sequence[AgentDefinition] = (),
         output_schema: Schema = None,
         input_schema: Schema = None,
@@ -167,7 +168,9 @@ class AgentDefinition:
         if problem := model_problem(model):
             raise ConfigurationError(f"agent {name!r}: model {problem}")
         self.model = model
-        self.tools = list(tools)
+        #: Tool sources (MCP servers): their tools are listed when a turn starts.
+        self.tool_sources = [t for t in tools if isinstance(t, ToolSource)]
+        self.tools = [t for t in tools if not isinstance(t, ToolSource)]
         self.sub_agents = list(sub_agents)
         self.output_schema = output_schema
         self.input_schema = input_schema
@@ -236,7 +239,7 @@ class AgentDefinition:
             if not isinstance(item, Tool):
                 raise ConfigurationError(
                     f"agent {self.name!r}: {item!r} is not a tool; decorate functions with "
-                    "@tool or subclass turnkit_django.Tool"
+                    "@tool, subclass turnkit_django.Tool, or list an MCPServer"
                 )
             item.check()
             # One tool object may be listed twice (by two skills); two objects may not share a name.
@@ -245,6 +248,13 @@ class AgentDefinition:
                     f"agent {self.name!r}: two tools are named {item.tool_name!r} (tools, skill "
                     f"tools, sub-agents and {LOAD_SKILL!r} share one namespace); rename one"
                 )
+        sources: set[str] = set()
+        for source in self.tool_sources:
+            source.check()
+            if source.name in sources:
+                raise ConfigurationError(f"agent {self.name!r}: two tool sources are named "
+                                         f"{source.name!r}; pass name= to tell them apart")
+            sources.add(source.name)
         schema_json(self.output_schema, f"agent {self.name!r}: output_schema")
         schema_json(self.input_schema, f"agent {self.name!r}: input_schema")
 
@@ -294,6 +304,7 @@ class AgentDefinition:
             "description": self.description,
             "model": self.model,
             "tools": sorted(self.tool_table()),
+            "tool_sources": [repr(s) for s in self.tool_sources],
             "skills": [s.key for s in self.skills],
             "available_skills": [s.key for s in self.available_skills],
             "limits": {k: str(v) for k, v in self.limit_overrides.items()},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,10 +16,12 @@ from ..authorization import is_allowed
 from ..errors import ErrorRecord, invalid_arguments, not_authorized
 from ..exceptions import BudgetExceeded
 from ..messages import MEDIA_KINDS, ToolCallPart
+from ..serialization import JsonObject
 from ..states import ToolStatus
 from ..store import Terminal
 from ..tools.base import NAME_LENGTH, Tool, validation_error
 from .context import TurnContext
+from .sources import source_tools
 
 
 @dataclass(frozen=True)
@@ -36,11 +39,17 @@ class CallOutcome:
         return cls(ToolStatus.FAILED, record.for_model(), error=error)
 
 
-def turn_tools(agent: AgentDefinition, turn_id: str) -> dict[str, Tool]:
-    """The tools callable in ``turn_id`` now: the agent's, plus those of skills it loaded."""
+def turn_tools(agent: AgentDefinition, turn_id: str,
+               listed: Mapping[str, JsonObject] | None = None) -> dict[str, Tool]:
+    """The tools callable in ``turn_id`` now: the agent's, those of skills it loaded, and those
+    its tool sources offered when it started (``listed``: the turn's ``listed_tools``)."""
     if not agent.available_skills:
-        return agent.tool_table(loaded=())
-    return agent.tool_table(loaded=loaded_keys(turn_id))
+        table = agent.tool_table(loaded=())
+    else:
+        table = agent.tool_table(loaded=loaded_keys(turn_id))
+    if agent.tool_sources and listed:
+        table.update(source_tools(agent, listed, table))
+    return table
 
 
 def response_calls(ctx: TurnContext) -> list[ToolCallPart]:

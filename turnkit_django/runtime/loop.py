@@ -48,7 +48,7 @@ from ..store import (
     visible_history,
     worker_identity,
 )
-from . import budget, controls
+from . import budget, controls, sources
 from .calls import turn_tools
 from .context import ControlPending, HandBack, Suspended, TurnContext
 from .creation import new_claimed_turn
@@ -67,6 +67,7 @@ STEPS = {Phase.MODEL: model_step, Phase.TOOLS: tools_step, Phase.OUTPUT: output_
 def run(ctx: TurnContext) -> None:
     """Run the claimed turn until it finishes, suspends, or loses its claim."""
     try:
+        sources.offer(ctx)  # once per turn: a resumed turn has its tools recorded
         while ctx.state.phase in STEPS:
             ctx.check_stop()
             if ctx.fenced.controls_pending:  # a step boundary: pause, steering
@@ -140,7 +141,7 @@ def context(claim: Claim, row: Turn, agent: AgentDefinition, *, client: Client,
         claim=claim, row=row, fenced=fenced, agent=agent, client=client,
         state=TurnState.from_json(row.state),
         # Tools of loaded skills are derived from persisted executions, so a resumed turn agrees.
-        tools=turn_tools(agent, row.pk),
+        tools=turn_tools(agent, row.pk, TurnState.from_json(row.state).listed_tools),
         history=history if history is not None else visible_history(row),
         on_event=on_event if on_event is not None else agent.on_event,
         child_runner=_run_child,

@@ -133,7 +133,7 @@ def run_call(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution | No
     error = finish(ctx, execution, call, outcome.status, outcome.content,
                    expected=(ToolStatus.RUNNING,), then=then)
     if call.name == LOAD_SKILL and outcome.status == ToolStatus.COMPLETED:
-        ctx.tools = turn_tools(ctx.agent, ctx.row.pk)
+        ctx.tools = turn_tools(ctx.agent, ctx.row.pk, ctx.state.listed_tools)
     failpoints.hit("after_tool_commit")
     if outcome.error is not None:
         raise outcome.error

@@ -37,7 +37,7 @@ from ..runtime.calls import turn_tools
 from ..runtime.submission import dispatch
 from ..serialization import JsonObject, json_safe, json_value, unstorable
 from ..states import TERMINAL_TURN_STATUSES, TurnStatus
-from ..store import controls, database_now, lock_tree
+from ..store import TurnState, controls, database_now, lock_tree
 from ..store.events import stamp
 
 
@@ -122,7 +122,8 @@ def _validated(execution: ToolExecution, arguments: object) -> JsonObject:
     if problem is not None:
         raise InputError(f"the edited arguments for {execution.tool_name!r} {problem}")
     turn = execution.turn
-    tool = turn_tools(get_agent(turn.agent_name), turn.pk).get(execution.tool_name)
+    tool = turn_tools(get_agent(turn.agent_name), turn.pk,
+                      TurnState.from_json(turn.state).listed_tools).get(execution.tool_name)
     if tool is None:
         raise ConfigurationError(f"tool {execution.tool_name!r} is not a tool of agent "
                                  f"{turn.agent_name!r} any more; register the agent with it")

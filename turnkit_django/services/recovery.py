@@ -21,9 +21,10 @@ from ..events import emit
 from ..exceptions import ConfigurationError
 from ..models import Turn, Wait
 from ..runtime.deliveries import callback_decision, deliver_pending, finished
+from ..runtime.sources import source_tools
 from ..runtime.submission import dispatch
 from ..states import TurnStatus
-from ..store import database_now, lease_of, lock_tree
+from ..store import TurnState, database_now, lease_of, lock_tree
 from ..store.compiled import CompiledRead
 from ..store.transcript import ClosedCall, interrupt_running
 from ..store.turns import count_recovery, end, release, revoke, touch
@@ -49,12 +50,15 @@ class ReconcileReport:
         return text + (f", {len(self.errors)} failed" if self.errors else "")
 
 
-def _replay_safe_tools(agent_name: str) -> set[str]:
+def _replay_safe_tools(turn: Turn) -> set[str]:
     try:
-        agent = get_agent(agent_name)
+        agent = get_agent(turn.agent_name)
     except ConfigurationError:
         return set()
-    return {name for name, t in agent.tool_table().items() if t.replay_safe}
+    table = agent.tool_table()
+    if agent.tool_sources:  # the tools its sources offered, as the turn recorded them
+        table.update(source_tools(agent, TurnState.from_json(turn.state).listed_tools, table))
+    return {name for name, t in table.items() if t.replay_safe}
 
 
 def _interrupted(turn: Turn, closed: list[ClosedCall]) -> None:
@@ -104,8 +108,7 @@ def _recover(turn_id: str, report: ReconcileReport) -> None:
             _abandon(turn, "the inline execution was abandoned", report)
             return
         attempts = turn.recovery_attempts + 1
-        _interrupted(turn, interrupt_running(turn, replay_safe=_replay_safe_tools(
-            turn.agent_name)))
+        _interrupted(turn, interrupt_running(turn, replay_safe=_replay_safe_tools(turn)))
         if attempts > int(turnkit_settings.MAX_RECOVERY_ATTEMPTS):
             _dead_letter(turn, attempts, f"the turn lost its worker {attempts} times",
                          report, callback_allowed=callback)

@@ -128,6 +128,9 @@ class TurnState:
     output_metadata: JsonObject | None = None
     #: Structured evaluation receipts, by receipt id (see runtime.evaluations).
     evaluations: Mapping[str, JsonObject] = field(default_factory=dict)
+    #: The tools each tool source (an MCP server) offered when the turn started, by source
+    #: name: ``{"tools": [...]}`` or, when listing failed, ``{"tools": [], "error": text}``.
+    listed_tools: Mapping[str, JsonObject] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> TurnState:
         return copied(self, **changes)
@@ -176,6 +179,8 @@ class TurnState:
             data["output_metadata"] = self.output_metadata
         if self.evaluations:
             data["evaluations"] = dict(self.evaluations)
+        if self.listed_tools:
+            data["listed_tools"] = dict(self.listed_tools)
         return data
 
     @classmethod
@@ -204,6 +209,7 @@ class TurnState:
             budget_completion_call_id=data.get("budget_completion_call_id"),
             output_metadata=data.get("output_metadata"),
             evaluations={str(k): v for k, v in (data.get("evaluations") or {}).items()},
+            listed_tools={str(k): v for k, v in (data.get("listed_tools") or {}).items()},
         )
 
 

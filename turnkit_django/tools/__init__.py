@@ -11,14 +11,17 @@ from typing import TYPE_CHECKING
 
 from .base import FunctionTool, Tool, ToolContext, tool
 from .coordination import launch_agent, send_message, wait_for
+from .sources import ToolSource
 
 if TYPE_CHECKING:  # the checker sees the lazy names' real types
     from .files import ReadFile, ReadOnlyTool
     from .github import GitHubTool
+    from .mcp import MCPServer
     from .media import ImageTool, PaintImage, ViewMediaTool
 
 _LAZY = {"ImageTool": "media", "ViewMediaTool": "media", "PaintImage": "media",
-         "ReadOnlyTool": "files", "ReadFile": "files", "GitHubTool": "github"}
+         "ReadOnlyTool": "files", "ReadFile": "files", "GitHubTool": "github",
+         "MCPServer": "mcp"}
 
 
 def __getattr__(name: str) -> object:
@@ -27,6 +30,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["FunctionTool", "GitHubTool", "ImageTool", "PaintImage", "ReadFile", "ReadOnlyTool",
-           "Tool", "ToolContext", "ViewMediaTool", "launch_agent",
+__all__ = ["FunctionTool", "GitHubTool", "ImageTool", "MCPServer", "PaintImage", "ReadFile",
+           "ReadOnlyTool",
+           "Tool", "ToolContext", "ToolSource", "ViewMediaTool", "launch_agent",
            "send_message", "tool", "wait_for"]
