@@ -1,9 +1,11 @@
-"""A small MCP server over stdio for the MCP tool tests (``python -m tests.mcp_files_server``).
+"""A small MCP server for the MCP tool tests (``python -m tests.mcp_files_server``, stdio).
 
 Tools: ``read`` and ``search`` (read-only), ``delete`` (never offered by the tests' allow-list),
 ``fail`` (answers with an MCP error result), ``crash`` (the server process dies mid-call),
-``hang`` (outlasts the call's timeout). The tools named in the file ``$MCP_HIDDEN`` (when it
-exists) are left out of its listings, so a test can change what a new listing would offer.
+``hang`` (outlasts the call's timeout), ``whoami`` (over HTTP, echoes the Authorization
+header). The tools named in the file ``$MCP_HIDDEN`` (when it exists) are left out of its
+listings, so a test can change what a new listing would offer. tests/unit/test_mcp_http.py
+serves ``server.streamable_http_app()`` on loopback.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import os
 import signal
 import time
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 
@@ -52,6 +54,15 @@ def delete(path: str) -> str:
 def fail(reason: str) -> str:
     """Always fails with an MCP error result."""
     raise ToolError(f"it failed: {reason}")
+
+
+@server.tool()
+def whoami(ctx: Context) -> str:
+    """Over HTTP: the Authorization header the request came with (echoed, as a careless
+    server might)."""
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", None) or {}
+    return f"you sent {headers.get('authorization', 'nothing')}"
 
 
 @server.tool()
