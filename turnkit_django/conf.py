@@ -26,6 +26,7 @@ from django.core.files.storage import storages
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
+from .deltas import clean_streaming
 from .provider_settings import clean_provider_limits, clean_redis_url
 from .setting_errors import InvalidSetting, SettingProblem
 
@@ -60,6 +61,7 @@ DEFAULTS: dict[str, object] = {
     "MEDIA_STORAGE": None,  # alias in settings.STORAGES for generated images; None: "default"
     "PROVIDER_LIMITS": {}, "LIMITS_REDIS_URL": None,  # see provider_settings.py
     "TENANT_LIMITS": None,  # {"key": callable(principal) -> str | None, "concurrency": N}
+    "STREAMING": True,  # ask providers to stream to on_delta= listeners (deltas.py)
 }
 
 IMPORT_STRINGS = frozenset({"CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER", "COST_CALCULATOR"})
@@ -281,6 +283,7 @@ CLEANERS: dict[str, Callable[[str, object], object]] = {
     "MEDIA_STORAGE": _storage_alias,
     "PROVIDER_LIMITS": clean_provider_limits, "LIMITS_REDIS_URL": clean_redis_url,
     "TENANT_LIMITS": _tenant_limits,
+    "STREAMING": clean_streaming,
 }
 
 
@@ -369,6 +372,7 @@ class TurnkitSettings:
     PROVIDER_LIMITS: Mapping[str, Mapping[str, int]]
     LIMITS_REDIS_URL: str | None
     TENANT_LIMITS: TenantLimits | None
+    STREAMING: bool
 
     def __init__(self) -> None:
         self._cache: dict[str, object] = {}

@@ -58,18 +58,17 @@ from ._http import (
     text_or_none,
 )
 from .anthropic_media import media_block
+from .anthropic_stream import AnthropicStreaming, sdk_arguments
 from .base import BaseClient, ModelRequest, ModelResponse, Usage, json_int
 from .media import MediaAnalysis, MediaRequest, analysis_from, analysis_request
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 PROVIDER = "anthropic"
 _EPHEMERAL: _wire.CacheControl = {"type": "ephemeral"}
-# Parameters every supported SDK version accepts as keywords; newer ones go through extra_body.
-_SDK_KEYWORDS = frozenset({"model", "max_tokens", "messages", "system", "tools", "thinking"})
 _THINKING_KEYS = frozenset({"budget", "effort", "display", "adaptive"})
 
 
-class AnthropicClient(BaseClient):
+class AnthropicClient(AnthropicStreaming, BaseClient):
     """A :class:`~turnkit_django.clients.Client` for Claude models through the Messages API.
 
     ``model`` pins every request of this client to one model; without it the request's model
@@ -167,10 +166,9 @@ class AnthropicClient(BaseClient):
         sdk = self._sdk()
         import anthropic  # noqa: PLC0415 - an optional extra, imported on use
 
-        keywords = {k: v for k, v in body.items() if k in _SDK_KEYWORDS}
-        extra = {k: v for k, v in body.items() if k not in _SDK_KEYWORDS}
+        keywords, extra = sdk_arguments(body)
         try:
-            raw = sdk.messages.with_raw_response.create(**keywords, extra_body=extra or None)
+            raw = sdk.messages.with_raw_response.create(**keywords, extra_body=extra)
         except anthropic.APIError as exc:
             error = self._translate_error(exc)
         else:

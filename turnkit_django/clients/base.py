@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from ..deltas import ChunkCallback
 from ..exceptions import ModelAccessError
 from ..messages import ChatMessage, Part, PartsView, ThinkingPart
 from ..serialization import JsonMapping, JsonObject
@@ -188,6 +189,10 @@ class BaseClient:
     supports_prompt_caching: ClassVar[bool] = False
     supports_paint: ClassVar[bool] = False
     supports_view_media: ClassVar[bool] = False
+    #: Implements ``stream(request, on_chunk)``: the response ``complete`` would return, built
+    #: from a provider stream, with ``on_chunk(kind, text)`` called for each text or tool-argument
+    #: chunk as it arrives (see :mod:`turnkit_django.deltas`).
+    supports_streaming: ClassVar[bool] = False
     #: Wants the dynamic part of the prompt as ``dynamic_context`` messages in the history, so
     #: its instructions stay byte-stable for the provider's prefix cache.
     dynamic_context_in_history: ClassVar[bool] = False
@@ -196,6 +201,11 @@ class BaseClient:
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         raise NotImplementedError
+
+    def stream(self, request: ModelRequest, on_chunk: ChunkCallback) -> ModelResponse:
+        """The response to ``request``, calling ``on_chunk`` as it arrives; without streaming
+        support, the whole response at once and no chunks."""
+        return self.complete(request)
 
     def missing_sdk(self) -> str | None:
         """What to install before this client can make a request (for system checks), or None."""

@@ -68,6 +68,7 @@ from ._http import (
 from .base import BaseClient, ModelRequest, ModelResponse, Usage, json_int
 from .media import ImageRequest, ImageResult, MediaAnalysis, MediaRequest
 from .openai_http import API_KEY_ENV, OpenAIHTTP
+from .openai_stream import OpenAIStreaming
 
 PROVIDER = "openai"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -82,7 +83,7 @@ STOP_REASONS = {
 }
 
 
-class OpenAIClient(OpenAIHTTP, BaseClient):
+class OpenAIClient(OpenAIStreaming, OpenAIHTTP, BaseClient):
     """A :class:`~turnkit_django.clients.Client` for OpenAI-compatible chat completions.
 
     The key is required for ``api.openai.com`` only: local servers (Ollama, vLLM, LM Studio)
