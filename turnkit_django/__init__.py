@@ -8,6 +8,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from .deltas import Delta
 from .exceptions import (
     ApprovalError,
     AtomicBlockError,
@@ -99,6 +100,7 @@ __all__ = [
     "ConfigurationError",
     "Conversation",
     "DeliveryConflict",
+    "Delta",
     "Evaluation",
     "EvaluationError",
     "IdempotencyConflict",

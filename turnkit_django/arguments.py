@@ -81,6 +81,18 @@ def event_callback(value: object, *, inline: bool = True) -> None:
                          "run.events()")
 
 
+def delta_callback(value: object, *, inline: bool = True) -> None:
+    """Refuse an ``on_delta=`` that is neither None nor callable, or any one given to a turn
+    that does not run inline in this process (InputError), before a write."""
+    if value is not None and not callable(value):
+        raise InputError(f"on_delta= must be a callable receiving each Delta (or None), got "
+                         f"{_kind(value)}")
+    if value is not None and not inline:
+        raise InputError("on_delta= is called only by a turn run inline in this process "
+                         "(agent.run(), conv.ask() without submit=True); a prepared or "
+                         "submitted turn streams nothing to this process")
+
+
 def prepared_callback(value: object) -> None:
     """Refuse to submit a turn prepared with an ``on_event=`` (InputError), before a write: the
     worker that runs it never calls a callback of this process, which was dropped silently."""

@@ -14,6 +14,7 @@ from django.db.models import Model
 
 from .agents.definition import Schema
 from .arguments import require_text
+from .deltas import DeltaCallback
 from .events import EventCallback
 from .messages import TextPart
 from .serialization import JsonObject
@@ -39,6 +40,7 @@ class TurnOptions(TypedDict, total=False):
     prompt_mode: str | None
     model: str | None
     compaction: bool | JsonObject | None
+    on_delta: DeltaCallback | None  # inline only: each chunk of a streamed model response
 
 
 class RunOptions(TurnOptions, total=False):

@@ -139,6 +139,7 @@ def test_every_key_accepts_a_valid_value():
         "PROVIDER_LIMITS": {"anthropic": {"concurrency": 2}},
         "LIMITS_REDIS_URL": "redis://localhost:6379/1",
         "TENANT_LIMITS": {"key": "tests.orchestration.deny", "concurrency": 20},
+        "STREAMING": False,
     }
     assert set(valid) == set(DEFAULTS)
     assert errors(valid) == []
@@ -223,6 +224,7 @@ BAD_VALUES = [
     ("TENANT_LIMITS", {"key": 7, "concurrency": 20}, "turnkit.E023"),
     ("TENANT_LIMITS", {"key": "no.such.tenant_of", "concurrency": 20}, "turnkit.E007"),
     ("TENANT_LIMITS", [20], "turnkit.E023"),
+    ("STREAMING", "yes", "turnkit.E026"),
 ]
 
 

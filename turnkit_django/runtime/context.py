@@ -17,6 +17,7 @@ from ..models import Conversation, Message, ToolExecution, Turn
 from ..store import Claim, Fenced, History, TurnState, release_session, to_chat
 from ..tools.base import Tool
 from .handles import turn_handle
+from .streaming import DeltaSink
 
 
 class Suspended(Exception):
@@ -65,6 +66,8 @@ class TurnContext:
     #: The transcript the turn sees, with facts about all of it kept up to date.
     history: History
     on_event: EventCallback | None = None
+    #: Where the model calls' chunks go while they stream (``on_delta=``), or None.
+    deltas: DeltaSink | None = None
     #: The executions of the current batch as the step that recorded the response wrote them
     #: (None: the tools phase reads them from the store), and the ids of executions this worker
     #: committed as ``running`` itself (started without another write).

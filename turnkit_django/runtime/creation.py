@@ -11,7 +11,7 @@ from ..agents import AgentDefinition, schema_json
 from ..agents.compaction import check_options as check_compaction
 from ..agents.definition import Schema, check_thinking
 from ..agents.prompting import check_options
-from ..arguments import model_problem, require_subject
+from ..arguments import delta_callback, model_problem, require_subject
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError, InputError
 from ..messages import Part
@@ -109,7 +109,7 @@ def turn_options(agent: AgentDefinition, *, output_schema: Schema = None,
 
 def new_turn(agent: AgentDefinition, parts: Sequence[Part] = (), *,
              message_metadata: JsonMapping | None = None, message_key: str | None = None,
-             submit: bool = False, **options: Any) -> Turn:
+             submit: bool = False, on_delta: object = None, **options: Any) -> Turn:
     """Create a pending turn (and its conversation and input message when needed).
 
     With ``submit``, a root turn is created already handed to background execution, in the
@@ -117,6 +117,7 @@ def new_turn(agent: AgentDefinition, parts: Sequence[Part] = (), *,
     ``submit()`` does for a turn without waits or callback. ``options`` are those of
     :func:`turn_spec`.
     """
+    delta_callback(on_delta, inline=False)  # a pending turn is not run here
     conversation, spec = turn_spec(agent, **options)
     with keyed_write(conversation.pk, message_key if parts else None):
         turn = create_turn(spec, conversation, parts, message_metadata=message_metadata,

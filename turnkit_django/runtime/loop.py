@@ -23,8 +23,10 @@ from django.db import transaction
 
 from .. import shutdown
 from ..agents import AgentDefinition, get_agent
+from ..arguments import delta_callback
 from ..clients import Client, ModelRequest, ModelResponse
 from ..conf import turnkit_settings
+from ..deltas import DeltaCallback
 from ..errors import ErrorRecord
 from ..events import EventCallback
 from ..exceptions import AtomicBlockError, BudgetExceeded, LostClaim, ModelError, TurnkitError
@@ -56,6 +58,7 @@ from .delegation import inherited_client
 from .heartbeat import Heartbeat
 from .model import build_request, model_step
 from .output import fail, output_step
+from .streaming import DeltaSink
 from .submission import dispatch
 from .tools import tools_step
 
@@ -209,15 +212,17 @@ def execute(
 def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "inline",
                 client: Client | None = None, on_event: EventCallback | None = None,
                 message_metadata: JsonObject | None = None, message_key: str | None = None,
-                **options: Any) -> Turn:
+                on_delta: DeltaCallback | None = None, **options: Any) -> Turn:
     """Create a root turn claimed by this process, with ``parts`` as its input, run it, and
     return its row as the run left it.
 
     An inline run (``agent.run()``, ``conversation.ask()``): the turn is created with its claim
     in one write, and in a new conversation its input is all it sees, so nothing is read back
-    before the first model call. ``options`` as for :func:`.creation.turn_spec`.
+    before the first model call. ``options`` as for :func:`.creation.turn_spec`; ``on_delta``
+    gets the chunks of the turn's model calls as they stream (:mod:`.streaming`).
     """
     refuse_atomic_block("executing a turn")
+    delta_callback(on_delta)
     claim, row, ledger, message = new_claimed_turn(
         agent, parts, worker_identity(kind), prepare=on_claim,
         message_metadata=message_metadata, message_key=message_key, **options)
@@ -230,14 +235,15 @@ def execute_new(agent: AgentDefinition, parts: Sequence[Part], *, kind: str = "i
     else:
         history = visible_history(row)
     ended = _run_claimed(claim, row, ledger, agent, client, on_event, history,
-                         keep_row=True).fenced.ended
+                         keep_row=True, on_delta=on_delta).fenced.ended
     # The row as the run left it: as its terminal statement returned it, or read again.
     return reload(row) if ended is None else adopt(row, ended)
 
 
 def _run_claimed(claim: Claim, row: Turn, ledger: Ledger, agent: AgentDefinition | None,
                  client: Client | None, on_event: EventCallback | None,
-                 history: History, *, keep_row: bool = False) -> TurnContext:
+                 history: History, *, keep_row: bool = False,
+                 on_delta: DeltaCallback | None = None) -> TurnContext:
     """Run a claimed turn; return its context (``keep_row``: its terminal write returns the
     turn's row, ``fenced.ended``)."""
     resolved = agent if agent is not None and agent.name == row.agent_name else get_agent(
@@ -247,6 +253,8 @@ def _run_claimed(claim: Claim, row: Turn, ledger: Ledger, agent: AgentDefinition
     ctx = context(claim, row, resolved, client=chosen, on_event=on_event, ledger=ledger,
                   history=history)
     ctx.fenced.keep_row = keep_row
+    if on_delta is not None:
+        ctx.deltas = DeltaSink(on_delta, row.pk, claim.fence)
     ctx.emit("turn.started", status=TurnStatus.RUNNING, model=row.model)
     try:
         with shutdown.executing(), Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL),

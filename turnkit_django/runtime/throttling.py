@@ -35,6 +35,7 @@ from ..exceptions import BudgetExceeded, ModelRateLimited
 from ..limits import TIMEOUT
 from ..throttles import Limiter, LocalLimiter, Quota, RedisLimiter
 from .context import TurnContext
+from .streaming import model_call
 
 #: How many times one request is sent again after the provider refused it for now.
 RATE_LIMITED_RETRIES = 10
@@ -95,11 +96,12 @@ def complete(ctx: TurnContext, request: ModelRequest) -> ModelResponse:
     """``ctx.client.complete(request)`` within the provider's limits, a refusal for now waited
     out and retried; call inside ``ctx.waiting_for``."""
     deadline = _deadline(ctx)
+    call = model_call(ctx.client, ctx.deltas)  # streamed to on_delta= where it can be
     retries = 0
     while True:
         with _slot(ctx, request, deadline):
             try:
-                return ctx.client.complete(request)
+                return call(request)
             except ModelRateLimited as exc:
                 refused = exc
         retries += 1

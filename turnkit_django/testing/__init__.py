@@ -31,6 +31,7 @@ from ..clients.media import GeneratedImage, ImageRequest, ImageResult, MediaAnal
 from ..exceptions import ModelError
 from ..messages import DataPart, Part, TextPart, ToolCallPart
 from ..serialization import JsonObject, JsonValue
+from .chunks import Answer, Chunked
 
 try:  # optional: the fixture exists where pytest does
     import pytest
@@ -51,6 +52,8 @@ class Reply:
     text: str = ""
     data: JsonValue = None
     usage: dict[str, int] | None = None
+    chunks: int = 1  # streamed as this many text chunks, delay seconds apart (chunks.py)
+    delay: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -67,9 +70,11 @@ class Call:
 Entry = Reply | Call | Sequence[Call] | ModelResponse | BaseException
 
 
-def reply(text: str = "", *, data: JsonValue = None, usage: dict[str, int] | None = None) -> Reply:
-    """A final response with ``text`` (and ``data`` for structured output)."""
-    return Reply(text, data, usage)
+def reply(text: str = "", *, data: JsonValue = None, usage: dict[str, int] | None = None,
+          chunks: int = 1, delay: float = 0.0) -> Reply:
+    """A final response with ``text`` (and ``data`` for structured output); streamed as
+    ``chunks`` text chunks ``delay`` seconds apart."""
+    return Reply(text, data, usage, chunks, delay)
 
 
 def call(name: str, *, id: str | None = None, usage: dict[str, int] | None = None,
@@ -119,7 +124,12 @@ def to_response(entry: Entry, request: ModelRequest) -> ModelResponse:
     return ModelResponse(tuple(parts), usage, request.model, stop, "scripted")
 
 
-class ScriptedClient(BaseClient):
+def _answer(entry: Entry, request: ModelRequest) -> Answer:
+    chunks, delay = (entry.chunks, entry.delay) if isinstance(entry, Reply) else (1, 0.0)
+    return to_response(entry, request), chunks, delay
+
+
+class ScriptedClient(Chunked, BaseClient):
     """Answers requests from a script, in order; records every request in ``requests``."""
 
     provider = "scripted"
@@ -138,7 +148,7 @@ class ScriptedClient(BaseClient):
     def remaining(self) -> int:
         return len(self._script)
 
-    def complete(self, request: ModelRequest) -> ModelResponse:
+    def _answer(self, request: ModelRequest) -> Answer:
         with self._lock:
             self.requests.append(request)
             if not self._script:
@@ -147,10 +157,10 @@ class ScriptedClient(BaseClient):
                     f"(model {request.model!r}); add more entries to the script"
                 )
             entry = self._script.pop(0)
-        return to_response(entry, request)
+        return _answer(entry, request)
 
 
-class FunctionClient(BaseClient):
+class FunctionClient(Chunked, BaseClient):
     """Answers each request with ``respond(request)``: a reply, a call, or a list of calls."""
 
     provider = "function"
@@ -160,10 +170,10 @@ class FunctionClient(BaseClient):
         self._lock = threading.Lock()
         self.requests: list[ModelRequest] = []
 
-    def complete(self, request: ModelRequest) -> ModelResponse:
+    def _answer(self, request: ModelRequest) -> Answer:
         with self._lock:
             self.requests.append(request)
-        return to_response(self.respond(request), request)
+        return _answer(self.respond(request), request)
 
 
 def _png() -> bytes:
