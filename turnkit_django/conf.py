@@ -29,6 +29,7 @@ from django.utils.module_loading import import_string
 from .deltas import clean_streaming
 from .provider_settings import clean_provider_limits, clean_redis_url
 from .setting_errors import InvalidSetting, SettingProblem
+from .trace_settings import TracingOptions, clean_tracing
 
 DEFAULTS: dict[str, object] = {
     "DEFAULT_MODEL": "claude-sonnet-5-5",
@@ -62,6 +63,7 @@ DEFAULTS: dict[str, object] = {
     "PROVIDER_LIMITS": {}, "LIMITS_REDIS_URL": None,  # see provider_settings.py
     "TENANT_LIMITS": None,  # {"key": callable(principal) -> str | None, "concurrency": N}
     "STREAMING": True,  # ask providers to stream to on_delta= listeners (deltas.py)
+    "TRACING": False,  # True or {"capture_content": True}: OpenTelemetry spans (trace_settings)
 }
 
 IMPORT_STRINGS = frozenset({"CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER", "COST_CALCULATOR"})
@@ -284,6 +286,7 @@ CLEANERS: dict[str, Callable[[str, object], object]] = {
     "PROVIDER_LIMITS": clean_provider_limits, "LIMITS_REDIS_URL": clean_redis_url,
     "TENANT_LIMITS": _tenant_limits,
     "STREAMING": clean_streaming,
+    "TRACING": clean_tracing,
 }
 
 
@@ -373,6 +376,7 @@ class TurnkitSettings:
     LIMITS_REDIS_URL: str | None
     TENANT_LIMITS: TenantLimits | None
     STREAMING: bool
+    TRACING: TracingOptions | None
 
     def __init__(self) -> None:
         self._cache: dict[str, object] = {}

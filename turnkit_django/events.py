@@ -15,7 +15,7 @@ from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from . import metrics
+from . import metrics, tracing
 from .serialization import JsonObject, JsonValue
 
 logger = logging.getLogger("turnkit_django.events")
@@ -115,6 +115,7 @@ def emit(
     duration from ``started_at`` (its first claim) when given.
     """
     measure = metrics.turn_event(type_, payload, started_at)
+    tracing.turn_event(type_, turn_id, payload)
     listening = [s for s in (signals[type_], event) if s.has_listeners(Event)]
     if not listening and callback is None:
         if measure is not None:

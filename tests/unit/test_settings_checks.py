@@ -140,6 +140,7 @@ def test_every_key_accepts_a_valid_value():
         "LIMITS_REDIS_URL": "redis://localhost:6379/1",
         "TENANT_LIMITS": {"key": "tests.orchestration.deny", "concurrency": 20},
         "STREAMING": False,
+        "TRACING": {"capture_content": True},
     }
     assert set(valid) == set(DEFAULTS)
     assert errors(valid) == []
@@ -225,6 +226,9 @@ BAD_VALUES = [
     ("TENANT_LIMITS", {"key": "no.such.tenant_of", "concurrency": 20}, "turnkit.E007"),
     ("TENANT_LIMITS", [20], "turnkit.E023"),
     ("STREAMING", "yes", "turnkit.E026"),
+    ("TRACING", "yes", "turnkit.E025"),
+    ("TRACING", {"capture_contents": True}, "turnkit.E025"),
+    ("TRACING", {"capture_content": "no"}, "turnkit.E025"),
 ]
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db.models import Model
 
+from .. import tracing
 from ..agents import AgentDefinition, schema_json
 from ..agents.compaction import check_options as check_compaction
 from ..agents.definition import Schema, check_thinking
@@ -172,9 +173,17 @@ def turn_spec(
                         "conversation is created (agent.conversation(metadata=..., subject=...))")
     check_model(model)
     checked = json_value(principal, "principal")
+    extra = dict(options or {})
+    # The trace it continues (tracing.turn_span): the running turn's span, else the one given
+    # (a continuation's sender's), its parent's or its tree's, else the caller's current span.
+    inherited = parent if parent is not None else tree
+    trace = tracing.carrier(extra.pop("trace", None) or (
+        inherited and (inherited.options or {}).get("trace")))
     turn_config = turn_options(agent, output_schema=output_schema, thinking=thinking,
                                prompt_mode=prompt_mode, compaction=compaction,
-                               root=parent is None and tree is None, **(options or {}))
+                               root=parent is None and tree is None, **extra)
+    if trace is not None:
+        turn_config["trace"] = trace
     if conversation is None:
         conversation = build_conversation(conversation_spec(
             agent, principal=checked, context=context, parent=parent,

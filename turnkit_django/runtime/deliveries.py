@@ -345,17 +345,17 @@ def _wake_locked(row: Conversation) -> Turn | None:
         logger.warning("conversation %r has buffered deliveries but its agent %r is not "
                        "registered in this process; not waking it", row.pk, row.agent_name)
         return None
-    message_id, delivery_id, tree = trigger
+    message_id, delivery_id, tree, sender = trigger
     # Created submitted (after a background turn) in the same write: submitting it after would
     # take the tree lock under the conversation lock, the reverse of the lock order.
     return new_turn(agent, conversation=row, principal=row.principal, tree=tree,
                     submit=latest is None or latest["submitted_at"] is not None,
-                    options={"woken_by": {"message_id": message_id,
-                                          "delivery_id": delivery_id}})
+                    options={"woken_by": {"message_id": message_id, "delivery_id": delivery_id},
+                             "trace": sender and (sender.options or {}).get("trace")})
 
 
-def _trigger(conversation_id: str, consumed: int) -> tuple[str, str, Turn | None] | None:
-    """The buffered delivery a continuation answers, and the tree it joins (None: a new root).
+def _trigger(conversation: str, consumed: int) -> tuple[str, str, Turn | None, Turn | None] | None:
+    """The buffered delivery a continuation answers, its tree (None: a new root), its sender.
 
     A message a model had a turn send (send_message, a launched child's callback) continues
     the sender's tree: one budget bounds every chain; one from a cancelled tree wakes nothing.
@@ -364,7 +364,7 @@ def _trigger(conversation_id: str, consumed: int) -> tuple[str, str, Turn | None
     application input buffered the continuation is a new root; else it joins the tree of the
     delivery it answers, the oldest buffered one (``live[0]``, its ``woken_by``).
     """
-    buffered = list(Message.objects.deliveries_after(conversation_id, consumed)
+    buffered = list(Message.objects.deliveries_after(conversation, consumed)
                     .values_list("pk", "metadata")[:turnkit_settings.MAINTENANCE_BATCH_SIZE])
     senders = Turn.objects.select_related("root_turn").in_bulk(
         {turn_id for _, metadata in buffered if (turn_id := _sender(metadata))})
@@ -375,7 +375,7 @@ def _trigger(conversation_id: str, consumed: int) -> tuple[str, str, Turn | None
     message_id, metadata, oldest = live[0]
     from_application = any(item[2] is None for item in live)
     tree = None if from_application or oldest is None else oldest.root_turn
-    return message_id, str(metadata["delivery_id"]), tree
+    return message_id, str(metadata["delivery_id"]), tree, senders.get(_sender(metadata) or "")
 
 
 def _sender(metadata: JsonMapping) -> str | None:

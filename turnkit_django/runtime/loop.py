@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import shutdown
+from .. import shutdown, tracing
 from ..agents import AgentDefinition, get_agent
 from ..arguments import delta_callback
 from ..clients import Client, ModelRequest, ModelResponse
@@ -255,11 +255,14 @@ def _run_claimed(claim: Claim, row: Turn, ledger: Ledger, agent: AgentDefinition
     ctx.fenced.keep_row = keep_row
     if on_delta is not None:
         ctx.deltas = DeltaSink(on_delta, row.pk, claim.fence)
-    ctx.emit("turn.started", status=TurnStatus.RUNNING, model=row.model)
+    span = tracing.turn_span(row.pk, resolved.name, (row.options or {}).get("trace"),
+                             model=row.model, conversation_id=row.conversation_id)
     try:
-        with shutdown.executing(), Heartbeat(claim, float(turnkit_settings.HEARTBEAT_INTERVAL),
-                                             ctx.overdue):
+        with span as traced, shutdown.executing(), Heartbeat(
+                claim, float(turnkit_settings.HEARTBEAT_INTERVAL), ctx.overdue):
+            ctx.emit("turn.started", status=TurnStatus.RUNNING, model=row.model)
             run(ctx)
+            traced.ended(ctx.fenced.ended_by)
     finally:
         # Every message of the history is committed; kept if it is the whole history.
         remember_history(row.conversation_id, ctx.history)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Decimal
 
-from .. import failpoints, metrics
+from .. import failpoints, metrics, tracing
 from ..agents.prompting import Prompt
 from ..clients import ModelRequest, ModelResponse
 from ..conf import turnkit_settings
@@ -75,9 +75,11 @@ def model_step(ctx: TurnContext) -> None:
     ctx.emit("model.requested", model=request.model, tool_names=request.tool_names,
              message_count=len(request.messages))
     failpoints.hit("before_model_call")
-    with metrics.model_call(ctx.agent.name, ctx.row.model), \
+    with tracing.model_span(ctx.row.pk, ctx.agent.name, ctx.client.provider, request) as span, \
+            metrics.model_call(ctx.agent.name, ctx.row.model), \
             ctx.waiting_for("model", request.model, turnkit_settings.MODEL_TIMEOUT):
         response = throttling.complete(ctx, request)
+        span.response(response)
     error = record_response(ctx, response)
     failpoints.hit("after_model_commit")
     if error is not None:

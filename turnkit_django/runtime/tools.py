@@ -21,7 +21,7 @@ import copy
 
 from django.utils import timezone
 
-from .. import failpoints
+from .. import failpoints, tracing
 from ..agents import LOAD_SKILL, SubAgentTool
 from ..conf import turnkit_settings
 from ..errors import ErrorRecord, outcome_unknown
@@ -127,7 +127,10 @@ def run_call(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution | No
     failpoints.hit("after_tool_intent")
     if refused is None and execution.started_at is None:
         ctx.fenced.start_call(execution.pk)  # not replay-safe: its start, before any effect
-    outcome = refused or invoke(ctx, tool, call, execution)
+    with tracing.tool_span(ctx.row.pk, ctx.agent.name, call.name, call.id,
+                           call.arguments) as span:
+        outcome = refused or invoke(ctx, tool, call, execution)
+        span.outcome(outcome.status, outcome.content)
     failpoints.hit("after_tool_call")
     then = Then(rest, outcome.terminal, existing) if outcome.error is None else None
     error = finish(ctx, execution, call, outcome.status, outcome.content,
