@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .handles import Agent, Run, load_conversation, load_run, load_turn
     from .handles import ConversationHandle as Conversation
     from .handles import TurnHandle as Turn
+    from .schedules import schedule
     from .services import drain, pending_approvals, reconcile
     from .tools.base import Tool, ToolContext, tool
     from .tools.media import ImageTool, ViewMediaTool
@@ -67,6 +68,7 @@ _LAZY = {
     "reconcile": ("services", "reconcile"),
     "drain": ("services", "drain"),
     "pending_approvals": ("services", "pending_approvals"),
+    "schedule": ("schedules", "schedule"),
     "Skill": ("agents", "Skill"),
     "Violation": ("agents", "Violation"),
     "Audit": ("agents", "Audit"),
@@ -139,5 +141,6 @@ __all__ = [
     "pending_approvals",
     "reconcile",
     "register",
+    "schedule",
     "tool",
 ]

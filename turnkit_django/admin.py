@@ -380,3 +380,6 @@ class WaitAdmin(ReadOnlyAdmin):
     @admin.display(description=_("created"), ordering="created_at")
     def created(self, obj: Wait) -> str:
         return when(obj.created_at)
+
+
+from . import admin_schedules  # noqa: E402, F401  (registers the schedules' admin)

@@ -68,6 +68,15 @@ def cancel_sweep() -> None:
         run()
 
 
+@shared_task(name="turnkit.schedules", ignore_result=True)
+def fire_schedules() -> None:
+    """Start one run for each due firing of each enabled schedule (``schedule()``)."""
+    from .services.schedules import fire_schedules as run  # noqa: PLC0415 - see the module doc
+
+    with _django_connections():
+        run()
+
+
 def enqueue_turn(turn_id: str) -> None:
     """The default dispatcher: send ``run_turn`` to the configured queue."""
     run_turn.apply_async(args=(turn_id,), queue=turnkit_settings.QUEUE)
@@ -227,4 +236,6 @@ def beat_schedule() -> dict[str, BeatEntry]:
                               "options": BeatOptions()},
         "turnkit-cancel-sweep": {"task": "turnkit.cancel_sweep", "schedule": ReconcileInterval(),
                                  "options": BeatOptions()},
+        "turnkit-schedules": {"task": "turnkit.schedules", "schedule": ReconcileInterval(),
+                              "options": BeatOptions()},
     }

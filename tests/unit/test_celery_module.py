@@ -85,7 +85,8 @@ def test_the_beat_schedule_holds_turnkit_entries_once_configured(name: str,
     """)
     assert done.returncode == 0, done.stderr
     names, tasks = done.stdout.splitlines()
-    assert names == str(["mine", "turnkit-cancel-sweep", "turnkit-reconcile"]), done.stdout
+    assert names == str(["mine", "turnkit-cancel-sweep", "turnkit-reconcile",
+                         "turnkit-schedules"]), done.stdout
     assert "'turnkit.reconcile'" in tasks and "'turnkit.cancel_sweep'" in tasks
 
 

@@ -9,6 +9,7 @@ turn coordinates with in :mod:`.coordination`.
 
 from .coordination import Delivery, Event, ToolExecution, Wait
 from .core import Conversation, Lease, Message, Turn
+from .schedules import Schedule, ScheduleFiring
 
-__all__ = ["Conversation", "Delivery", "Event", "Lease", "Message", "ToolExecution", "Turn",
-           "Wait"]
+__all__ = ["Conversation", "Delivery", "Event", "Lease", "Message", "Schedule", "ScheduleFiring",
+           "ToolExecution", "Turn", "Wait"]
