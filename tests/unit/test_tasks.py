@@ -18,7 +18,7 @@ from turnkit_django import ConfigurationError
 
 def test_the_alias_holds_the_same_objects():
     for name in ("run_turn", "maintain", "reconcile", "cancel_sweep", "enqueue_turn",
-                 "beat_schedule"):
+                 "beat_schedule", "fire_schedules"):
         assert getattr(alias, name) is getattr(tasks, name), name
     assert tasks.run_turn.name == "turnkit.run_turn"
     assert tasks.run_turn.acks_late and tasks.run_turn.reject_on_worker_lost
@@ -36,7 +36,8 @@ def test_beat_schedule_reads_no_setting_until_used():
 
 def test_the_entries_follow_the_settings_when_used():
     entries = tasks.beat_schedule()
-    assert {e["task"] for e in entries.values()} == {"turnkit.reconcile", "turnkit.cancel_sweep"}
+    assert {e["task"] for e in entries.values()} == {"turnkit.reconcile", "turnkit.cancel_sweep",
+                                                     "turnkit.schedules"}
     entry = entries["turnkit-reconcile"]
     assert entry["schedule"].run_every == timedelta(seconds=15)
     with override_settings(TURNKIT={"RECONCILE_INTERVAL": 4, "LEASE": 30, "QUEUE": "agents"}):

@@ -29,7 +29,7 @@ class Missed(models.TextChoices):
 
 
 class Schedule(models.Model):
-    key = models.CharField(max_length=200, unique=True)
+    key = models.CharField(max_length=200)  # unique: turnkit_schedule_key_unique
     agent_name = models.CharField(max_length=200)
     cron = models.CharField(max_length=200, validators=[validate_cron],
                             help_text=_("5 fields: minute hour day-of-month month day-of-week, "
@@ -47,6 +47,8 @@ class Schedule(models.Model):
         verbose_name = _("schedule")
         verbose_name_plural = _("schedules")
         ordering = ["key"]
+        # A constraint, not unique=True: no varchar_pattern_ops companion index (see 0008).
+        constraints = [models.UniqueConstraint(fields=["key"], name="turnkit_schedule_key_unique")]
 
     def __str__(self) -> str:
         return f"schedule {self.key!r} ({self.cron})"
