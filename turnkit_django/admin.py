@@ -31,6 +31,7 @@ from .admin_views import (
     turn_console,
 )
 from .models import Conversation, Delivery, ToolExecution, Turn, Wait
+from .store import provider_waits
 from .templatetags.turnkit_admin import dollars, ran, took, when
 from .timeline import conversation_transcript, load_tree
 
@@ -207,6 +208,12 @@ class TurnAdmin(ReadOnlyAdmin):
 
     def console_context(self, request: HttpRequest, obj: Turn) -> dict[str, object]:
         return turn_console(request, obj)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        waits = provider_waits.waiting_counts()
+        context = {"tk_provider_waits": sum(waits.values()), "tk_provider_waits_by": waits,
+                   **(extra_context or {})}
+        return super().changelist_view(request, context)
 
     def get_urls(self) -> list[URLPattern]:
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"

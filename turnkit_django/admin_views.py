@@ -30,7 +30,7 @@ from .models import Turn
 from .serialization import JsonObject
 from .services import CancelReport, cancel
 from .states import ACTIVE_TURN_STATUSES
-from .store import lease_of
+from .store import lease_of, provider_waits
 from .templatetags.turnkit_admin import when
 from .timeline import (
     Totals,
@@ -205,6 +205,7 @@ def turn_console(request: HttpRequest, turn: Turn) -> dict[str, object]:
             (_("last heartbeat"), lease_of(current.pk)),
             (_("completed"), current.completed_at),
         ],
+        "tk_provider_wait": provider_waits.waiting_of(current.pk),
         "tk_queued": seconds_between(current.submitted_at, started),
         "tk_took": ran_seconds(current),
         "tk_tree_rows": tree.in_parent_order(),

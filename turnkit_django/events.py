@@ -32,6 +32,7 @@ EVENT_TYPES = (
     "model.requested",
     "model.completed",
     "model.rate_limited",
+    "model.waiting_for_slot",
     "tool_call.started",
     "tool_call.completed",
     "tool_call.failed",

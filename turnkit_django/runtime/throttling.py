@@ -12,6 +12,10 @@ overloaded) is waited out for the ``Retry-After`` it gave (with jitter; a backof
 none) and the same request sent again, up to :data:`RATE_LIMITED_RETRIES` times; each retry
 emits ``model.rate_limited``. Other errors pass unchanged.
 
+A wait for a slot (``model.waiting_for_slot``) or after a refusal marks the turn's lease while it
+lasts (:mod:`~turnkit_django.store.provider_waits`): one short write as it starts, one as the
+request goes out, each outside any transaction and the session handed back before sleeping.
+
 The counts live in Redis when ``TURNKIT['LIMITS_REDIS_URL']`` (or else the Celery broker) is a
 Redis URL, else in this process.
 """
@@ -33,6 +37,7 @@ from ..clients import ModelRequest, ModelResponse
 from ..conf import turnkit_settings
 from ..exceptions import BudgetExceeded, ModelRateLimited
 from ..limits import TIMEOUT
+from ..store import provider_waits, release_session
 from ..throttles import Limiter, LocalLimiter, Quota, RedisLimiter
 from .context import TurnContext
 from .streaming import model_call
@@ -98,22 +103,52 @@ def complete(ctx: TurnContext, request: ModelRequest) -> ModelResponse:
     deadline = _deadline(ctx)
     call = model_call(ctx.client, ctx.deltas)  # streamed to on_delta= where it can be
     retries = 0
-    while True:
-        with _slot(ctx, request, deadline):
-            try:
-                return call(request)
-            except ModelRateLimited as exc:
-                refused = exc
-        retries += 1
-        if retries > RATE_LIMITED_RETRIES:
-            raise refused
-        first, longest = RETRY_BACKOFF
-        wait = (refused.retry_after if refused.retry_after is not None
-                else min(first * 2 ** (retries - 1), longest))
-        wait *= 1 + random.uniform(0, 0.2)  # noqa: S311 - jitter, not a secret
-        ctx.emit("model.rate_limited", model=request.model, attempt=retries,
-                 wait=round(wait, 3), status=refused.status)
-        _sleep(wait, deadline)
+    waits = _Waits(ctx, request)
+    try:
+        while True:
+            with _slot(ctx, request, deadline, waits):
+                try:
+                    return call(request)
+                except ModelRateLimited as exc:
+                    refused = exc
+            retries += 1
+            if retries > RATE_LIMITED_RETRIES:
+                raise refused
+            first, longest = RETRY_BACKOFF
+            wait = (refused.retry_after if refused.retry_after is not None
+                    else min(first * 2 ** (retries - 1), longest))
+            wait *= 1 + random.uniform(0, 0.2)  # noqa: S311 - jitter, not a secret
+            waits.start()
+            ctx.emit("model.rate_limited", model=request.model, attempt=retries,
+                     wait=round(wait, 3), status=refused.status, limit=waits.on)
+            _sleep(wait, deadline)
+    finally:
+        waits.end()
+
+
+class _Waits:
+    """Marks the turn as waiting on its provider limit (one write when a wait starts, one when
+    the request goes out; none for a call that never waits), the session handed back after."""
+
+    def __init__(self, ctx: TurnContext, request: ModelRequest) -> None:
+        self.ctx = ctx
+        provider = str(getattr(ctx.client, "provider", "custom"))
+        entry = quota_for(provider, request.model)
+        self.on = provider if entry is None else entry[0]
+        self.model = request.model
+        self.marked = False
+
+    def start(self) -> None:
+        if not self.marked:
+            self.marked = True
+            provider_waits.wait_started(self.ctx.claim, self.on)
+            release_session()
+
+    def end(self) -> None:
+        if self.marked:
+            self.marked = False
+            provider_waits.wait_ended(self.ctx.claim)
+            release_session()
 
 
 def _deadline(ctx: TurnContext) -> float | None:
@@ -132,11 +167,13 @@ def _sleep(seconds: float, deadline: float | None) -> None:
 
 
 @contextmanager
-def _slot(ctx: TurnContext, request: ModelRequest, deadline: float | None) -> Iterator[None]:
+def _slot(ctx: TurnContext, request: ModelRequest, deadline: float | None,
+          waits: _Waits) -> Iterator[None]:
     """Hold a slot of the request's provider limits (none configured: nothing to hold)."""
     provider = str(getattr(ctx.client, "provider", "custom"))
     entry = quota_for(provider, request.model)
     if entry is None:
+        waits.end()
         yield
         return
     key, quota = entry
@@ -149,7 +186,11 @@ def _slot(ctx: TurnContext, request: ModelRequest, deadline: float | None) -> It
             wait, backoff = backoff * random.uniform(0.5, 1.5), min(backoff * 2, SLOT_BACKOFF[1])  # noqa: S311
         else:
             wait = answer.wait + random.uniform(0, 0.05)  # noqa: S311 - spread a new minute
+        if not waits.marked:
+            waits.start()
+            ctx.emit("model.waiting_for_slot", model=request.model, limit=key)
         _sleep(wait, deadline)
+    waits.end()
     if ctx.in_flight is not None:  # MODEL_TIMEOUT counts the call, not the wait for a slot
         ctx.in_flight = replace(ctx.in_flight, started=time.monotonic())
     try:

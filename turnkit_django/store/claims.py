@@ -131,7 +131,7 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
             apply_transition(turn.pk, "claim", updated_at=Now(), **fields)
             Lease.objects.bulk_create(
                 [lease], update_conflicts=True, unique_fields=["turn"],
-                update_fields=["fence", "worker", "heartbeat_at"])
+                update_fields=["fence", "worker", "heartbeat_at", "waiting_on", "waiting_since"])
     return _claimed(turn, fields, ledger, worker)
 
 

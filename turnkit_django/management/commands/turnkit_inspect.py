@@ -10,6 +10,8 @@ from django.core.management.base import CommandError, CommandParser
 
 from ...handles import Run
 from ...models import Conversation, Turn
+from ...store import provider_waits
+from ...store.events import stamp
 from ...terminal import json_for_terminal
 from ...timeline import (
     conversation_transcript,
@@ -50,12 +52,19 @@ class Command(TurnkitCommand):
         tree = load_tree(turn)
         root = tree.by_id[turn.root_turn_id]
         if as_json:
+            wait = provider_waits.waiting_of(turn.pk)
             self._json({"kind": "turn", "turn": turn_summary(turn),
+                        "provider_wait": None if wait is None else {
+                            "limit": wait[0], "since": stamp(wait[1])},
                         "tree": [turn_summary(t, private=False) for t in tree.in_parent_order()],
                         "tree_totals": tree.totals().as_json(),
                         "transcript": turn_transcript(root, tree).as_json()})
             return
         self.stdout.write("\n".join(tree_lines(tree, highlight=turn.pk)) + "\n")
+        wait = provider_waits.waiting_of(turn.pk)
+        if wait is not None:
+            self.stdout.write(f"waiting for a provider slot ({wait[0]}, since "
+                              f"{stamp(wait[1])})\n")
         self.stdout.write(render(Run(root), full=full))
 
     def _conversation(self, conversation: Conversation, *, as_json: bool, full: bool) -> None:

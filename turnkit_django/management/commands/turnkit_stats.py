@@ -20,7 +20,7 @@ from django.db.models.functions import Cast, Coalesce
 from ...metrics import live_turns
 from ...models import Turn
 from ...states import ACTIVE_TURN_STATUSES
-from ...store import database_now
+from ...store import database_now, provider_waits
 from ...terminal import json_for_terminal
 from ...timeline import format_cost
 from ..arguments import SECONDS
@@ -63,6 +63,7 @@ def figures(window: float) -> dict[str, Any]:
     return {
         "live": {status: live.get(status, 0) for status in ORDER
                  if status in ACTIVE_TURN_STATUSES},
+        "provider_waits": provider_waits.waiting_counts(),
         "oldest_pending": None if oldest is None else {
             "turn_id": oldest[0], "age_seconds": round((now - oldest[1]).total_seconds(), 3)},
         "window_seconds": window,
@@ -94,8 +95,11 @@ def text(doc: dict[str, Any]) -> str:
     cost = format_cost(Decimal(doc["cost_usd"]))
     if doc["unpriced_turns"]:
         cost += f" ({doc['unpriced_turns']} turns unpriced)"
+    waits = doc["provider_waits"]
+    by_limit = " · ".join(f"{key} {n}" for key, n in waits.items())
     return "\n".join([
         f"live turns: {live}",
+        f"waiting for a provider slot: {sum(waits.values())}" + (f" ({by_limit})" if waits else ""),
         f"oldest pending: {pending}",
         f"{span}: finished {finished}",
         f"{span}: recoveries {doc['recoveries']} · dead letters {doc['dead_letters']}",

@@ -1,0 +1,24 @@
+"""Provider waits on the lease: ``Lease.waiting_on`` and ``Lease.waiting_since``, set while a
+running turn waits for a provider slot or backs off after a 429, so operators can count them."""
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('turnkit', '0014_tenant_limits'),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name='lease',
+            name='waiting_on',
+            field=models.CharField(blank=True, default='', max_length=200),
+        ),
+        migrations.AddField(
+            model_name='lease',
+            name='waiting_since',
+            field=models.DateTimeField(blank=True, null=True),
+        ),
+    ]
