@@ -236,8 +236,7 @@ class Lease(models.Model):
     fence = models.PositiveBigIntegerField()
     worker = models.CharField(max_length=200)
     heartbeat_at = models.DateTimeField()
-    # A wait for a provider slot or a 429's backoff in progress: the limit's key and since when
-    # (database clock); written only when a wait starts and ends (runtime.throttling).
+    # A provider wait in progress (store.provider_waits): the limit's key, since when.
     waiting_on = models.CharField(max_length=200, blank=True, default="")
     waiting_since = models.DateTimeField(null=True, blank=True)
 
