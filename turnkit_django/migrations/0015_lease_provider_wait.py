@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='lease',
             name='waiting_on',
-            field=models.CharField(blank=True, default='', max_length=200),
+            field=models.CharField(blank=True, max_length=200, null=True),
         ),
         migrations.AddField(
             model_name='lease',

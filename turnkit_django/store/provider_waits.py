@@ -29,7 +29,7 @@ def wait_started(claim: Claim, on: str) -> None:
 
 def wait_ended(claim: Claim) -> None:
     """Clear the claim's mark."""
-    _mine(claim).update(waiting_on="", waiting_since=None)
+    _mine(claim).update(waiting_on=None, waiting_since=None)
 
 
 def waiting() -> QuerySet[Lease]:
@@ -40,13 +40,13 @@ def waiting() -> QuerySet[Lease]:
 def waiting_counts() -> dict[str, int]:
     """How many turns wait now, by provider limit."""
     rows = waiting().order_by().values("waiting_on").annotate(n=Count("turn_id"))
-    return {row["waiting_on"]: row["n"] for row in rows.order_by("waiting_on")}
+    return {row["waiting_on"] or "": row["n"] for row in rows.order_by("waiting_on")}
 
 
 def waiting_of(turn_id: str) -> tuple[str, datetime] | None:
     """What the running turn ``turn_id`` waits on and since when (None: no wait)."""
     row = waiting().filter(turn_id=turn_id).values_list("waiting_on", "waiting_since").first()
-    return None if row is None or row[1] is None else (row[0], row[1])
+    return None if row is None or row[1] is None else (row[0] or "", row[1])
 
 
 __all__ = ["wait_ended", "wait_started", "waiting", "waiting_counts", "waiting_of"]

@@ -371,7 +371,7 @@ def claim_write(turn_id: str, root_id: str, fields: Mapping[str, object],
     ctes.append(f"l AS (INSERT INTO {sql.table(Lease)} ({turn_column}, {fence}, {worker}, "
                 f"{heartbeat}) SELECT %s, %s, %s, %s FROM t ON CONFLICT ({turn_column}) DO "
                 f"UPDATE SET {fence} = EXCLUDED.{fence}, {worker} = EXCLUDED.{worker}, "
-                f"{heartbeat} = EXCLUDED.{heartbeat}, waiting_on = '', waiting_since = NULL "
+                f"{heartbeat} = EXCLUDED.{heartbeat}, waiting_on = NULL, waiting_since = NULL "
                 "RETURNING 1)")
     params += [lease.turn_id, lease.fence, lease.worker, lease.heartbeat_at]
     counts = ["(SELECT count(*) FROM t)", "(SELECT count(*) FROM l)"]
