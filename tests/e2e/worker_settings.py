@@ -11,6 +11,7 @@ and short timings so leases expire in seconds.
 from __future__ import annotations
 
 import copy
+import json
 import os
 
 from tests.settings import *  # noqa: F403
@@ -29,6 +30,9 @@ E2E_TURNKIT = {
                    "e2e-judge": {"input": "1", "output": "1"}},
 }
 TURNKIT = E2E_TURNKIT
+if os.environ.get("TURNKIT_E2E_PROVIDER_LIMITS"):  # tests/e2e/test_provider_waits.py
+    TURNKIT = {**TURNKIT, "PROVIDER_LIMITS": json.loads(os.environ["TURNKIT_E2E_PROVIDER_LIMITS"]),
+               "LIMITS_REDIS_URL": os.environ["TURNKIT_TEST_REDIS_URL"]}
 
 # Uploads and generated images: one directory for the test process and every worker.
 MEDIA_ROOT = os.environ.get("TURNKIT_E2E_MEDIA_ROOT", "")

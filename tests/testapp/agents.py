@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from turnkit_django import Agent, ToolContext, register, tool
+from turnkit_django.clients import OpenAIClient
 from turnkit_django.clients.base import ModelRequest
 from turnkit_django.events import Event
 from turnkit_django.events import event as any_event
@@ -111,6 +112,14 @@ scripted = register(Agent(
     instructions="Follow the script.",
     tools=[unsafe_effect, safe_effect, span, poison, approved_refund],
     client=FunctionClient(respond),
+))
+
+# A real HTTP client for tests/e2e/test_provider_waits.py: a fake provider on loopback answers
+# (OPENAI_BASE_URL in the workers' environment); no HTTP retries, so the runtime waits out 429s.
+provider = register(Agent(
+    "e2e_provider",
+    instructions="Answer.",
+    client=OpenAIClient(model="e2e-limited", api_key="e2e", max_retries=0),
 ))
 
 

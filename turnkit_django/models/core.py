@@ -237,7 +237,7 @@ class Lease(models.Model):
     worker = models.CharField(max_length=200)
     heartbeat_at = models.DateTimeField()
     # A provider wait in progress (store.provider_waits): the limit's key, since when.
-    waiting_on = models.CharField(max_length=200, blank=True, null=True)
+    waiting_on = models.CharField(max_length=200, blank=True, null=True)  # noqa: DJ001
     waiting_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
