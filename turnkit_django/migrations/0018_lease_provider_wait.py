@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('turnkit', '0014_tenant_limits'),
+        ('turnkit', '0017_schedules'),
     ]
 
     operations = [
