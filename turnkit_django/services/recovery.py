@@ -7,28 +7,36 @@ host whose clock is skewed can neither be reclaimed early nor recovered late.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import Subquery
 
-from .. import failpoints, metrics
+from .. import metrics
 from ..agents import get_agent
 from ..conf import turnkit_settings
-from ..errors import ErrorRecord
 from ..events import emit
 from ..exceptions import ConfigurationError
 from ..models import Turn, Wait
 from ..runtime.deliveries import callback_decision, deliver_pending, finished
 from ..runtime.sources import source_tools
 from ..runtime.submission import dispatch
-from ..states import TurnStatus
-from ..store import TurnState, database_now, lease_of, lock_tree
+from ..store import (
+    Abandoned,
+    DeadLettered,
+    Recovered,
+    TurnState,
+    WaitRelease,
+    abandon_prepared,
+    count_failed_recovery,
+    database_now,
+    recover,
+    release_waiter,
+    touch_batch,
+)
 from ..store.compiled import CompiledRead
-from ..store.transcript import ClosedCall, interrupt_running
-from ..store.turns import count_recovery, end, release, revoke, touch
-from ..store.waits import join
 from .approvals import expire_approvals
 from .outcomes import log_recovery
 
@@ -61,25 +69,22 @@ def _replay_safe_tools(turn: Turn) -> set[str]:
     return {name for name, t in table.items() if t.replay_safe}
 
 
-def _interrupted(turn: Turn, closed: list[ClosedCall]) -> None:
-    """The events of calls a recovery or a repair closed: the results it wrote."""
-    for call in closed:
-        if call.interrupted:
-            emit("tool_call.interrupted", turn_id=turn.pk, conversation_id=turn.conversation_id,
-                 id=call.call_id, name=call.name, tool_execution_id=call.execution_id)
-        emit("message.created", turn_id=turn.pk, conversation_id=turn.conversation_id,
-             message_id=call.message_id, role="tool", kind="tool_result")
-
-
-def _abandon(turn: Turn, message: str, report: ReconcileReport) -> None:
-    """Make an inline turn nobody will finish ``stale``; the caller holds its tree lock."""
-    _interrupted(turn, end(turn, "abandon", reason="abandoned inline turn",
-                           repair_reason="the turn was abandoned",
-                           error=ErrorRecord("Stale", message).for_turn()))
+def _abandoned(outcome: Abandoned, report: ReconcileReport) -> None:
+    """What follows an abandoned turn going ``stale``."""
+    turn = outcome.turn
     report.stale.append(turn.pk)
-    transaction.on_commit(lambda: log_recovery(turn, "stale", message))
+    transaction.on_commit(lambda: log_recovery(turn, "stale", outcome.message))
     emit("turn.stale", turn_id=turn.pk, conversation_id=turn.conversation_id,
          started_at=turn.started_at)
+
+
+def _dead_lettered(outcome: DeadLettered, report: ReconcileReport) -> None:
+    """What follows a dead-letter (its callback and hand-on committed with it)."""
+    turn = outcome.turn
+    report.dead_lettered.append(turn.pk)
+    transaction.on_commit(lambda: log_recovery(turn, "dead_lettered", outcome.cause))
+    emit("turn.failed", turn_id=turn.pk, conversation_id=turn.conversation_id,
+         started_at=turn.started_at, error=outcome.error)
 
 
 def _callback_if_dead_lettered(turn_id: str) -> bool | None:
@@ -90,30 +95,23 @@ def _callback_if_dead_lettered(turn_id: str) -> bool | None:
     return callback_decision(turn)
 
 
+def _finish(callback: bool | None) -> Callable[[Turn], object]:
+    """The end of a dead-lettered submitted turn, in its transaction: its completion callback
+    (as the policy decided before the lock) and its lane's hand-on."""
+    return lambda turn: finished(turn, callback_allowed=callback)
+
+
 def _recover(turn_id: str, report: ReconcileReport) -> None:
     cutoff = database_now() - timedelta(seconds=float(turnkit_settings.LEASE))
     callback = _callback_if_dead_lettered(turn_id)
-    with transaction.atomic():
-        row = Turn.objects.filter(pk=turn_id).values("root_turn_id").first()
-        if row is None:
-            return
-        lock_tree(row["root_turn_id"])
-        turn = Turn.objects.get(pk=turn_id)
-        beat = lease_of(turn_id)
-        if turn.status != TurnStatus.RUNNING or (beat is not None and beat >= cutoff):
-            return
-        failpoints.hit("recover_turn")
-        metrics.lease_expired()
-        if turn.submitted_at is None:
-            _abandon(turn, "the inline execution was abandoned", report)
-            return
-        attempts = turn.recovery_attempts + 1
-        _interrupted(turn, interrupt_running(turn, replay_safe=_replay_safe_tools(turn)))
-        if attempts > int(turnkit_settings.MAX_RECOVERY_ATTEMPTS):
-            _dead_letter(turn, attempts, f"the turn lost its worker {attempts} times",
-                         report, callback_allowed=callback)
-            return
-        revoke(turn, "requeue", reason="lease expired", recovery_attempts=attempts)
+    outcome = recover(turn_id, cutoff, max_attempts=int(turnkit_settings.MAX_RECOVERY_ATTEMPTS),
+                      replay_safe=_replay_safe_tools, finish=_finish(callback))
+    if isinstance(outcome, Abandoned):
+        _abandoned(outcome, report)
+    elif isinstance(outcome, DeadLettered):
+        _dead_lettered(outcome, report)
+    elif isinstance(outcome, Recovered):
+        turn, attempts = outcome.turn, outcome.attempts
         dispatch(turn.pk)
         metrics.turn_recovered()
         report.recovered.append(turn.pk)
@@ -124,21 +122,6 @@ def _recover(turn_id: str, report: ReconcileReport) -> None:
              recovery_attempts=attempts)
 
 
-def _dead_letter(turn: Turn, attempts: int, cause: str, report: ReconcileReport, *,
-                 callback_allowed: bool | None) -> None:
-    """Fail a turn that recovery gave up on; the caller holds its tree lock (and asked the
-    policy about its callback before taking it)."""
-    error = ErrorRecord("DeadLetter", f"{cause}; dead-lettered",
-                        {"recovery_attempts": attempts}).for_turn()
-    end(turn, "dead_letter", reason="dead-letter", repair_reason="the turn was dead-lettered",
-        error=error, recovery_attempts=attempts)
-    finished(turn, callback_allowed=callback_allowed)  # commits with the dead-letter
-    report.dead_lettered.append(turn.pk)
-    transaction.on_commit(lambda: log_recovery(turn, "dead_lettered", cause))
-    emit("turn.failed", turn_id=turn.pk, conversation_id=turn.conversation_id,
-         started_at=turn.started_at, error=error)
-
-
 def _recovery_failed(turn_id: str, exc: Exception, report: ReconcileReport) -> None:
     """Count a recovery that raised as an attempt; past the limit, dead-letter the turn."""
     logger.error("could not recover turn %r; counted as a recovery attempt", turn_id,
@@ -146,22 +129,11 @@ def _recovery_failed(turn_id: str, exc: Exception, report: ReconcileReport) -> N
     report.errors.append(turn_id)
     try:
         callback = _callback_if_dead_lettered(turn_id)
-        with transaction.atomic():
-            root_id = Turn.objects.filter(pk=turn_id).values_list("root_turn_id",
-                                                                  flat=True).first()
-            if root_id is None:
-                return
-            lock_tree(root_id)
-            turn = Turn.objects.filter(pk=turn_id).running().first()
-            if turn is None:
-                return
-            attempts = turn.recovery_attempts + 1
-            if attempts > int(turnkit_settings.MAX_RECOVERY_ATTEMPTS):
-                _dead_letter(turn, attempts, f"its recovery failed {attempts} times "
-                             f"({type(exc).__name__}: {exc})", report,
-                             callback_allowed=callback)
-            else:
-                count_recovery(turn, attempts)
+        outcome = count_failed_recovery(
+            turn_id, f"{type(exc).__name__}: {exc}",
+            max_attempts=int(turnkit_settings.MAX_RECOVERY_ATTEMPTS), finish=_finish(callback))
+        if isinstance(outcome, DeadLettered):
+            _dead_lettered(outcome, report)
     except Exception:
         logger.exception("could not record the failed recovery of turn %r", turn_id)
 
@@ -190,12 +162,11 @@ def _abandon_prepared(batch: int, report: ReconcileReport) -> None:
     cutoff = database_now() - timedelta(seconds=float(turnkit_settings.TIMEOUT))
     for turn_id, root_id in (Turn.objects.prepared().filter(updated_at__lt=cutoff)
                              .order_by("updated_at").values_list("pk", "root_turn_id")[:batch]):
-        with transaction.atomic():
-            lock_tree(root_id)
-            turn = Turn.objects.prepared().filter(pk=turn_id, updated_at__lt=cutoff).first()
-            if turn is not None:
-                _abandon(turn, "the prepared turn was neither executed nor submitted within "
-                               f"TIMEOUT ({turnkit_settings.TIMEOUT}s)", report)
+        outcome = abandon_prepared(turn_id, root_id, cutoff, "the prepared turn was neither "
+                                   f"executed nor submitted within TIMEOUT "
+                                   f"({turnkit_settings.TIMEOUT}s)")
+        if isinstance(outcome, Abandoned):
+            _abandoned(outcome, report)
 
 
 def release_waiting(batch: int) -> list[str]:
@@ -220,22 +191,9 @@ _WAITERS = CompiledRead(lambda turn_id: Wait.objects.filter(target_id=turn_id).o
 def _release(waiting: list[tuple[str, str]], *, rotate: bool) -> list[str]:
     released: list[str] = []
     for turn_id, root_id in waiting:
-        with transaction.atomic():
-            now = lock_tree(root_id).now
-            turn = Turn.objects.filter(pk=turn_id).waiting().first()
-            if turn is None:
-                continue
-            expired = turn.deadline_at is not None and turn.deadline_at <= now
-            if expired or not Wait.objects.filter(waiter_id=turn_id).unmet().exists():
-                release(turn)
-                # A released waiter that never started gets the joined results as its input
-                # (a suspended turn resumes through its own tool results).
-                if not expired and turn.started_at is None:
-                    join(turn)
-                dispatch(turn_id)
-                released.append(turn_id)
-            elif rotate:
-                touch([turn_id])  # a blocked batch rotates behind the others (fair rotation)
+        if release_waiter(turn_id, root_id, rotate=rotate) is WaitRelease.RELEASED:
+            dispatch(turn_id)
+            released.append(turn_id)
     return released
 
 
@@ -260,10 +218,9 @@ def drain() -> list[str]:
         heads = heads.within_tenant_limit(limits.concurrency)
     ids = list(heads.order_by("updated_at").values_list("pk", flat=True)[:batch])
     if ids:
-        with transaction.atomic():
-            touch(ids)
-            for turn_id in ids:
-                dispatch(turn_id)
+        touch_batch(ids)
+        for turn_id in ids:
+            dispatch(turn_id)
     return ids
 
 

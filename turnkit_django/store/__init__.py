@@ -9,6 +9,8 @@
 * :mod:`.transcript`: gap-free message sequences, the messages a turn sees, transcript repair;
 * :mod:`.state`: the typed loop state persisted in ``Turn.state``;
 * :mod:`.waits`, :mod:`.deliveries`, :mod:`.retention`: wait edges, deliveries, pruning;
+* :mod:`.recovery`: recovery's and maintenance's changes, each one locked transaction with a
+  typed outcome (:func:`~.recovery.recover` ...);
 * :mod:`.media`: the bytes of generated images, in a Django storage.
 
 A test walks the package's source and fails on an ORM write outside this package.
@@ -29,6 +31,20 @@ from .claims import (
 )
 from .fenced import Charge, Fenced
 from .locks import Ledger, LedgerDelta, database_now, lock_conversation, lock_tree
+from .recovery import (
+    Abandoned,
+    Counted,
+    DeadLettered,
+    Recovered,
+    Recovery,
+    Skipped,
+    WaitRelease,
+    abandon_prepared,
+    count_failed_recovery,
+    recover,
+    release_waiter,
+    touch_batch,
+)
 from .seen import History, Prefix, history_before, remember_history
 from .sessions import pooled, release_session
 from .state import GRANTED, Candidate, MediaCall, Reservation, Terminal, TurnState
@@ -59,10 +75,13 @@ from .turns import (
 
 __all__ = [
     "GRANTED",
+    "Abandoned",
     "Candidate",
     "Charge",
     "Claim",
     "ClosedCall",
+    "Counted",
+    "DeadLettered",
     "Fenced",
     "History",
     "InputKeyTaken",
@@ -73,9 +92,14 @@ __all__ = [
     "NewMessage",
     "NewTurn",
     "Prefix",
+    "Recovered",
+    "Recovery",
     "Reservation",
+    "Skipped",
     "Terminal",
     "TurnState",
+    "WaitRelease",
+    "abandon_prepared",
     "adopt",
     "allocate_sequences",
     "append_input",
@@ -83,6 +107,7 @@ __all__ = [
     "build_conversation",
     "claim",
     "claim_turn",
+    "count_failed_recovery",
     "create_claimed",
     "create_conversation",
     "create_turn",
@@ -97,12 +122,15 @@ __all__ = [
     "lock_tree",
     "pooled",
     "record_attempt",
+    "recover",
     "release_session",
+    "release_waiter",
     "reload",
     "remember_history",
     "repair",
     "revoke",
     "to_chat",
+    "touch_batch",
     "visible_chat",
     "visible_history",
     "worker_identity",
