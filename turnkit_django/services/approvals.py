@@ -39,6 +39,7 @@ from ..serialization import JsonObject, json_safe, json_value, unstorable
 from ..states import TERMINAL_TURN_STATUSES, TurnStatus
 from ..store import TurnState, controls, database_now, lock_tree
 from ..store.events import stamp
+from ..store.interventions import awaiting_approval
 
 
 class UnknownCall(ApprovalError):
@@ -276,8 +277,7 @@ def expire_approvals() -> list[str]:
 
 def awaiting(turn_ids: list[str]) -> set[str]:
     """The turns among ``turn_ids`` with a call waiting for approval."""
-    return set(ToolExecution.objects.awaiting_approval().filter(turn_id__in=turn_ids)
-               .values_list("turn_id", flat=True))
+    return awaiting_approval(turn_ids)
 
 
 __all__ = ["Decision", "UnknownCall", "awaiting", "decide", "expire_approvals", "find",

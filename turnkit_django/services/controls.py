@@ -12,24 +12,18 @@ for a person is not failed for its ``TIMEOUT`` the moment it resumes.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
-
-from django.db import transaction
 
 from ..arguments import flag, idempotency_key, require_text
 from ..authorization import authorize
 from ..conf import turnkit_settings
 from ..events import emit
-from ..exceptions import InvalidTransition, KeyConflict
-from ..ids import new_id
+from ..exceptions import InvalidTransition
 from ..models import Turn
 from ..runtime.submission import dispatch
 from ..serialization import JsonObject, json_value
-from ..states import ACTIVE_TURN_STATUSES, TERMINAL_TURN_STATUSES, TurnStatus
-from ..store import controls, lock_tree
-from ..store.events import stamp
-from . import approvals
+from ..states import ACTIVE_TURN_STATUSES, TurnStatus
+from ..store import controls, interventions
 
 
 def selected(target: Turn, *, cascade: bool) -> list[Turn]:
@@ -55,23 +49,12 @@ def _authorize(action: str, rows: list[Turn], principal: Any, **resources: Any) 
                   **resources)
 
 
-def _locked(rows: list[Turn]) -> list[Turn]:
-    """``rows`` read again (the caller holds their tree lock)."""
-    found = {r.pk: r for r in Turn.objects.filter(pk__in=[r.pk for r in rows])}
-    return [found[r.pk] for r in rows if r.pk in found]
-
-
 def pause(target: Turn, *, principal: Any = None, cascade: bool = False) -> list[str]:
     """Pause ``target`` (and its descendants): idle turns at once, running ones at their
     worker's next step boundary; return the ids it changed. Pausing twice is a no-op."""
     rows = selected(target, cascade=cascade)
     _authorize("pause", rows, principal, cascade=cascade)
-    changed: list[Turn] = []
-    with transaction.atomic():
-        now = lock_tree(target.root_turn_id).now
-        for row in _locked(rows):
-            if controls.request_pause(row, now):
-                changed.append(row)
+    changed = interventions.pause(target, rows)
     for row in changed:  # each turn's own conversation: a sub-agent has one of its own
         if row.status == TurnStatus.PAUSED:  # paused at once (idle) or held (parked)
             emit("turn.paused", turn_id=row.pk, conversation_id=row.conversation_id,
@@ -95,36 +78,12 @@ def resume(target: Turn, *, principal: Any = None, cascade: bool = False) -> lis
     chain = controls.inline_chain(target)
     rows += [c for c in chain if c.pk not in {r.pk for r in rows}]
     _authorize("resume", rows, principal, cascade=cascade)
-    resumed: list[Turn] = []
-    with transaction.atomic():
-        now = lock_tree(target.root_turn_id).now
-        rows = _locked(rows)
-        # Under the lock: a worker parking a call for approval holds it, so a turn cannot
-        # park between this check and the resumption below.
-        awaiting = approvals.awaiting([r.pk for r in rows])
-        # The target's step waits for a person when its call, or a call of an inline child it
-        # is parked on, waits for a decision: then only an operator's hold is lifted.
-        step = {target.pk, *(c.pk for c in chain)}
-        waits = bool(awaiting & step)
-        if waits and not any(r.pk == target.pk and (r.controls or {}).get("pause_held")
-                             for r in rows):
-            raise InvalidTransition(target.pk, "waiting for an approval", "resume")
-        longest = timedelta(0)
-        for row in rows:
-            if row.pk in awaiting or (waits and row.pk in step):
-                controls.lift_hold(row)
-                continue
-            paused = controls.resume(row, now)
-            if paused is None:
-                continue
-            longest = max(longest, paused)
-            resumed.append(row)
-            if row.submitted_at is not None and row.status == TurnStatus.PENDING:
-                dispatch(row.pk)
-        controls.extend_deadline(target.root_turn_id, longest)
-    for row in resumed:
+    outcome = interventions.resume(target, rows, chain)
+    for turn_id in outcome.dispatch:
+        dispatch(turn_id)
+    for row in outcome.resumed:
         emit("turn.resumed", turn_id=row.pk, conversation_id=row.conversation_id)
-    return [row.pk for row in resumed]
+    return [row.pk for row in outcome.resumed]
 
 
 def steer(target: Turn, text: str, *, key: str, principal: Any = None,
@@ -142,38 +101,14 @@ def steer(target: Turn, text: str, *, key: str, principal: Any = None,
     principal = json_value(principal, "principal")
     rows = selected(target, cascade=descendants)
     _authorize("steer", rows, principal, descendants=descendants)
-    receipt: JsonObject | None = None
-    steered: list[Turn] = []
-    with transaction.atomic():
-        now = lock_tree(target.root_turn_id).now
-        for row in _locked(rows):
-            found = _receipt(row, key, text, principal)
-            if found is None and row.status in TERMINAL_TURN_STATUSES:
-                if row.pk == target.pk:
-                    raise InvalidTransition(row.pk, row.status, "steer")
-                continue
-            if found is None:
-                found = {"id": new_id("steer"), "key": key, "turn_id": row.pk, "text": text,
-                         "principal": principal, "at": stamp(now), "message_id": None}
-                controls.add_steering(row, found)
-            steered.append(row)
-            if row.pk == target.pk:
-                receipt = found
+    outcome = interventions.steer(target, rows, key=key, text=text, principal=principal)
+    receipt, steered = outcome.receipt, outcome.steered
     if receipt is None:  # pragma: no cover - the target is always selected
         raise InvalidTransition(target.pk, target.status, "steer")
     for row in steered:  # every turn given the guidance, each with its own conversation
         emit("turn.steer_requested", turn_id=row.pk, conversation_id=row.conversation_id,
              key=key)
     return receipt
-
-
-def _receipt(row: Turn, key: str, text: str, principal: object) -> JsonObject | None:
-    for receipt in (row.controls or {}).get("steers") or ():
-        if receipt.get("key") == key:
-            if receipt.get("text") != text or receipt.get("principal") != principal:
-                raise KeyConflict(key, "steering")
-            return dict(receipt)
-    return None
 
 
 __all__ = ["pause", "resume", "selected", "steer"]
