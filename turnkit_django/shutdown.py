@@ -4,7 +4,10 @@ A background turn checks :func:`stopping` between steps (before a model call, be
 call): when set, it records nothing more, moves back to ``pending`` with its claim released
 (tool calls whose intent this worker wrote but never started go back to ``pending`` too), rings
 the doorbell, and returns, so another worker resumes it at once. The step in progress always
-finishes: a tool that is running completes and its result is recorded.
+finishes: a tool that is running completes and its result is recorded. The backoff between two
+attempts of a tool with retries is no step: it ends at the request (:func:`sleep`) and the turn
+is handed back then, the call put back to ``pending`` with its attempt log (the next worker
+waits what is left of the backoff).
 
 The Celery integration (:mod:`turnkit_django.celery`) calls :func:`request_stop` on a warm
 shutdown, and in prefork pool children on SIGTERM while a turn runs (systemd's default
@@ -14,12 +17,14 @@ shutdown, and in prefork pool children on SIGTERM while a turn runs (systemd's d
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 _stop = threading.Event()
 _lock = threading.Lock()
 _running = 0
+_POLL = 0.1  # how soon a sleeping turn sees a stop request, in seconds
 
 
 def request_stop() -> None:
@@ -29,6 +34,22 @@ def request_stop() -> None:
 
 def stopping() -> bool:
     return _stop.is_set()
+
+
+def sleep(seconds: float) -> bool:
+    """Sleep ``seconds``, ending early when a stop is requested; return whether one was.
+
+    It polls the request rather than waiting on the event: a signal handler (the prefork child's
+    SIGTERM) sets it on the very thread that sleeps, and ``Event.wait`` holding the event's lock
+    at that moment would deadlock ``Event.set``.
+    """
+    deadline = time.monotonic() + seconds
+    while not _stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(left, _POLL))
+    return True
 
 
 def reset() -> None:
@@ -55,4 +76,4 @@ def busy() -> bool:
         return _running > 0
 
 
-__all__ = ["busy", "executing", "request_stop", "reset", "stopping"]
+__all__ = ["busy", "executing", "request_stop", "reset", "sleep", "stopping"]

@@ -100,7 +100,7 @@ def test_a_tool_succeeds_on_its_third_attempt_after_two_retryable_failures(
 @pytest.mark.django_db(transaction=True)
 def test_the_backoff_is_waited_outside_any_transaction(registered, monkeypatch):
     waits: list[tuple[float, bool]] = []
-    monkeypatch.setattr(retries, "pause", lambda seconds: waits.append(
+    monkeypatch.setattr(retries, "pause", lambda seconds, **kw: waits.append(
         (seconds, connections["default"].in_atomic_block)))
     agent, _ = rates_agent(registered, Flaky(2), backoff=2.0)
     assert agent.run("rates please").status == "completed"
@@ -253,3 +253,56 @@ def test_the_attempts_are_on_the_tool_execution_admin_page_for_transcript_reader
     # The errors may carry what the tool was given: hidden without view_transcript.
     viewer = page(staff("view_toolexecution"), "toolexecution_change", execution.pk)
     assert "rates service timed out" not in viewer
+
+
+# --------------------------------------------------------------------------- warm shutdown
+
+
+@pytest.mark.usefixtures("background")
+def test_a_stop_request_during_the_backoff_hands_the_turn_back_at_once(registered, monkeypatch):
+    """A worker asked to shut down (another thread requests the stop, as Celery's warm shutdown
+    does) ends the backoff early and gives the turn back: pending, no recovery counted; the next
+    worker waits only what is left of the backoff and goes on with attempt 2."""
+    import threading
+    import time
+
+    from turnkit_django import shutdown
+
+    service = Flaky(1)
+    agent, client = rates_agent(registered, service, retries=2, backoff=30.0)
+    run = agent.prepare("rates please").submit()
+    retrying = threading.Event()
+
+    def stopper() -> None:  # the worker's shutdown signal, from another thread
+        if retrying.wait(timeout=60):
+            shutdown.request_stop()
+
+    thread = threading.Thread(target=stopper, daemon=True)
+    failpoints.arm("before_tool_retry", retrying.set)  # attempt 1 recorded, the backoff starts
+    thread.start()
+    began = time.monotonic()
+    try:
+        assert services.run_turn(run.id, kind="test")
+    finally:
+        retrying.set()
+        thread.join(timeout=5)
+        shutdown.reset()
+    assert time.monotonic() - began < 10, "the backoff (30 s) ran to its end"
+
+    row = Turn.objects.get(pk=run.id)
+    assert (row.status, row.claimed_by, row.recovery_attempts) == ("pending", "", 0)
+    execution = ToolExecution.objects.get(turn_id=run.id)
+    assert (execution.status, execution.attempts) == ("pending", 1)
+    assert [a["attempt"] for a in execution.attempt_log] == [1]
+
+    waits: list[float] = []
+    monkeypatch.setattr(retries, "pause", lambda seconds, **kw: waits.append(seconds))
+    assert services.run_turn(run.id, kind="test")  # another worker
+    run.refresh()
+    assert (run.status, Turn.objects.get(pk=run.id).recovery_attempts) == ("completed", 0)
+    (left,) = waits
+    assert 0 < left <= 36, "the rest of the recorded backoff"
+    assert len(service.calls) == 2 and tool_result(client).content == {"rate": 1.1}
+    execution.refresh_from_db()
+    assert (execution.status, execution.attempts) == ("completed", 2)
+    assert [a["attempt"] for a in execution.attempt_log] == [1]

@@ -12,7 +12,9 @@ attempt gives that attempt's error at once.
 
 Exhausted retries (or a next attempt the tree's deadline would come before) are the last
 error, with ``attempts``, as the result the model reads; an exception ``retry_on`` does not
-match is not retried. Each retry emits ``tool.retrying``.
+match is not retried. Each retry emits ``tool.retrying``. A background turn's worker asked to
+shut down during a backoff stops waiting and hands the turn back (:mod:`turnkit_django.shutdown`):
+the call goes back to ``pending`` and the next worker waits the rest of the backoff.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from .. import failpoints
+from .. import failpoints, shutdown
 from ..errors import ErrorRecord
 from ..exceptions import LostClaim
 from ..messages import ToolCallPart
@@ -44,9 +46,13 @@ def retry_delay(backoff: float, attempt: int) -> float:
     return min(base * (1 + random.uniform(0, 0.2)), MAX_BACKOFF)  # noqa: S311 - not a secret
 
 
-def pause(seconds: float) -> None:
-    """Sleep between two attempts (tests replace it to see the waits)."""
-    time.sleep(seconds)
+def pause(seconds: float, *, interruptible: bool = False) -> None:
+    """Sleep between two attempts (tests replace it to see the waits); ``interruptible``: a
+    stop request of this process (warm shutdown) ends the sleep early."""
+    if interruptible:
+        shutdown.sleep(seconds)
+    else:
+        time.sleep(seconds)
 
 
 def run_attempts(ctx: TurnContext, tool: Tool, call: ToolCallPart, execution: ToolExecution,
@@ -88,9 +94,12 @@ def run_attempts(ctx: TurnContext, tool: Tool, call: ToolCallPart, execution: To
 
 
 def _wait(ctx: TurnContext, name: str, seconds: float) -> None:
+    """Wait out a backoff; a background turn whose worker is asked to stop meanwhile is handed
+    back at once (HandBack): the attempt log keeps when the next attempt is due."""
     if seconds > 0:
         with ctx.waiting_for("tool", name, None):  # the deadline still applies (overdue)
-            pause(seconds)
+            pause(seconds, interruptible=ctx.background)
+    ctx.check_stop()
 
 
 def _past_deadline(ctx: TurnContext, wait: float) -> bool:
