@@ -24,7 +24,8 @@ from turnkit_django.models import Message, ToolExecution
 from turnkit_django.states import ToolStatus
 from turnkit_django.testing.verify import assert_invariants
 
-EFFECT_TOOLS = frozenset({"unsafe_effect", "safe_effect", "approved_refund"})
+EFFECT_TOOLS = frozenset({"unsafe_effect", "safe_effect", "approved_refund", "flaky_effect",
+                          "slow_retry_effect"})
 TERMINAL_EVENTS = frozenset({"turn.completed", "turn.failed", "turn.cancelled", "turn.stale"})
 
 

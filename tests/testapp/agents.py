@@ -25,7 +25,7 @@ from turnkit_django.events import Event
 from turnkit_django.events import event as any_event
 from turnkit_django.testing import Entry, FunctionClient, call, reply
 
-from .ledger import armed_gate, gate, hold, record
+from .ledger import armed_gate, count, gate, hold, record
 
 SCRIPTED_AGENT = "e2e_scripted"
 
@@ -84,6 +84,34 @@ def safe_effect(ctx: ToolContext, label: str, hold: str = "", seconds: float = 0
     return _effect("safe_effect", ctx, label, hold, seconds)
 
 
+def _flaky(tool_name: str, ctx: ToolContext, label: str, failures: int, hold: str,
+           hold_at: int) -> str:
+    """A keyed effect of a service whose first ``failures`` calls (per key, counted in the
+    ledger across workers) time out; the call numbered ``hold_at`` waits at gate ``hold``."""
+    number = count("effect", key=ctx.idempotency_key) + 1
+    record("effect", tool=tool_name, key=ctx.idempotency_key, turn=ctx.turn.id,
+           call=ctx.tool_call_id, label=label, attempt=number)
+    if number == hold_at:
+        gate(hold, turn=ctx.turn.id, call=ctx.tool_call_id, attempt=number)
+    if number <= failures:
+        raise TimeoutError(f"{label}: call {number} timed out")
+    return f"{label}: done at call {number}"
+
+
+@tool(recovery="replay_safe", retries=3, retry_on=(TimeoutError,), backoff=2.0)
+def flaky_effect(ctx: ToolContext, label: str, failures: int = 2, hold: str = "",
+                 hold_at: int = 0) -> str:
+    """Apply an idempotent effect whose first ``failures`` calls time out (retried, 2 s, 4 s
+    apart); call number ``hold_at`` waits at gate ``hold``."""
+    return _flaky("flaky_effect", ctx, label, failures, hold, hold_at)
+
+
+@tool(recovery="replay_safe", retries=1, retry_on=(TimeoutError,), backoff=15.0)
+def slow_retry_effect(ctx: ToolContext, label: str, failures: int = 1) -> str:
+    """As flaky_effect, retried once after a 15 s backoff (a worker shutting down meanwhile)."""
+    return _flaky("slow_retry_effect", ctx, label, failures, "", 0)
+
+
 @tool(approval=True)
 def approved_refund(ctx: ToolContext, label: str, hold: str = "") -> str:
     """Refund, once a person approved the call (a side effect that must not run twice)."""
@@ -110,7 +138,8 @@ def poison(ctx: ToolContext) -> str:
 scripted = register(Agent(
     SCRIPTED_AGENT,
     instructions="Follow the script.",
-    tools=[unsafe_effect, safe_effect, span, poison, approved_refund],
+    tools=[unsafe_effect, safe_effect, span, poison, approved_refund, flaky_effect,
+           slow_retry_effect],
     client=FunctionClient(respond),
 ))
 

@@ -58,6 +58,14 @@ def read(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in complete.splitlines() if line]
 
 
+def count(ev: str, **match: Any) -> int:
+    """How many entries of kind ``ev`` whose fields equal ``match`` the ledger holds (0 without
+    one): a fake service's memory of its calls, shared by every worker."""
+    path = os.environ.get(LEDGER_ENV)
+    return sum(1 for e in read(path) if e["ev"] == ev and all(
+        e.get(k) == v for k, v in match.items())) if path else 0
+
+
 def gate(name: str, **fields: Any) -> None:
     """Block the first process that reaches gate ``name`` until the test opens it."""
     directory = os.environ.get(GATES_ENV)
