@@ -56,11 +56,12 @@ def script(*steps: dict[str, Any]) -> str:
     return json.dumps({"nonce": uuid4().hex, "steps": list(steps)})
 
 
-def submit(*steps: dict[str, Any]) -> str:
-    """Submit a background run of the scripted agent; return its turn id."""
+def submit(*steps: dict[str, Any], principal: Any = None) -> str:
+    """Submit a background run of the scripted agent (as ``principal``); return its turn id."""
     from turnkit_django.agents.registry import get_agent
 
-    return get_agent(SCRIPTED_AGENT).submit(script(*steps)).id
+    options = {} if principal is None else {"principal": principal}
+    return get_agent(SCRIPTED_AGENT).submit(script(*steps), **options).id
 
 
 def wait_terminal(turn_ids: Iterable[str], *, timeout: float) -> dict[str, Turn]:

@@ -5,7 +5,8 @@
 docs/howto/deployment.md recommends), connections closed after each task (kept
 across tasks instead with ``TURNKIT_E2E_KEEP_CONNECTIONS=1``, docs/howto/celery.md),
 ``application_name`` naming the worker (so hygiene checks and operators can see who holds what),
-and short timings so leases expire in seconds.
+and short timings so leases expire in seconds. ``TURNKIT_E2E_TENANT_LIMIT=N`` sets
+``TENANT_LIMITS`` (the tenant of a principal: its ``"tenant"`` entry) with concurrency N.
 """
 
 from __future__ import annotations
@@ -33,6 +34,21 @@ TURNKIT = E2E_TURNKIT
 if os.environ.get("TURNKIT_E2E_PROVIDER_LIMITS"):  # tests/e2e/test_provider_waits.py
     TURNKIT = {**TURNKIT, "PROVIDER_LIMITS": json.loads(os.environ["TURNKIT_E2E_PROVIDER_LIMITS"]),
                "LIMITS_REDIS_URL": os.environ["TURNKIT_TEST_REDIS_URL"]}
+
+
+def tenant_of(principal: object) -> str | None:
+    """The ``TENANT_LIMITS`` key of an e2e principal: its ``"tenant"`` entry."""
+    return principal.get("tenant") if isinstance(principal, dict) else None
+
+
+def tenant_limits(concurrency: int) -> dict[str, object]:
+    """``TENANT_LIMITS`` of the e2e tier: at most ``concurrency`` running turns per tenant."""
+    return {"key": "tests.e2e.worker_settings.tenant_of", "concurrency": concurrency}
+
+
+if os.environ.get("TURNKIT_E2E_TENANT_LIMIT"):
+    _tenant_limit = int(os.environ["TURNKIT_E2E_TENANT_LIMIT"])
+    TURNKIT = {**TURNKIT, "TENANT_LIMITS": tenant_limits(_tenant_limit)}
 
 # Uploads and generated images: one directory for the test process and every worker.
 MEDIA_ROOT = os.environ.get("TURNKIT_E2E_MEDIA_ROOT", "")

@@ -5,7 +5,8 @@
 after that input, so the answer depends only on the transcript and any worker gives the same one.
 A step is ``{"call": tool, "args": {...}}``, ``{"reply": text}``, optionally with ``"gate": name``
 (block the first model call that reaches it, see :func:`tests.testapp.ledger.gate`) or
-``"hold": name`` (stop every model call that reaches it while the test holds it).
+``"hold": name`` (stop every model call that reaches it while the test holds it), and optionally
+with ``"seconds": s`` (the model takes that long to answer, as a provider would).
 
 The tools write their side effects to the ledger with the tool execution's idempotency key.
 """
@@ -54,6 +55,8 @@ def respond(request: ModelRequest) -> Entry:
         gate(entry["gate"], turn=turn_id, step=step)
     if entry.get("hold"):  # every model call reaching it waits while the test holds it
         hold(entry["hold"], turn=turn_id, step=step)
+    if entry.get("seconds"):  # the provider's latency, not a synchronization
+        time.sleep(float(entry["seconds"]))
     record("model.done", turn=turn_id, step=step)
     if "call" in entry:
         return call(entry["call"], id=f"call_{turn_id}_{step}", **entry.get("args", {}))
