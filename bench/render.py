@@ -152,3 +152,24 @@ def inflight(data: dict[str, Any]) -> str:
               right=[0, 1, 2, 3, 4, 6, 7, 8, 9]),
         "", f"The floor is {2 * model:g} s (two model calls per turn). Peak sessions: "
         "the worker's role in `pg_stat_activity`, sampled every 50 ms."])
+
+
+def tenants(data: dict[str, Any]) -> str:
+    """One tenant's burst against another tenant's single turn (bench/tenants.py)."""
+    bound, b = data["bound_seconds"], data["b_seconds"]
+    drained = data["a_drain_seconds"]
+    rows = [[data["turns"], data["concurrency"], data["threads"], num(bound, 2), num(b, 2),
+             f"{b / bound:.2f}", data["a_pending_at_b"], data["a_completed_before_b"],
+             data["a_peak_running"], f"{data['a_completed']}/{data['turns']}",
+             "-" if drained is None else num(drained, 1)]]
+    return "\n".join([
+        f"**Fairness between tenants** (`TENANT_LIMITS` concurrency {data['concurrency']}; "
+        f"turns of one model call ({data['model_seconds']:g} s); tenant a submits its burst, "
+        "then tenant b one turn; one `celery worker --pool threads` process, Django's "
+        f"connection pool of {data['pool']}; PostgreSQL + Redis)", "",
+        table(["a's turns", "limit", "threads", "one turn alone s (bound)",
+               "b's turn s", "b ÷ bound", "a pending at b's submission",
+               "a completed before b", "a's peak running", "a completed",
+               "a's burst drained s"], rows, right=range(0, 11)),
+        "", "Times by the database clock, submission to completion. The bound is the median "
+        "of three turns submitted alone; a's peak running is sampled every 50 ms."])

@@ -17,7 +17,8 @@ from bench import render
 from bench.common import load
 
 PARTS = {"steps": render.steps, "sqlite": render.steps, "growth": render.growth,
-         "throughput": render.throughput, "inflight": render.inflight, "peers": render.peers}
+         "throughput": render.throughput, "inflight": render.inflight, "peers": render.peers,
+         "tenants": render.tenants}
 
 
 def header(results: dict[str, dict[str, Any]]) -> str:

@@ -27,3 +27,15 @@ if os.environ.get("BENCH_POOL_MAX_SIZE"):
     DATABASES["default"]["OPTIONS"] = {**DATABASES["default"].get("OPTIONS", {}), "pool": {
         "min_size": 1, "max_size": int(os.environ["BENCH_POOL_MAX_SIZE"]), "timeout": 120}}
     CELERY_DB_REUSE_MAX = None
+
+
+def tenant_of(principal: object) -> str | None:
+    """The tenants benchmark's tenant key (bench/tenants.py): the principal's ``tenant``."""
+    return principal.get("tenant") if isinstance(principal, dict) else None
+
+
+if os.environ.get("BENCH_TENANT_CONCURRENCY"):
+    # The tenants benchmark (bench/tenants.py), in its driver and its worker alike.
+    TURNKIT = {**TURNKIT, "TENANT_LIMITS": {
+        "key": "bench.worker_settings.tenant_of",
+        "concurrency": int(os.environ["BENCH_TENANT_CONCURRENCY"])}}

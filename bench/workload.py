@@ -83,9 +83,9 @@ CHAT_COMPACTING = register(Agent("bench-chat-compacting", tools=[probe],
 LIVE_MODEL_SECONDS = float(os.environ.get("BENCH_INFLIGHT_MODEL_SECONDS", "2"))
 
 
-def _slow(respond: Any) -> Any:
+def _slow(respond: Any, seconds: float = LIVE_MODEL_SECONDS) -> Any:
     def slow(request: ModelRequest) -> Any:
-        time.sleep(LIVE_MODEL_SECONDS)  # the provider's latency: the turn holds no session
+        time.sleep(seconds)  # the provider's latency: the turn holds no session
         return respond(request)
 
     return slow
@@ -95,6 +95,13 @@ def _slow(respond: Any) -> Any:
 LIVE = register(Agent("bench-live", tools=[probe], client=FunctionClient(_slow(_answer(1))),
                       max_iterations=10))
 
+#: Seconds the one model call of the tenants benchmark's turns waits (bench/tenants.py).
+TENANT_MODEL_SECONDS = float(os.environ.get("BENCH_TENANTS_MODEL_SECONDS", "2"))
+#: One model call (2 s), then the reply: the tenants benchmark's turns.
+TENANT = register(Agent("bench-tenant", client=FunctionClient(
+    _slow(lambda request: reply("done", usage=USAGE), TENANT_MODEL_SECONDS)), max_iterations=2))
+
 
 __all__ = ["CHAT", "CHAT_COMPACTING", "LIVE", "LIVE_MODEL_SECONDS", "SMALL_CONTEXT",
-           "STEPS_PER_TURN", "T3", "T5", "no_dispatch", "probe"]
+           "STEPS_PER_TURN", "T3", "T5", "TENANT", "TENANT_MODEL_SECONDS", "no_dispatch",
+           "probe"]

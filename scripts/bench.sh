@@ -9,6 +9,9 @@
 #   throughput  300 turns on real Celery workers against a bare task (bench/throughput.py)
 #   inflight    1,000 and 5,000 live turns of 2-second model calls on one threads worker with a
 #               pool of 20 sessions: time, peak sessions, peak RSS (bench/inflight.py)
+#   tenants     one tenant's 2,000 turns of a 2-second model call, then another tenant's one, with
+#               TENANT_LIMITS concurrency 20: its time against one turn alone (bench/tenants.py;
+#               about four minutes, so not in the default list)
 #   peers       LangGraph, DBOS, turnkit-django and the floor side by side (bench/peers.py;
 #               needs .venv-peers: `make bench-peers`)
 # Default: steps sqlite growth throughput inflight (what `make bench` runs).
@@ -26,8 +29,8 @@ parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(steps sqlite growth throughput inflight)
 for part in "${parts[@]}"; do
     case $part in
-        steps | sqlite | growth | throughput | inflight | peers) ;;
-        *) echo "bench: unknown part '$part' (steps, sqlite, growth, throughput, inflight, peers)" >&2; exit 2 ;;
+        steps | sqlite | growth | throughput | inflight | tenants | peers) ;;
+        *) echo "bench: unknown part '$part' (steps, sqlite, growth, throughput, inflight, tenants, peers)" >&2; exit 2 ;;
     esac
 done
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
@@ -57,7 +60,7 @@ trap 'services_stop_started || true' EXIT
 trap 'echo "bench: interrupted" >&2; exit 130' INT
 trap 'echo "bench: terminated" >&2; exit 143' TERM HUP
 
-if want steps || want growth || want throughput || want inflight || want peers; then
+if want steps || want growth || want throughput || want inflight || want tenants || want peers; then
     export TURNKIT_PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'
 pg_stat_statements.track = all
 pg_stat_statements.track_utility = on
@@ -66,7 +69,7 @@ checkpoint_timeout = '30min'"
     services_start_pg || { echo "bench: could not start PostgreSQL" >&2; exit 1; }
     export TURNKIT_BENCH_DATABASE_URL=$TURNKIT_TEST_DATABASE_URL
 fi
-if want throughput || want inflight; then
+if want throughput || want inflight || want tenants; then
     services_start_redis || { echo "bench: could not start Redis" >&2; exit 1; }
     export TURNKIT_BENCH_REDIS_URL=$TURNKIT_TEST_REDIS_URL
 fi
@@ -89,6 +92,7 @@ fi
 want growth && run "growth of one conversation" "$PYTHON" bench/growth.py
 want throughput && run "throughput on Celery workers" "$PYTHON" bench/throughput.py
 want inflight && run "live turns on one threads worker" "$PYTHON" bench/inflight.py
+want tenants && run "fairness between tenants" "$PYTHON" bench/tenants.py
 if want peers; then
     run "peers" "$PEERS_PYTHON" bench/peers.py --turnkit-python "$PYTHON"
 fi
