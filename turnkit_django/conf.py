@@ -26,6 +26,7 @@ from django.core.files.storage import storages
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
+from .delta_channel import clean_delta_channel
 from .deltas import clean_streaming
 from .provider_settings import clean_provider_limits, clean_redis_url
 from .setting_errors import InvalidSetting, SettingProblem
@@ -64,6 +65,7 @@ DEFAULTS: dict[str, object] = {
     "TENANT_LIMITS": None,  # {"key": callable(principal) -> str | None, "concurrency": N}
     "STREAMING": True,  # ask providers to stream to on_delta= listeners (deltas.py)
     "TRACING": False,  # True or {"capture_content": True}: OpenTelemetry spans (trace_settings)
+    "DELTA_CHANNEL": None,  # where background deltas travel (delta_channel.py)
 }
 
 IMPORT_STRINGS = frozenset({"CLIENT", "AUTHORIZATION_POLICY", "DISPATCHER", "COST_CALCULATOR"})
@@ -287,6 +289,7 @@ CLEANERS: dict[str, Callable[[str, object], object]] = {
     "TENANT_LIMITS": _tenant_limits,
     "STREAMING": clean_streaming,
     "TRACING": clean_tracing,
+    "DELTA_CHANNEL": clean_delta_channel,
 }
 
 
@@ -377,6 +380,7 @@ class TurnkitSettings:
     TENANT_LIMITS: TenantLimits | None
     STREAMING: bool
     TRACING: TracingOptions | None
+    DELTA_CHANNEL: str | None
 
     def __init__(self) -> None:
         self._cache: dict[str, object] = {}

@@ -7,6 +7,7 @@ Mixed into :class:`~turnkit_django.handles.TurnHandle` (``Run`` adds :class:`Tre
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from copy import copy
 from typing import Any, Self
 
@@ -18,7 +19,7 @@ from .exceptions import AtomicBlockError
 from .models import Conversation, Delivery, Event, ToolExecution, Turn
 from .runtime import execute, refuse_atomic_block
 from .serialization import JsonObject
-from .services import approvals, awaiting, controls, forks, inputs
+from .services import approvals, awaiting, controls, forks, inputs, streaming
 from .services.inputs import InputStatus
 from .services.reading import readable_conversations
 from .states import TurnStatus
@@ -143,6 +144,18 @@ class TreeControls(TurnControls):
         """``wait()`` for async code (async views): ``await run.await_result(timeout=60)``."""
         await awaiting.await_result(self.row, timeout)
         return self
+
+    def stream(self, after: int = 0, *, timeout: float | None = 60) -> Iterator[Any]:
+        """The tree's durable events after ``after`` (as ``events()``) and, between them, the
+        :class:`~turnkit_django.Delta` chunks of its model calls while they stream (deltas
+        travel over ``TURNKIT["DELTA_CHANNEL"]``), in order; ends once the run is terminal or
+        paused for a person and everything was handed on; RunTimeout after ``timeout``
+        seconds. Holds no database session between its reads."""
+        return streaming.stream(self.row, cursor(after, "run.stream()"), timeout)
+
+    def astream(self, after: int = 0, *, timeout: float | None = 60) -> AsyncIterator[Any]:
+        """``stream()`` for async code: ``async for item in run.astream(after=cursor)``."""
+        return streaming.astream(self.row, cursor(after, "run.astream()"), timeout)
 
     def retry(self, *, principal: object = _UNSET, submit: bool | None = None) -> Self:
         """Run this failed, cancelled or stale run again: a new run (returned) over a copy of

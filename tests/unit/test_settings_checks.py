@@ -141,6 +141,7 @@ def test_every_key_accepts_a_valid_value():
         "TENANT_LIMITS": {"key": "tests.orchestration.deny", "concurrency": 20},
         "STREAMING": False,
         "TRACING": {"capture_content": True},
+        "DELTA_CHANNEL": "redis://localhost:6379/1",
     }
     assert set(valid) == set(DEFAULTS)
     assert errors(valid) == []
@@ -229,6 +230,8 @@ BAD_VALUES = [
     ("TRACING", "yes", "turnkit.E025"),
     ("TRACING", {"capture_contents": True}, "turnkit.E025"),
     ("TRACING", {"capture_content": "no"}, "turnkit.E025"),
+    ("DELTA_CHANNEL", "amqp://localhost", "turnkit.E027"),
+    ("DELTA_CHANNEL", "redis://", "turnkit.E027"),
 ]
 
 

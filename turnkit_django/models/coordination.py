@@ -6,6 +6,7 @@ Only :mod:`turnkit_django.store` writes these rows (see :mod:`.core`).
 from __future__ import annotations
 
 from functools import partial
+from typing import ClassVar
 
 from django.db import models
 from django.db.models import Q
@@ -136,6 +137,8 @@ class Event(models.Model):
     tree ids grow in commit order and a reader after cursor ``n`` misses nothing.
     """
 
+    #: ``run.stream()`` yields events and deltas; an event is not a delta.
+    is_delta: ClassVar[bool] = False
     id = models.BigAutoField(primary_key=True)
     # Indexed by turnkit_event_tree (root_turn, id), which the cursor reads.
     root_turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="+",

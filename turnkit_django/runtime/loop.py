@@ -58,7 +58,7 @@ from .delegation import inherited_client
 from .heartbeat import Heartbeat
 from .model import build_request, model_step
 from .output import fail, output_step
-from .streaming import DeltaSink
+from .streaming import delta_sink
 from .submission import dispatch
 from .tools import tools_step
 
@@ -253,8 +253,7 @@ def _run_claimed(claim: Claim, row: Turn, ledger: Ledger, agent: AgentDefinition
     ctx = context(claim, row, resolved, client=chosen, on_event=on_event, ledger=ledger,
                   history=history)
     ctx.fenced.keep_row = keep_row
-    if on_delta is not None:
-        ctx.deltas = DeltaSink(on_delta, row.pk, claim.fence)
+    ctx.deltas = delta_sink(on_delta, row.pk, claim.fence, row.root_turn_id)
     span = tracing.turn_span(row.pk, resolved.name, (row.options or {}).get("trace"),
                              model=row.model, conversation_id=row.conversation_id)
     try:
