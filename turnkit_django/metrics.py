@@ -75,6 +75,9 @@ class _Instruments:
             "turnkit.model.duration", unit="s", description="Model calls")
         self.active_calls = meter.create_up_down_counter(
             "turnkit.model.active_calls", unit="{call}", description="Model calls in flight")
+        self.slot_waits = meter.create_up_down_counter(
+            "turnkit.model.slot_waits", unit="{call}",
+            description="Model calls waiting for a provider slot or a 429's Retry-After")
         self.tokens = meter.create_counter(
             "turnkit.model.tokens", unit="{token}", description="Tokens of model responses")
         self.cost = meter.create_counter(
@@ -189,6 +192,13 @@ def _timed(meters: _Instruments, attributes: dict[str, str]) -> Iterator[None]:
     finally:
         meters.active_calls.add(-1, attributes)
         meters.model_duration.record(time.monotonic() - started, outcome)
+
+
+def slot_wait(limit: str, change: int) -> None:
+    """A model call starts (+1) or stops (-1) waiting on its provider limit ``limit``."""
+    meters = _instruments()
+    if meters is not None:
+        meters.slot_waits.add(change, {"limit": limit})
 
 
 def model_usage(agent: str, model: str, input_tokens: int, output_tokens: int,

@@ -122,3 +122,26 @@ def test_the_module_is_a_no_op_without_opentelemetry():
                           check=False, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_a_call_waiting_out_a_429_counts_as_waiting_for_its_provider(reader, monkeypatch):
+    from turnkit_django.exceptions import ModelRateLimited
+    from turnkit_django.runtime import throttling
+
+    seen: list[dict[Any, Any]] = []
+
+    def sleep(seconds: float) -> None:  # the clock is the only thing faked
+        seen.append(by(reader, "turnkit.model.slot_waits", "limit"))
+
+    monkeypatch.setattr(throttling.time, "sleep", sleep)
+    calls = [0]
+
+    def respond(request: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise ModelRateLimited("HTTP 429", status=429, retry_after=1)
+        return reply("done")
+
+    Agent("patient", client=FunctionClient(respond)).run("hello")
+    assert seen == [{"function": 1}]  # one call waiting on its provider, during the wait
+    assert by(reader, "turnkit.model.slot_waits", "limit") == {"function": 0}

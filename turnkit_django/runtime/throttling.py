@@ -33,6 +33,7 @@ from typing import Any
 
 from django.core.signals import setting_changed
 
+from .. import metrics
 from ..clients import ModelRequest, ModelResponse
 from ..conf import turnkit_settings
 from ..exceptions import BudgetExceeded, ModelRateLimited
@@ -141,12 +142,14 @@ class _Waits:
     def start(self) -> None:
         if not self.marked:
             self.marked = True
+            metrics.slot_wait(self.on, 1)
             provider_waits.wait_started(self.ctx.claim, self.on)
             release_session()
 
     def end(self) -> None:
         if self.marked:
             self.marked = False
+            metrics.slot_wait(self.on, -1)
             provider_waits.wait_ended(self.ctx.claim)
             release_session()
 
