@@ -38,7 +38,8 @@ def test_the_page_examples_run_as_written(page: str, settings: Any, tmp_path: Pa
 
 
 # Pages whose every Python block is run, or says in its title why not (tests/docpages.py).
-CHECKED = ["quickstart.md", "howto/views.md", "howto/orchestration.md", "media.md"]
+CHECKED = ["quickstart.md", "howto/views.md", "howto/orchestration.md", "media.md",
+           "howto/integrations.md", "howto/streaming.md"]
 
 
 @pytest.mark.parametrize("page", CHECKED)
