@@ -20,7 +20,7 @@ from .clients import ModelRequest, Usage
 from .events import EventCallback
 from .exceptions import InvalidTransition
 from .ids import new_id
-from .interactive import ConversationInputs, TreeControls, TurnControls
+from .interactive import AsyncRuns, ConversationInputs, TreeControls, TurnControls
 from .media import MediaMethods
 from .messages import Part
 from .models import Conversation, Delivery, Message, ToolExecution, Turn
@@ -51,7 +51,7 @@ def _authorize_read(conversation: Conversation, principal: Any) -> None:
                   conversation_principal=conversation.principal)
 
 
-class Agent(AgentDefinition):
+class Agent(AsyncRuns, AgentDefinition):
     """A named agent: instructions, model, tools, sub-agents and limits, and how to use it.
 
     Agents are definitions, not state: create them at import time in ``<app>/agents.py`` and

@@ -11,9 +11,11 @@ from collections.abc import AsyncIterator, Iterator
 from copy import copy
 from typing import Any, Self
 
+from asgiref.sync import sync_to_async
 from django.db.models import QuerySet
 
 from .arguments import cursor, optional_count
+from .databases import unit
 from .events import EventCallback
 from .exceptions import AtomicBlockError
 from .models import Conversation, Delivery, Event, ToolExecution, Turn
@@ -169,10 +171,28 @@ class TreeControls(TurnControls):
         return retried
 
 
+async def in_own_thread(work: Any, *args: Any, **options: Any) -> Any:
+    """``work(*args, **options)`` in a thread of its own (not the one Django's sync code shares),
+    its connections closed after: an async caller awaits an inline run holding neither the event
+    loop nor a database session of its own."""
+    return await sync_to_async(unit, thread_sensitive=False)(lambda: work(*args, **options))
+
+
+class AsyncRuns:
+    """``await agent.arun(...)``: ``agent.run(...)`` for async callers (ASGI views)."""
+
+    async def arun(self, task: str, **options: Any) -> Any:
+        return await in_own_thread(self.run, task, **options)  # type: ignore[attr-defined]
+
+
 class ConversationInputs:
-    """Idempotent next-turn input and its receipts."""
+    """Idempotent next-turn input and its receipts; ``aask`` for async callers."""
 
     row: Conversation
+
+    async def aask(self, text: str, **options: Any) -> Any:
+        """``await conv.aask(...)``: ``conv.ask(...)`` for async callers (see AsyncRuns)."""
+        return await in_own_thread(self.ask, text, **options)  # type: ignore[attr-defined]
 
     def post(self, text: str, *, key: str, principal: object = None) -> Delivery:
         """Durable input for the next turn, once per ``key``; a running turn never sees it."""
@@ -195,4 +215,4 @@ class ConversationInputs:
         return forked
 
 
-__all__ = ["ConversationInputs", "TreeControls", "TurnControls"]
+__all__ = ["AsyncRuns", "ConversationInputs", "TreeControls", "TurnControls", "in_own_thread"]
