@@ -99,6 +99,20 @@ def inline_demo() -> None:
     if run.status != "completed" or refunds_for("42") != 1:
         raise DemoFailed(f"the inline run ended {run.status!r}: {run.error}")
 
+    question = "I want a refund."
+    print(f'\n  support.run("{question}", on_delta=...)  # the answer as the model writes it')
+    pieces: list[str] = []
+
+    def show(delta: Any) -> None:
+        pieces.append(delta.text)
+        print(delta.text, end="", flush=True)
+
+    print("  streamed ", end="")
+    asked = support.run(question, principal={"user": "demo"}, on_delta=show)
+    print(f"\n  deltas   {len(pieces)} pieces, then the committed message: {asked.output_text!r}")
+    if "".join(pieces) != asked.output_text:
+        raise DemoFailed("the streamed text differs from the committed message")
+
 
 # --------------------------------------------------------------------------- 2. background
 

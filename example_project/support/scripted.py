@@ -38,7 +38,8 @@ def respond(request: ModelRequest) -> Entry:
     if request.last_message_is_user():
         match = _ORDER.search(_first_user_text(request))
         if match is None:
-            return reply("Which order is this about? Please give me the order number.")
+            return reply("Which order is this about? Please give me the order number.",
+                         chunks=10, delay=0.04)  # streamed to an on_delta= listener
         return call("lookup_order", id=call_id, order_id=match.group(1))
     results = _tool_results(request)
     order = results.get("lookup_order")
