@@ -140,6 +140,13 @@ class TurnQuerySet(models.QuerySet):
         ``turnkit_turn_tenant_running`` index)."""
         return self.running().filter(tenant=tenant, submitted_at__isnull=False)
 
+    def ahead_in_tenant(self, tenant: str, submitted_at: datetime, pk: str) -> TurnQuerySet:
+        """Pending turns of ``tenant`` at the head of their lane submitted before the turn
+        ``pk`` (submitted at ``submitted_at``): they take the tenant's free places before it,
+        as :meth:`within_tenant_limit` orders them."""
+        return self.lane_heads().filter(tenant=tenant).filter(
+            Q(submitted_at__lt=submitted_at) | Q(submitted_at=submitted_at, id__lt=pk))
+
     def within_tenant_limit(self, limit: int) -> TurnQuerySet:
         """Those of these turns a claim would not refuse for their tenant's limit: every turn
         without a tenant, and of each tenant's, the oldest submitted, as many as it has

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 import turnkit_django
@@ -118,3 +119,41 @@ def test_a_tenant_key_that_is_no_string_is_a_clear_error(registered):
     with override_turnkit(TENANT_LIMITS=LIMITS), pytest.raises(
             ConfigurationError, match=r"TENANT_LIMITS.*returned 7.*non-empty string"):
         agent.submit("x", principal={"tenant": 7})
+
+
+@pytest.mark.usefixtures("limited")
+def test_a_submission_over_the_tenant_limit_rings_no_doorbell(
+        registered, django_capture_on_commit_callbacks):
+    agent = registered(Agent("worker", client=FunctionClient(lambda request: reply("done"))))
+    clear()
+    # A burst rings as many doorbells as the tenant has free places, oldest first: the rest
+    # wait as rows, with no message in the broker for a worker to take and refuse.
+    with django_capture_on_commit_callbacks(execute=True):
+        a = [agent.submit(f"a{i}", principal={"tenant": "a"}) for i in range(5)]
+    assert recorded() == [a[0].id, a[1].id]
+    clear()
+    # Another tenant's submission rings at once.
+    with django_capture_on_commit_callbacks(execute=True):
+        b = agent.submit("b0", principal={"tenant": "b"})
+    assert recorded() == [b.id]
+    clear()
+    # The end of one of a's turns rings a's next waiting turn.
+    assert claim(a[1].id, "elsewhere") is not None
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.run_turn(a[0].id, kind="test") is True
+    assert recorded() == [a[2].id]
+    clear()
+    # A submission while the tenant is full rings nothing ...
+    assert claim(a[2].id, "elsewhere") is not None
+    with django_capture_on_commit_callbacks(execute=True):
+        late = agent.submit("a5", principal={"tenant": "a"})
+    assert recorded() == []
+    # ... and one whose tenant gets a place before its submission commits rings: the check is
+    # made after the commit, so a turn ending meanwhile either sees it or leaves it the place.
+    assert [r.status for r in Turn.objects.filter(pk__in=[a[3].id, a[4].id, late.id])] == [
+        "pending"] * 3
+    Turn.objects.filter(pk__in=[a[3].id, a[4].id, late.id]).delete()
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        last = agent.submit("a6", principal={"tenant": "a"})
+        a[1].cancel()
+    assert recorded() == [last.id]

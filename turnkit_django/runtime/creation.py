@@ -124,7 +124,7 @@ def new_turn(agent: AgentDefinition, parts: Sequence[Part] = (), *,
         turn = create_turn(spec, conversation, parts, message_metadata=message_metadata,
                            message_key=message_key, submit=submit)
     if submit:
-        dispatch(turn.pk)
+        dispatch(turn.pk, submitted=turn)
     return turn
 
 

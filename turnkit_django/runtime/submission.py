@@ -47,10 +47,16 @@ NO_CELERY = ("Celery is not installed and TURNKIT['DISPATCHER'] is not set; pip 
              "a dispatcher rings for it")
 
 
-def dispatch(turn_id: str) -> None:
-    """Ring the doorbell for ``turn_id`` once the current transaction commits."""
+def dispatch(turn_id: str, *, submitted: Turn | None = None) -> None:
+    """Ring the doorbell for ``turn_id`` once the current transaction commits.
+
+    For a turn just ``submitted`` (its row), only if its tenant has room for it then
+    (:func:`tenant_has_room`): a turn its ``TENANT_LIMITS`` would refuse gets no doorbell.
+    """
 
     def send() -> None:
+        if submitted is not None and not tenant_has_room(submitted):
+            return
         try:
             _dispatcher()(turn_id)
         except ConfigurationError as exc:  # nothing to retry until the setup is fixed
@@ -65,6 +71,30 @@ def dispatch(turn_id: str) -> None:
             logger.debug("dispatching turn %s failed", turn_id, exc_info=True)
 
     transaction.on_commit(send)
+
+
+def tenant_has_room(turn: Turn) -> bool:
+    """Whether a claim of the submitted ``turn`` would find a place under its tenant's
+    ``TENANT_LIMITS``: fewer running turns of its tenant, plus its pending turns at the head of
+    their lanes submitted before it, than ``concurrency``. True without a limit, and when the
+    reads fail (a needless doorbell is refused by the claim; a missing one waits for maintenance).
+
+    Read after the submission committed: a turn of the tenant ending later rings the oldest
+    waiting turns of the tenant (``services.recovery.ring_tenant``) after its own commit, and
+    sees this one; one that ended before left its place, which this read sees. So a burst rings
+    ``concurrency`` doorbells, not one a turn that a worker must take only to be refused.
+    Two reads, each bounded by ``concurrency`` rows (the partial running index first).
+    """
+    limits = turnkit_settings.TENANT_LIMITS
+    if limits is None or turn.tenant is None or turn.submitted_at is None:
+        return True
+    try:
+        free = limits.concurrency - Turn.objects.tenant_running(turn.tenant).count()
+        return free > 0 and Turn.objects.ahead_in_tenant(
+            turn.tenant, turn.submitted_at, turn.pk)[:free].count() < free
+    except Exception:  # ring when in doubt: the claim decides again
+        logger.debug("could not count the tenant of turn %s", turn.pk, exc_info=True)
+        return True
 
 
 def authorize_callback(turn_id: str, principal: Any, callback: Conversation) -> None:
@@ -87,8 +117,8 @@ def submit(turn: Turn, *, callback: Conversation | None = None,
     row, new = turns.submit(turn, callback_conversation_id=None if callback is None
                             else callback.pk)
     if new:  # after the submit's commit, or the caller's when it submits inside its transaction
-        dispatch(row.pk)
+        dispatch(row.pk, submitted=row)
     return row
 
 
-__all__ = ["CELERY_DISPATCHER", "authorize_callback", "dispatch", "submit"]
+__all__ = ["CELERY_DISPATCHER", "authorize_callback", "dispatch", "submit", "tenant_has_room"]
