@@ -159,3 +159,21 @@ def test_an_openai_stream_refused_by_status_is_the_plain_error():
             _openai(provider.url).stream(_request("gpt-5.1"), lambda kind, chunk: None)
     assert not raised.value.retryable
     assert json.dumps(provider.bodies[0]).count('"stream": true') == 1
+
+
+@pytest.mark.parametrize("with_tool", [False, True], ids=["text", "tool_call"])
+def test_an_openai_compatible_server_that_ignores_stream_answers_as_a_plain_call(with_tool):
+    """Many OpenAI-compatible servers (proxies, local runtimes) ignore ``"stream": true`` and
+    answer one JSON body: that is the response, its text delivered as one chunk."""
+    text = "".join(TEXTS)
+    with fake_provider(Json(200, _openai_json(text, with_tool)),
+                       Json(200, _openai_json(text, with_tool)), path="/v1") as provider:
+        client = _openai(provider.url)
+        request = _request("gpt-5.1", tools=(LOOKUP,) if with_tool else ())
+        seen: list[tuple[str, str]] = []
+        streamed = client.stream(request, lambda kind, chunk: seen.append((kind, chunk)))
+        unstreamed = client.complete(request)
+    assert streamed == unstreamed and streamed.text == text
+    assert seen[0] == ("text", text)
+    assert [chunk for kind, chunk in seen if kind == "tool_arguments"] == (
+        ["".join(PIECES)] if with_tool else [])

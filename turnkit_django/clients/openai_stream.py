@@ -4,7 +4,8 @@
 Text (``delta.content``, and a refusal), reasoning and tool-call argument deltas are assembled
 into the body a plain call would have returned (usage from the final chunk, when the server sends
 one), which the same ``parse_response`` translates: the committed message is identical. Each text
-and tool-argument chunk is handed on as it arrives.
+and tool-argument chunk is handed on as it arrives. A server that ignores ``"stream"`` and answers
+one JSON body (some proxies and local runtimes do) is read as a plain call, its text one chunk.
 
 Failures before the stream starts (status, connection) are retried as plain calls are. A stream
 that ends before its ``finish_reason`` / ``[DONE]``, a chunk that is not JSON, or an error chunk
@@ -99,6 +100,8 @@ class OpenAIStreaming:
                         error = ModelRateLimited(str(error), status=response.status_code,
                                                  retry_after=wait)
                     return error, delay if wait is None else min(wait, self.max_backoff)
+                if "json" in response.headers.get("content-type", "").lower():
+                    return _unstreamed(response, on_chunk, self), 0.0
                 try:
                     return _assemble(_events(response.iter_lines()), on_chunk, self), 0.0
                 except _Broken as broken:
@@ -106,6 +109,30 @@ class OpenAIStreaming:
         except httpx.TransportError as exc:
             text = f"could not stream from {self._label()} ({type(exc).__name__})"
             return ModelError(text, retryable=True), delay
+
+
+def _unstreamed(response: httpx.Response, on_chunk: ChunkCallback,
+                client: OpenAIStreaming) -> JsonObject | ModelError:
+    """A server that ignored ``"stream": true`` answered one JSON body: that body is the
+    response (checked by ``parse_response`` as a plain call's is), its text one chunk."""
+    response.read()
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return ModelError(f"{client._label()} answered a stream request with JSON that is not "
+                          "an object; check the base URL points at a chat completions API",
+                          status=200, retryable=False)
+    message = member(next(iter(members(data.get("choices"))), {}), "message")
+    text = content_text(message.get("content"))
+    if text:
+        on_chunk("text", text)
+    for call in members(message.get("tool_calls")):
+        arguments = member(call, "function").get("arguments")
+        if isinstance(arguments, str) and arguments:
+            on_chunk("tool_arguments", arguments)
+    return data
 
 
 def _events(lines: Iterator[str]) -> Iterator[str]:
