@@ -1,6 +1,7 @@
 """The admin of schedules: an operator edits the cron, the task, the policy, or disables one.
 
-A bad cron expression is a form error saying what is wrong (the model field's validator);
+A bad cron expression is a form error saying what is wrong (the model field's validator), as is
+an interval below 1 second or a schedule with both or neither of cron and every;
 saves and deletes go through the store, the only writer of turnkit rows.
 """
 
@@ -26,10 +27,10 @@ class ScheduleFiringInline(admin.TabularInline):
 
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
-    list_display = ("key", "agent_name", "cron", "missed", "enabled", "last_fired_at")
+    list_display = ("key", "agent_name", "cron", "every", "missed", "enabled", "last_fired_at")
     list_filter = ("enabled", "missed")
     search_fields = ("key", "agent_name")
-    fields = ("key", "agent_name", "cron", "task", "missed", "enabled", "principal",
+    fields = ("key", "agent_name", "cron", "every", "task", "missed", "enabled", "principal",
               "last_fired_at")
     readonly_fields = ("last_fired_at",)
     inlines = [ScheduleFiringInline]

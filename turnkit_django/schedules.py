@@ -1,4 +1,4 @@
-"""``schedule(agent, cron=..., task=..., key=...)``: run an agent on a cron schedule.
+"""``schedule(agent, cron=... | every=..., task=..., key=...)``: run an agent on a schedule.
 
 Beat's ``turnkit.schedules`` tick (:mod:`turnkit_django.services.schedules`) starts one run per
 firing; docs/howto/integrations.md ("Schedules") says when, and what happens to missed ones.
@@ -12,6 +12,7 @@ from . import arguments
 from .agents import AgentDefinition
 from .cron import parse as parse_cron
 from .exceptions import InputError
+from .intervals import every_seconds
 from .models.schedules import Missed, Schedule
 from .serialization import json_value
 from .store.schedules import save_schedule
@@ -19,14 +20,17 @@ from .store.schedules import save_schedule
 MAX_KEY = 200
 
 
-def schedule(agent: AgentDefinition | str, *, cron: str, task: str, key: str,
-             missed: str = "skip", principal: Any = None, enabled: bool = True) -> Schedule:
+def schedule(agent: AgentDefinition | str, *, task: str, key: str, cron: str | None = None,
+             every: int | None = None, missed: str = "skip", principal: Any = None,
+             enabled: bool = True) -> Schedule:
     """Create the schedule ``key``, or update it in place: the same call twice is one schedule.
 
     ``agent`` (an agent or its registered name) runs ``task`` as a new submitted run at each
-    firing of ``cron`` (5 fields, in ``TIME_ZONE``), with ``principal``. ``missed``: ``"skip"``
-    (default) starts none of the firings missed while beat was down; ``"catch_up"`` starts the
-    most recent of them once. InputError, writing nothing, for a bad argument.
+    firing of ``cron`` (5 fields, in ``TIME_ZONE``) or every ``every`` seconds (whole seconds,
+    at least 1, aligned on the Unix epoch), exactly one of the two, with ``principal``.
+    ``missed``: ``"skip"`` (default) starts none of the firings missed while beat was down;
+    ``"catch_up"`` starts the most recent of them once. InputError, writing nothing, for a bad
+    argument.
     """
     name = agent if isinstance(agent, str) else getattr(agent, "name", None)
     if not isinstance(name, str) or not name:
@@ -37,10 +41,15 @@ def schedule(agent: AgentDefinition | str, *, cron: str, task: str, key: str,
     if missed not in Missed.values:
         raise InputError(f"schedule(missed=...) must be 'skip' or 'catch_up'; got {missed!r}.")
     arguments.flag(enabled, "schedule(): enabled=")
-    parse_cron(cron)
-    return save_schedule(key, agent_name=name, cron=" ".join(cron.split()), task=task,
-                         missed=missed, principal=json_value(principal, "principal"),
-                         enabled=enabled)
+    if (cron is None) == (every is None):
+        raise InputError("schedule() takes exactly one of cron= or every=, such as "
+                         "cron='0 9 * * 1-5' or every=30 (seconds).")
+    if cron is not None:
+        parse_cron(cron)
+    return save_schedule(key, agent_name=name, task=task, missed=missed,
+                         cron="" if cron is None else " ".join(cron.split()),
+                         every=None if every is None else every_seconds(every),
+                         principal=json_value(principal, "principal"), enabled=enabled)
 
 
 __all__ = ["schedule"]

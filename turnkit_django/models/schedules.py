@@ -8,7 +8,9 @@ firing start exactly one run however many ticks race for it.
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
+from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from ..cron import cron_problem
@@ -21,6 +23,11 @@ def validate_cron(value: object) -> None:
         raise ValidationError(problem[0].upper() + problem[1:] + ".", code="cron")
 
 
+#: A schedule has a cron expression or an interval, never both, never neither.
+CRON_OR_EVERY = (Q(every__isnull=True) & ~Q(cron="")) | (Q(every__isnull=False) & Q(cron=""))
+ONE_OF = _("Give exactly one of a cron expression or every (seconds).")
+
+
 class Missed(models.TextChoices):
     """What a tick does with firings it finds older than the grace (beat was down)."""
 
@@ -31,9 +38,14 @@ class Missed(models.TextChoices):
 class Schedule(models.Model):
     key = models.CharField(max_length=200)  # unique: turnkit_schedule_key_unique
     agent_name = models.CharField(max_length=200)
-    cron = models.CharField(max_length=200, validators=[validate_cron],
+    cron = models.CharField(max_length=200, blank=True, validators=[validate_cron],
                             help_text=_("5 fields: minute hour day-of-month month day-of-week, "
-                                        "in TIME_ZONE; for example '0 9 * * 1-5'."))
+                                        "in TIME_ZONE; for example '0 9 * * 1-5'. Empty when "
+                                        "the schedule fires every N seconds."))
+    # Interval schedules: firings at the multiples of `every` seconds since the Unix epoch.
+    every = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)],
+                                        help_text=_("Seconds between firings (at least 1), "
+                                                    "instead of a cron expression."))
     task = models.TextField()
     enabled = models.BooleanField(default=True)
     missed = models.CharField(max_length=16, choices=Missed.choices, default=Missed.SKIP)
@@ -48,10 +60,18 @@ class Schedule(models.Model):
         verbose_name_plural = _("schedules")
         ordering = ["key"]
         # A constraint, not unique=True: no varchar_pattern_ops companion index (see 0008).
-        constraints = [models.UniqueConstraint(fields=["key"], name="turnkit_schedule_key_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["key"], name="turnkit_schedule_key_unique"),
+            models.CheckConstraint(condition=CRON_OR_EVERY, name="turnkit_schedule_cron_or_every",
+                                   violation_error_message=ONE_OF),
+        ]
 
     def __str__(self) -> str:
-        return f"schedule {self.key!r} ({self.cron})"
+        return f"schedule {self.key!r} ({self.when})"
+
+    @property
+    def when(self) -> str:
+        return self.cron if self.every is None else f"every {self.every}s"
 
 
 class ScheduleFiring(models.Model):

@@ -17,10 +17,11 @@ from ..models import Schedule, ScheduleFiring, Turn
 from ..serialization import JsonValue
 
 
-def save_schedule(key: str, *, agent_name: str, cron: str, task: str, missed: str,
-                  principal: JsonValue, enabled: bool) -> Schedule:
+def save_schedule(key: str, *, agent_name: str, cron: str, every: int | None, task: str,
+                  missed: str, principal: JsonValue, enabled: bool) -> Schedule:
     """Create the schedule ``key`` or update it in place (its firings are kept)."""
-    fields = {"agent_name": agent_name, "cron": cron, "task": task, "missed": missed,
+    fields = {"agent_name": agent_name, "cron": cron, "every": every, "task": task,
+              "missed": missed,
               "principal": principal, "enabled": enabled}
     with transaction.atomic():
         row, _ = Schedule.objects.select_for_update().update_or_create(key=key, defaults=fields)
