@@ -1,0 +1,84 @@
+"""Issue 39, Done-when 4: a schedule firing every second, with beat and the worker each
+restarted twice while it runs (about 20 s, scaled from a minute), starts exactly one run per
+firing, and misses none.
+
+Real processes throughout: ``celery beat`` (turnkit's entries, every ``RECONCILE_INTERVAL`` = 1 s)
+sends the ``turnkit.schedules`` tick, a real worker runs it and the runs it starts. A restart is
+a warm shutdown (SIGTERM) and a new process. Restarts are far shorter than the grace (a minute),
+so the firings that came while beat or the worker was down are late, not missed: the next tick
+starts each of them once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from tests.e2e.beat import start_beat
+from tests.e2e.harness import Cluster, queued, script, wait_for, wait_terminal
+from tests.testapp.agents import SCRIPTED_AGENT
+from turnkit_django import schedule
+from turnkit_django.models import ScheduleFiring, Turn
+from turnkit_django.store import database_now
+
+KEY = "every-second"
+
+
+def fired() -> list[ScheduleFiring]:
+    return list(ScheduleFiring.objects.filter(schedule__key=KEY).order_by("fired_for"))
+
+
+def more_firings(count: int) -> None:
+    """Wait until ``count`` more firings are recorded (progress between two restarts)."""
+    target = len(fired()) + count
+    wait_for(lambda: len(fired()) >= target, timeout=60, what=f"{count} more firings")
+
+
+def _first_second_after(moment: datetime) -> datetime:
+    return moment.replace(microsecond=0) + timedelta(seconds=1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_every_second_schedule_starts_one_run_per_firing_across_beat_and_worker_restarts(
+        cluster: Cluster):
+    row = schedule(SCRIPTED_AGENT, every=1, task=script({"reply": "tick"}), key=KEY)
+    (worker,) = cluster.start(1)
+    beat = start_beat(cluster)
+    more_firings(3)
+    for restart in ("beat", "worker", "beat", "worker"):
+        if restart == "beat":
+            beat.stop()
+            beat = start_beat(cluster)
+        else:
+            worker.stop()
+            (worker,) = cluster.start(1)
+        more_firings(3)
+    beat.stop()
+    stopped_at = database_now()
+    # The ticks beat sent before it stopped run; then nothing more fires.
+    wait_for(lambda: queued() == 0, timeout=60, what="the queue to drain")
+    firings = fired()
+    runs = wait_terminal([f.turn_id for f in firings], timeout=60)
+
+    # Every second from the first one after the schedule was created, none missed...
+    first = _first_second_after(row.created_at)
+    assert [f.fired_for for f in firings] == [first + timedelta(seconds=i)
+                                              for i in range(len(firings))]
+    assert firings[-1].fired_for >= stop_floor(stopped_at)
+    assert len(firings) >= 15
+    # ...each with exactly one run, which completed.
+    assert all(f.turn_id for f in firings)
+    assert len({f.turn_id for f in firings}) == len(firings)
+    scheduled = Turn.objects.filter(conversation__metadata__schedule=KEY)
+    assert scheduled.count() == len(firings)
+    assert sorted(str(t.pk) for t in scheduled) == sorted(str(f.turn_id) for f in firings)
+    assert {t.status for t in runs.values()} == {"completed"}
+    for f in firings:
+        assert runs[f.turn_id].conversation.metadata["fired_for"] == f.fired_for.isoformat()
+
+
+def stop_floor(stopped_at: datetime) -> datetime:
+    """The earliest the last firing can be: beat's last tick was sent at most one interval
+    before it stopped, and ran (reading the clock) after it was sent."""
+    return stopped_at.replace(microsecond=0) - timedelta(seconds=2)
