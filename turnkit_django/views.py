@@ -21,11 +21,18 @@ A tree can span conversations of other principals (a delivery's continuation act
 destination's principal inside the sender's tree): the stream shows only the events of the
 conversations the reader may read (:func:`readable`), each decided when it appears and again when
 a turn acting for another principal joins it (a refused one stays refused).
+
+While a model call of the tree streams, its chunks arrive between the durable frames as
+``event: message.delta`` frames with no ``id:`` (a reconnect resumes from the last durable event;
+the step's ``message.created`` supersedes its deltas), their data the JSON ``{turn_id, fence,
+index, kind, text}``. The stream subscribes to the run's delta channel before its first poll and
+waits on it between polls, holding no database connection. It sends the deltas of the turns
+whose conversation it shows, and drops a delta of an older fence than the latest it sent for
+that turn (a turn recovered after a crash streams its step again).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -55,10 +62,12 @@ from .arguments import cursor
 from .authorization import TRANSCRIPT_PERMISSION, is_allowed
 from .conf import turnkit_settings
 from .databases import unit
+from .deltas import Delta
 from .exceptions import InputError
 from .models import Event, Turn
 from .serialization import unstorable
 from .services.reading import Readable, TreeConversation
+from .services.streaming import FenceFilter, subscribe
 
 
 def principal_of(request: HttpRequest) -> Any:
@@ -157,6 +166,12 @@ class Cursor:
     shown: Readable
     #: When the reader's authorization was last checked (time.monotonic()).
     checked_at: float = field(default_factory=time.monotonic)
+    #: The conversation of each turn of the tree a delta came from.
+    turns: dict[str, str] = field(default_factory=dict)
+    fences: FenceFilter = field(default_factory=FenceFilter)
+    #: The turns whose assistant message the last poll read: their deltas received during it
+    #: are superseded.
+    committed: set[str] = field(default_factory=set)
 
 
 RETRY = "retry: 1000\n\n"
@@ -170,6 +185,11 @@ def frame(event: Event) -> str:
                        "conversation_id": event.conversation_id, "payload": event.payload,
                        "created_at": event.created_at.isoformat()}, separators=(",", ":"))
     return f"id: {event.pk}\nevent: {event.type}\ndata: {data}\n\n"
+
+
+def delta_frame(delta: Delta) -> str:
+    """One delta as an SSE frame: no ``id:``, so the browser's cursor stays on the last event."""
+    return f"event: message.delta\ndata: {json.dumps(delta.as_dict(), separators=(',', ':'))}\n\n"
 
 
 class EventStream(View):
@@ -265,11 +285,14 @@ class EventStream(View):
         if time.monotonic() - cursor.checked_at >= self.authorization_interval \
                 and not self.still_allowed(cursor):
             return [], True  # no ``end``: the run is not over; a reconnect gets 404
+        cursor.committed = set()
         busy, new = _news(cursor.run_id, cursor.after)
         if not new:  # the usual poll: one query
             return ([WAITING], False) if busy else ([END], True)
         read, shown = _batch(cursor.run_id, cursor.after, self.batch_size, cursor.shown)
         frames = [frame(event) for event in shown]
+        cursor.committed = {e.turn_id for e in read if e.type == "message.created"
+                            and (e.payload or {}).get("role") == "assistant"}
         if read:
             cursor.after = read[-1].pk
         if not busy and len(read) < self.batch_size:  # busy was read before the events
@@ -278,31 +301,94 @@ class EventStream(View):
             frames.append(WAITING)
         return frames, False
 
+    def learn(self, cursor: Cursor, turns: set[str]) -> None:
+        """The conversations of ``turns`` (of the run's tree), decided for the reader when new."""
+        found = dict(Turn.objects.filter(root_turn_id=cursor.run_id, pk__in=sorted(turns))
+                     .values_list("pk", "conversation_id"))
+        cursor.turns.update(found)
+        if any(conversation not in cursor.shown.decided for conversation in found.values()):
+            cursor.shown.refresh()
+
+    @staticmethod
+    def _deltas(cursor: Cursor, received: list[Delta],
+                skip: set[str] | None = None) -> tuple[list[Delta], set[str]]:
+        """The deltas of the latest fences, and the turns whose conversation must be read or
+        decided before they can be sent (usually none)."""
+        fresh = list(cursor.fences(received, skip))
+        unknown = {d.turn_id for d in fresh if d.turn_id not in cursor.turns
+                   or cursor.turns[d.turn_id] not in cursor.shown.decided}
+        return fresh, unknown
+
+    @staticmethod
+    def _delta_frames(cursor: Cursor, deltas: list[Delta]) -> list[str]:
+        allowed = cursor.shown.allowed
+        return [delta_frame(d) for d in deltas if cursor.turns.get(d.turn_id) in allowed]
+
     async def stream(self, cursor: Cursor) -> AsyncIterator[str]:
         """The stream under ASGI: each poll a short unit of database work (its connection
-        closed after it), nothing held while it sleeps."""
+        closed after it), nothing held while it waits for deltas."""
         deadline = time.monotonic() + self.max_seconds
         yield RETRY
-        while time.monotonic() < deadline:
-            frames, done = await sync_to_async(unit)(self.poll, cursor)
-            for chunk in frames:
-                yield chunk
-            if done:
-                return
-            if frames and frames[-1] is WAITING:
-                await asyncio.sleep(self.poll_interval)
+        subscription = await sync_to_async(subscribe, thread_sensitive=False)(cursor.run_id)
+        get = sync_to_async(subscription.get if subscription else _nothing,
+                            thread_sensitive=False)
+        try:
+            while time.monotonic() < deadline:
+                frames, done = await sync_to_async(unit)(self.poll, cursor)
+                late = await get(0) if not done else []
+                for chunk in frames:
+                    yield chunk
+                received, skip = late, cursor.committed
+                next_poll = time.monotonic() + self.poll_interval
+                while not done:
+                    deltas, unknown = self._deltas(cursor, received, skip)
+                    if unknown:
+                        await sync_to_async(unit)(self.learn, cursor, unknown)
+                    for chunk in self._delta_frames(cursor, deltas):
+                        yield chunk
+                    left = min(next_poll, deadline) - time.monotonic()
+                    if not (frames and frames[-1] is WAITING) or left <= 0:
+                        break
+                    received, skip = await get(left), set()
+                if done:
+                    return
+        finally:
+            if subscription is not None:
+                await sync_to_async(subscription.close, thread_sensitive=False)()
 
     def stream_sync(self, cursor: Cursor) -> Iterator[str]:
         """The same stream under WSGI (the server's thread iterates it)."""
         deadline = time.monotonic() + self.max_seconds
         yield RETRY
-        while time.monotonic() < deadline:
-            frames, done = unit(self.poll, cursor)
-            yield from frames
-            if done:
-                return
-            if frames and frames[-1] is WAITING:
-                time.sleep(self.poll_interval)
+        subscription = subscribe(cursor.run_id)
+        get = subscription.get if subscription else _nothing
+        try:
+            while time.monotonic() < deadline:
+                frames, done = unit(self.poll, cursor)
+                late = get(0) if not done else []
+                yield from frames
+                received, skip = late, cursor.committed
+                next_poll = time.monotonic() + self.poll_interval
+                while not done:
+                    deltas, unknown = self._deltas(cursor, received, skip)
+                    if unknown:
+                        unit(self.learn, cursor, unknown)
+                    yield from self._delta_frames(cursor, deltas)
+                    left = min(next_poll, deadline) - time.monotonic()
+                    if not (frames and frames[-1] is WAITING) or left <= 0:
+                        break
+                    received, skip = get(left), set()
+                if done:
+                    return
+        finally:
+            if subscription is not None:
+                subscription.close()
+
+
+def _nothing(timeout: float) -> list[Delta]:
+    """No delta channel: wait as the poll interval says."""
+    time.sleep(timeout)
+    return []
 
 
 class RunPage(View):

@@ -68,7 +68,8 @@ class FenceFilter:
             yield delta
 
 
-def _subscribe(root_id: str) -> Subscription | None:
+def subscribe(root_id: str) -> Subscription | None:
+    """The run's deltas from now on; None (logged) when the channel cannot be reached."""
     try:
         return delta_channel().subscribe(root_id)
     except Exception:  # no channel: the durable events alone
@@ -91,7 +92,7 @@ def stream(row: Turn, after: int, timeout: float | None, *,
 
 def _items(row: Turn, after: int, timeout: float | None,
            deadline: float) -> Generator[Item, None, None]:
-    subscription = _subscribe(row.root_turn_id)
+    subscription = subscribe(row.root_turn_id)
     fences = FenceFilter()
     delay = FIRST_DELAY
     try:
@@ -141,4 +142,4 @@ async def astream(row: Turn, after: int, timeout: float | None) -> AsyncIterator
         await sync_to_async(items.close, thread_sensitive=False)()
 
 
-__all__ = ["FenceFilter", "astream", "read", "stream"]
+__all__ = ["FenceFilter", "astream", "read", "stream", "subscribe"]
