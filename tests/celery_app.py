@@ -53,6 +53,11 @@ app.set_default()
 # SIGUSR2 prints every thread's stack to the worker's log (the soak's report on a stuck turn).
 faulthandler.register(signal.SIGUSR2, all_threads=True)
 
+if os.environ.get("TURNKIT_E2E_SPANS"):  # tests/e2e/test_tracing.py: spans to a JSON-lines file
+    from tests.testapp.span_file import install
+
+    install(os.environ["TURNKIT_E2E_SPANS"])
+
 
 @task_prerun.connect
 def _ledger_prerun(task_id: str = "", task: Any = None, args: Any = (), **_: Any) -> None:

@@ -34,6 +34,8 @@ TURNKIT = E2E_TURNKIT
 if os.environ.get("TURNKIT_E2E_PROVIDER_LIMITS"):  # tests/e2e/test_provider_waits.py
     TURNKIT = {**TURNKIT, "PROVIDER_LIMITS": json.loads(os.environ["TURNKIT_E2E_PROVIDER_LIMITS"]),
                "LIMITS_REDIS_URL": os.environ["TURNKIT_TEST_REDIS_URL"]}
+if os.environ.get("TURNKIT_E2E_SPANS"):  # tests/e2e/test_tracing.py (tests/testapp/span_file.py)
+    TURNKIT = {**TURNKIT, "TRACING": True}
 
 
 def tenant_of(principal: object) -> str | None:
