@@ -38,26 +38,15 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Q
-
 from ..arguments import flag
 from ..authorization import authorize
 from ..conf import turnkit_settings
-from ..errors import ErrorRecord
-from ..events import emit
-from ..models import Delivery, Turn
+from ..models import Turn
 from ..runtime.deliveries import callback_decision, completion_callback, deliver, hand_on
-from ..serialization import json_safe, unstorable
-from ..states import ACTIVE_TURN_STATUSES, TurnStatus
-from ..store import controls, lock_tree
-from ..store.deliveries import COMPLETION_PREFIX
-from ..store.events import record_event
-from ..store.turns import end, set_options
+from ..serialization import unstorable
+from ..store import Newcomers, cancel_plan, cancel_tree, sweep_tree
 
 logger = logging.getLogger("turnkit_django.cancel")
-
-REASON = "the turn was cancelled"
 
 
 @dataclass
@@ -82,53 +71,6 @@ class CancelReport:
         return text
 
 
-def _error(principal: Any, target_id: str, *, cascade: bool, ancestor: bool) -> ErrorRecord:
-    message = (f"cancelled with its ancestor turn {target_id!r}" if ancestor
-               else "cancelled by the application")
-    return ErrorRecord("Cancelled", message, {"cancelled_turn": target_id, "cascade": cascade,
-                                              "by": json_safe(principal)})
-
-
-@dataclass(frozen=True)
-class _Node:
-    """A descendant as the tree walk reads it: its id and status, never the whole row."""
-
-    pk: str
-    status: str
-
-
-def _descendants(target: Turn, *, marked: bool) -> tuple[list[_Node], list[_Node]]:
-    """Active descendants, parents before children: (unreachable by the sweep, the rest).
-
-    Descendants are children through parent links and, for a root, the root-level tasks of its
-    tree (continuations that joined it). The sweep finds an active turn through its parent's
-    (or, for a root-level task, its root's) ``cancel_cascade`` mark, so a turn above which the
-    mark is missing (``marked`` False for the target: it finished without being cancelled)
-    must be cancelled by the call itself. One query per level, reading five columns: finished
-    descendants are walked through (an active turn may hang under one) but never loaded.
-    """
-    above = {target.pk} if marked else set()
-    unreachable: list[_Node] = []
-    reachable: list[_Node] = []
-    frontier = [target.pk]
-    tree_members = Q(root_turn_id=target.pk, parent_turn__isnull=True) & ~Q(pk=target.pk)
-    while frontier:
-        found = Q(parent_turn_id__in=frontier)
-        if frontier == [target.pk] and target.is_root:
-            found |= tree_members
-        children = list(Turn.objects.filter(found).order_by("created_at", "id").values_list(
-            "pk", "parent_turn_id", "root_turn_id", "status", "options__cancel_cascade"))
-        frontier = [pk for pk, *_ in children]
-        for pk, parent_id, root_id, status, cascade_mark in children:
-            if status in ACTIVE_TURN_STATUSES:
-                up = parent_id or root_id
-                (reachable if up in above else unreachable).append(_Node(pk, status))
-                above.add(pk)
-            elif status == TurnStatus.CANCELLED and cascade_mark:
-                above.add(pk)
-    return unreachable, reachable
-
-
 def _authorize(rows: Iterable[Turn], principal: Any, target: Turn, cascade: bool) -> None:
     """Ask ``cancel`` for each turn; a descendant is asked about as the target's.
 
@@ -146,91 +88,14 @@ def _authorize(rows: Iterable[Turn], principal: Any, target: Turn, cascade: bool
                   cancelled_turn_id=target.pk, cascade=cascade)
 
 
-def cancel_row(row: Turn, error: ErrorRecord, *, mark: bool, callback_allowed: bool | None,
-               ) -> None:
-    """Cancel one active turn. Caller holds the tree lock (and asked the policy about the
-    turn's completion callback before taking it)."""
-    record = error.for_turn()
-    extra = {"options": {**(row.options or {}), "cancel_cascade": True}} if mark else {}
-    closed = end(row, "cancel", reason="cancelled", repair_reason=REASON, error=record, **extra)
-    record_event(row.root_turn_id, row.pk, row.conversation_id, "turn.cancelled",
-                 {"status": TurnStatus.CANCELLED})
-    completion_callback(row, callback_allowed)
-    for call in closed:
-        if call.interrupted:
-            emit("tool_call.interrupted", turn_id=row.pk, conversation_id=row.conversation_id,
-                 id=call.call_id, name=call.name, tool_execution_id=call.execution_id)
-        if call.approval_cancelled:
-            emit("approval.cancelled", turn_id=row.pk, conversation_id=row.conversation_id,
-                 id=call.call_id, name=call.name, tool_execution_id=call.execution_id)
-    emit("turn.cancelled", turn_id=row.pk, conversation_id=row.conversation_id,
-         started_at=row.started_at, status=TurnStatus.CANCELLED, error=record)
-
-
-def _after(rows: list[Turn]) -> None:
-    """Wake the conversations the cancelled turns leave and ring their lanes' next turns."""
-    seen: set[str] = set()
-    for row in rows:
-        if row.conversation_id in seen:
-            continue
-        seen.add(row.conversation_id)
-        with transaction.atomic():
-            hand_on(row.conversation_id)
-    callbacks = list(Delivery.objects.pending().filter(
-        key__in=[f"{COMPLETION_PREFIX}{row.pk}" for row in rows]).values_list("pk", flat=True))
-
-    def deliver_callbacks() -> None:
-        for delivery_id in callbacks:
-            try:
-                deliver(delivery_id)
-            except Exception:
-                logger.warning("could not deliver callback %r; maintenance will retry",
-                               delivery_id, exc_info=True)
-
-    if callbacks:
-        transaction.on_commit(deliver_callbacks)
-
-
-@dataclass
-class _Plan:
-    """What a cancel changes, read with or without the tree lock: whole rows only for the
-    turns it will change; ``left`` counts the active descendants left to the sweep."""
-
-    target: Turn
-    unreachable: list[Turn]
-    reachable: list[Turn]
-    left: int = 0
-
-    @property
-    def active(self) -> bool:
-        return self.target.status in ACTIVE_TURN_STATUSES
-
-    @property
-    def rows(self) -> list[Turn]:
-        return [self.target, *self.unreachable, *self.reachable]
-
-
-def _plan(turn_id: str, cascade: bool, batch: int) -> _Plan:
-    target = Turn.objects.get(pk=turn_id)
-    if not cascade:
-        # The inline sub-agents it is parked on are part of its step: they end with it.
-        return _Plan(target, controls.inline_chain(target), [])
-    active = target.status in ACTIVE_TURN_STATUSES
-    # Marked for the sweep: an active target (cancelled now, with the mark) or one an earlier
-    # cancel left cancelled (escalated below); a finished one is not.
-    marked = active or target.status == TurnStatus.CANCELLED
-    unreachable, reachable = _descendants(target, marked=marked)
-    # A running descendant is never claimed again, so refusing claims does not stop it: only
-    # its fence moving does. It is cancelled now, past the batch if need be (there are at
-    # most as many as the tree has executions in flight); the sweep takes the rest.
-    running = [node for node in reachable if node.status == TurnStatus.RUNNING]
-    rest = [node for node in reachable if node.status != TurnStatus.RUNNING]
-    room = max(batch - len(unreachable) - len(running) - (1 if active else 0), 0)
-    chosen = running + rest[:room]
-    rows = Turn.objects.in_bulk([node.pk for node in unreachable + chosen])
-    return _Plan(target, [rows[node.pk] for node in unreachable if node.pk in rows],
-                 [rows[node.pk] for node in chosen if node.pk in rows],
-                 left=len(reachable) - len(chosen))
+def _deliver_callbacks(callbacks: list[str]) -> None:
+    """Deliver the completion callbacks a cancel created (after its commit)."""
+    for delivery_id in callbacks:
+        try:
+            deliver(delivery_id)
+        except Exception:
+            logger.warning("could not deliver callback %r; maintenance will retry",
+                           delivery_id, exc_info=True)
 
 
 #: How often a cancel reads its plan again when turns appeared after it asked the policy.
@@ -259,49 +124,20 @@ def cancel(turn: Turn | str, *, cascade: bool = False, principal: Any = None) ->
     report = CancelReport(turn_id, cascade)
     asked: dict[str, bool | None] = {}  # turn id: its callback decision
     for attempt in range(1, ATTEMPTS + 1):
-        seen = _plan(turn_id, cascade, batch)
+        seen = cancel_plan(turn_id, cascade, batch)
         fresh = [row for row in seen.rows if row.pk not in asked]
         _authorize(fresh, principal, seen.target, cascade)
         asked.update((row.pk, callback_decision(row)) for row in fresh)
-        with transaction.atomic():
-            lock_tree(root_id)
-            plan = _plan(turn_id, cascade, batch)
-            if any(row.pk not in asked for row in plan.rows) and attempt < ATTEMPTS:
-                continue  # ask about the newcomers without the lock, then read again
-            changed = _execute(plan, report, principal, cascade, asked)
-        if changed is None:
-            return report
-        report.cancelled = [row.pk for row in changed]
+        outcome = cancel_tree(root_id, turn_id, cascade=cascade, batch=batch,
+                              principal=principal, asked=asked, last=attempt == ATTEMPTS,
+                              finish=completion_callback, hand_on=hand_on,
+                              deliver=_deliver_callbacks)
+        if isinstance(outcome, Newcomers):
+            continue  # ask about the newcomers without the lock, then read again
+        report.status, report.remaining = outcome.status, outcome.remaining
+        report.cancelled = [row.pk for row in outcome.changed]
         return report
     return report  # pragma: no cover - the last attempt always returns
-
-
-def _execute(plan: _Plan, report: CancelReport, principal: Any, cascade: bool,
-             asked: dict[str, bool | None]) -> list[Turn] | None:
-    """Apply a plan under the tree lock; None when it changes nothing."""
-    target, active = plan.target, plan.active
-    report.status = target.status
-    unreachable = [row for row in plan.unreachable if row.pk in asked]
-    reachable = [row for row in plan.reachable if row.pk in asked]
-    report.remaining = plan.left + len(plan.reachable) - len(reachable)
-    if not active and not plan.unreachable and not plan.reachable and not plan.left:
-        return None
-    changed: list[Turn] = []
-    if active:
-        cancel_row(target, _error(principal, target.pk, cascade=cascade, ancestor=False),
-                   mark=cascade, callback_allowed=asked.get(target.pk))
-        report.status = TurnStatus.CANCELLED  # a finished target keeps the status it ended in
-        changed.append(target)
-    elif target.status == TurnStatus.CANCELLED and not (target.options or {}).get(
-            "cancel_cascade"):
-        # Escalation of an earlier plain cancel: mark it so the sweep finds the rest.
-        set_options(target, cancel_cascade=True)
-    for row in unreachable + reachable:
-        cancel_row(row, _error(principal, target.pk, cascade=True, ancestor=True), mark=True,
-                   callback_allowed=asked.get(row.pk))
-        changed.append(row)
-    _after(changed)
-    return changed
 
 
 def cancel_sweep() -> list[str]:
@@ -326,25 +162,11 @@ def cancel_sweep() -> list[str]:
 
 
 def _sweep_tree(root_id: str, turn_ids: list[str]) -> list[str]:
-    changed: list[Turn] = []
     # The policy is asked about the callbacks before the tree lock is taken.
     callbacks = {row.pk: callback_decision(row) for row in Turn.objects.filter(pk__in=turn_ids)}
-    with transaction.atomic():
-        lock_tree(root_id)
-        rows = Turn.objects.filter(pk__in=turn_ids).active().select_related(
-            "parent_turn", "root_turn").order_by("created_at", "id")
-        for row in rows:
-            parent = row.parent_turn or row.root_turn  # a root-level task hangs off its root
-            if parent.pk == row.pk or parent.status != TurnStatus.CANCELLED or not (
-                    parent.options or {}).get("cancel_cascade"):
-                continue
-            cause = parent.error or {}
-            error = _error(cause.get("by"), str(cause.get("cancelled_turn") or parent.pk),
-                           cascade=True, ancestor=True)
-            cancel_row(row, error, mark=True, callback_allowed=callbacks.get(row.pk))
-            changed.append(row)
-        _after(changed)
+    changed = sweep_tree(root_id, turn_ids, callbacks=callbacks, finish=completion_callback,
+                         hand_on=hand_on, deliver=_deliver_callbacks)
     return [row.pk for row in changed]
 
 
-__all__ = ["CancelReport", "cancel", "cancel_row", "cancel_sweep"]
+__all__ = ["CancelReport", "cancel", "cancel_sweep"]

@@ -11,6 +11,8 @@
 * :mod:`.waits`, :mod:`.deliveries`, :mod:`.retention`: wait edges, deliveries, pruning;
 * :mod:`.recovery`: recovery's and maintenance's changes, each one locked transaction with a
   typed outcome (:func:`~.recovery.recover` ...);
+* :mod:`.cancellation`: a cancel (:func:`~.cancellation.cancel_tree`) and a cascade sweep
+  (:func:`~.cancellation.sweep_tree`), each one locked transaction;
 * :mod:`.media`: the bytes of generated images, in a Django storage.
 
 A test walks the package's source and fails on an ORM write outside this package.
@@ -19,6 +21,7 @@ A test walks the package's source and fails on an ORM write outside this package
 from __future__ import annotations
 
 from .attempts import record_attempt
+from .cancellation import Cancelled, CancelPlan, Newcomers, cancel_plan, cancel_tree, sweep_tree
 from .claims import (
     Claim,
     claim,
@@ -76,6 +79,8 @@ from .turns import (
 __all__ = [
     "GRANTED",
     "Abandoned",
+    "CancelPlan",
+    "Cancelled",
     "Candidate",
     "Charge",
     "Claim",
@@ -91,6 +96,7 @@ __all__ = [
     "NewConversation",
     "NewMessage",
     "NewTurn",
+    "Newcomers",
     "Prefix",
     "Recovered",
     "Recovery",
@@ -105,6 +111,8 @@ __all__ = [
     "append_input",
     "apply_transition",
     "build_conversation",
+    "cancel_plan",
+    "cancel_tree",
     "claim",
     "claim_turn",
     "count_failed_recovery",
@@ -129,6 +137,7 @@ __all__ = [
     "remember_history",
     "repair",
     "revoke",
+    "sweep_tree",
     "to_chat",
     "touch_batch",
     "visible_chat",
