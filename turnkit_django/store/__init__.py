@@ -8,6 +8,7 @@
   transition (:func:`~.turns.apply_transition`);
 * :mod:`.transcript`: gap-free message sequences, the messages a turn sees, transcript repair;
 * :mod:`.state`: the typed loop state persisted in ``Turn.state``;
+* :mod:`.wait_for`: an application wait's edges and an inline turn's joined results;
 * :mod:`.waits`, :mod:`.deliveries`, :mod:`.retention`: wait edges, deliveries, pruning;
 * :mod:`.recovery`: recovery's and maintenance's changes, each one locked transaction with a
   typed outcome (:func:`~.recovery.recover` ...);
@@ -75,6 +76,7 @@ from .turns import (
     reload,
     revoke,
 )
+from .wait_for import attach_waits, join_inline
 
 __all__ = [
     "GRANTED",
@@ -110,6 +112,7 @@ __all__ = [
     "allocate_sequences",
     "append_input",
     "apply_transition",
+    "attach_waits",
     "build_conversation",
     "cancel_plan",
     "cancel_tree",
@@ -124,6 +127,7 @@ __all__ = [
     "heartbeat_all",
     "history_before",
     "insert_messages",
+    "join_inline",
     "keyed_write",
     "lease_of",
     "lock_conversation",
