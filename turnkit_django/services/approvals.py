@@ -20,10 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
 from pydantic import ValidationError
 
 from ..agents import get_agent
@@ -35,9 +33,8 @@ from ..exceptions import ApprovalError, ConfigurationError, InputError
 from ..models import ToolExecution, Turn
 from ..runtime.calls import turn_tools
 from ..runtime.submission import dispatch
-from ..serialization import JsonObject, json_safe, json_value, unstorable
-from ..states import TERMINAL_TURN_STATUSES, TurnStatus
-from ..store import TurnState, controls, database_now, lock_tree
+from ..serialization import JsonObject, json_value, unstorable
+from ..store import AlreadyDecided, TurnState, database_now, decide_approval
 from ..store.events import stamp
 from ..store.interventions import awaiting_approval
 
@@ -163,48 +160,16 @@ def decide(root_id: str, call_id: str, state: str, *, principal: Any, reason: st
     if not system:
         authorize(action, principal=principal, **_resources(execution, arguments))
     edited = None if arguments is None else _validated(execution, arguments)
-    with transaction.atomic():
-        now = lock_tree(row.root_turn_id).now
-        execution = ToolExecution.objects.select_related("turn").get(pk=execution.pk)
-        row = execution.turn
-        current = dict(execution.approval or {})
-        if current.get("state") == "cancelled" or (
-                current.get("state") == "requested" and row.status in TERMINAL_TURN_STATUSES):
-            ended = "was cancelled" if row.status == TurnStatus.CANCELLED else "ended"
-            raise ApprovalError(f"tool call {execution.tool_call_id!r} cannot be {state}: its "
-                                f"turn {row.pk!r} {ended} before it ran; nothing will run")
-        if current.get("state") == state and (edited is None or edited == execution.arguments):
-            return Decision(execution, False, False)  # decided this way already
-        if current.get("state") != "requested" or row.status != TurnStatus.PAUSED:
-            raise ApprovalError(f"tool call {execution.tool_call_id!r} is not waiting for an "
-                                f"approval (it is {current.get('state') or execution.status})")
-        if not system and current.get("expires_at") and current["expires_at"] < stamp(now):
-            raise ApprovalError(f"the approval request of tool call {execution.tool_call_id!r} "
-                                "expired; it is denied by maintenance")
-        decided = {**current, "state": state, "decided_at": stamp(now),
-                   "by": json_safe(principal)}
-        if reason:
-            decided["reason"] = reason
-        if edited is not None:
-            decided["proposed_arguments"] = execution.arguments
-        controls.decide(execution, row, decided, edited)
-        # An operator's pause holds the turn (None), or a parent parked on it: it runs after
-        # resume(), not now. An inline child's chain is continued from the top.
-        parents = controls.parked_parents(row)
-        held = any((p.controls or {}).get("pause_held") for p in parents)
-        paused = None if held else controls.resume(row, now, decision=True)
-        top = row
-        for parent in parents if paused is not None else ():
-            longest = max(paused or timedelta(0), controls.resume(parent, now) or timedelta(0))
-            paused, top = longest, parent
-        if paused is not None:
-            controls.extend_deadline(row.root_turn_id, paused)
-        background = row.submitted_at is not None
-        if background and paused is not None:
-            dispatch(row.pk)
+    outcome = decide_approval(execution, state, principal=principal, reason=reason,
+                              edited=edited, system=system)
+    if isinstance(outcome, AlreadyDecided):
+        return Decision(outcome.execution, False, False)  # decided this way already
+    execution, row = outcome.execution, outcome.turn
+    if outcome.dispatch:
+        dispatch(row.pk)
     emit(f"approval.{state}", turn_id=row.pk, conversation_id=row.conversation_id,
          id=execution.tool_call_id, name=execution.tool_name, tool_execution_id=execution.pk)
-    return Decision(execution, True, paused is not None and not background, top.pk)
+    return Decision(execution, True, outcome.resumed and not outcome.dispatch, outcome.top_id)
 
 
 #: Requests one inbox call reads and asks the policy about, per call it may list (``limit``, or

@@ -12,6 +12,8 @@
 * :mod:`.waits`, :mod:`.deliveries`, :mod:`.retention`: wait edges, deliveries, pruning;
 * :mod:`.recovery`: recovery's and maintenance's changes, each one locked transaction with a
   typed outcome (:func:`~.recovery.recover` ...);
+* :mod:`.interventions`: pause, resume, steer, and a decision on a parked call
+  (:func:`~.interventions.decide_approval` -> ``Decided | AlreadyDecided``);
 * :mod:`.cancellation`: a cancel (:func:`~.cancellation.cancel_tree`) and a cascade sweep
   (:func:`~.cancellation.sweep_tree`), each one locked transaction;
 * :mod:`.media`: the bytes of generated images, in a Django storage.
@@ -34,6 +36,7 @@ from .claims import (
     worker_identity,
 )
 from .fenced import Charge, Fenced
+from .interventions import AlreadyDecided, Decided, decide_approval
 from .locks import Ledger, LedgerDelta, database_now, lock_conversation, lock_tree
 from .recovery import (
     Abandoned,
@@ -81,6 +84,7 @@ from .wait_for import attach_waits, join_inline
 __all__ = [
     "GRANTED",
     "Abandoned",
+    "AlreadyDecided",
     "CancelPlan",
     "Cancelled",
     "Candidate",
@@ -89,6 +93,7 @@ __all__ = [
     "ClosedCall",
     "Counted",
     "DeadLettered",
+    "Decided",
     "Fenced",
     "History",
     "InputKeyTaken",
@@ -123,6 +128,7 @@ __all__ = [
     "create_conversation",
     "create_turn",
     "database_now",
+    "decide_approval",
     "heartbeat",
     "heartbeat_all",
     "history_before",

@@ -1,4 +1,5 @@
-"""Pause, resume and steer a set of turns of one tree: each one transaction under the tree lock.
+"""Pause, resume and steer a set of turns of one tree, and decide a parked call: each one
+transaction under the tree lock.
 
 The caller (``services.controls``) selects the turns and asks the policy for each of them first;
 these functions lock the tree, read the turns again, check and change them (through
@@ -12,10 +13,10 @@ from datetime import timedelta
 
 from django.db import transaction
 
-from ..exceptions import InvalidTransition, KeyConflict
+from ..exceptions import ApprovalError, InvalidTransition, KeyConflict
 from ..ids import new_id
 from ..models import ToolExecution, Turn
-from ..serialization import JsonObject, JsonValue
+from ..serialization import JsonObject, JsonValue, json_safe
 from ..states import TERMINAL_TURN_STATUSES, TurnStatus
 from . import controls
 from .events import stamp
@@ -132,4 +133,72 @@ def _receipt(row: Turn, key: str, text: str, principal: object) -> JsonObject | 
     return None
 
 
-__all__ = ["Resumed", "Steered", "awaiting_approval", "pause", "resume", "steer"]
+@dataclass(frozen=True)
+class AlreadyDecided:
+    """The call was decided this way already: nothing changed."""
+
+    execution: ToolExecution
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A decision recorded on ``execution`` (of ``turn``): ``resumed`` whether its turn (and
+    the inline parents parked on it, ``top_id`` the highest) resumed, ``dispatch`` whether its
+    caller dispatches the (background) turn."""
+
+    execution: ToolExecution
+    turn: Turn
+    resumed: bool
+    dispatch: bool
+    top_id: str
+
+
+def decide_approval(execution: ToolExecution, state: str, *, principal: object, reason: str,
+                    edited: JsonObject | None, system: bool) -> Decided | AlreadyDecided:
+    """Record ``state`` (approved, denied, expired) on the parked call ``execution`` (with the
+    ``edited`` arguments, validated by the caller) and resume its turn, unless an operator's
+    pause holds it; ApprovalError when the call is not waiting for a decision (or its request
+    expired, unless ``system``)."""
+    with transaction.atomic():
+        now = lock_tree(execution.turn.root_turn_id).now
+        execution = ToolExecution.objects.select_related("turn").get(pk=execution.pk)
+        row = execution.turn
+        current = dict(execution.approval or {})
+        if current.get("state") == "cancelled" or (
+                current.get("state") == "requested" and row.status in TERMINAL_TURN_STATUSES):
+            ended = "was cancelled" if row.status == TurnStatus.CANCELLED else "ended"
+            raise ApprovalError(f"tool call {execution.tool_call_id!r} cannot be {state}: its "
+                                f"turn {row.pk!r} {ended} before it ran; nothing will run")
+        if current.get("state") == state and (edited is None or edited == execution.arguments):
+            return AlreadyDecided(execution)  # decided this way already
+        if current.get("state") != "requested" or row.status != TurnStatus.PAUSED:
+            raise ApprovalError(f"tool call {execution.tool_call_id!r} is not waiting for an "
+                                f"approval (it is {current.get('state') or execution.status})")
+        if not system and current.get("expires_at") and current["expires_at"] < stamp(now):
+            raise ApprovalError(f"the approval request of tool call {execution.tool_call_id!r} "
+                                "expired; it is denied by maintenance")
+        decided = {**current, "state": state, "decided_at": stamp(now),
+                   "by": json_safe(principal)}
+        if reason:
+            decided["reason"] = reason
+        if edited is not None:
+            decided["proposed_arguments"] = execution.arguments
+        controls.decide(execution, row, decided, edited)
+        # An operator's pause holds the turn (None), or a parent parked on it: it runs after
+        # resume(), not now. An inline child's chain is continued from the top.
+        parents = controls.parked_parents(row)
+        held = any((p.controls or {}).get("pause_held") for p in parents)
+        paused = None if held else controls.resume(row, now, decision=True)
+        top = row
+        for parent in parents if paused is not None else ():
+            longest = max(paused or timedelta(0), controls.resume(parent, now) or timedelta(0))
+            paused, top = longest, parent
+        if paused is not None:
+            controls.extend_deadline(row.root_turn_id, paused)
+        background = row.submitted_at is not None
+    return Decided(execution, row, paused is not None, background and paused is not None,
+                   top.pk)
+
+
+__all__ = ["AlreadyDecided", "Decided", "Resumed", "Steered", "awaiting_approval",
+           "decide_approval", "pause", "resume", "steer"]
