@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from django.db import transaction
-
 from ..agents import AgentDefinition
 from ..agents.compaction import merged_options
 from ..arguments import optional_count, optional_text
@@ -11,7 +9,7 @@ from ..clients import Client
 from ..clients.cost import response_cost
 from ..exceptions import CompactionError
 from ..messages import TextPart
-from ..models import Conversation, Message, Turn
+from ..models import Conversation, Message
 from ..runtime.compaction import (
     SUMMARY_KIND,
     choose,
@@ -20,7 +18,7 @@ from ..runtime.compaction import (
     summary_text,
 )
 from ..serialization import decimal_json
-from ..store import NewMessage, insert_messages, to_chat
+from ..store import NewMessage, append_summary, refuse_if_busy, to_chat
 
 
 def compact_conversation(conversation_id: str, agent: AgentDefinition, *,
@@ -35,7 +33,7 @@ def compact_conversation(conversation_id: str, agent: AgentDefinition, *,
     focus = optional_text(focus, "conv.compact()'s focus") or None
     keep_last = optional_count(keep_last, "conv.compact()'s keep_last")
     options, _ = merged_options(agent.name, agent.compaction)
-    _refuse_if_busy(conversation_id)
+    refuse_if_busy(conversation_id)
     rows = Message.objects.filter(conversation_id=conversation_id).order_by("sequence")
     keep = int(options["tail_messages"] if keep_last is None else keep_last)
     chosen = choose([to_chat(m) for m in rows], keep)
@@ -51,22 +49,11 @@ def compact_conversation(conversation_id: str, agent: AgentDefinition, *,
         summary_request(head, options, model, focus))
     summary = summary_text(response)
     cost = response_cost(response.model or model, response)
-    with transaction.atomic():
-        # Checked again: a summary between a tool call and its result would break the transcript.
-        _refuse_if_busy(conversation_id)
-        metadata = summary_metadata(rng, options, model, focus, False,
-                                    usage=response.usage.as_dict(),
-                                    cost=decimal_json(cost))
-        return insert_messages(conversation_id, [
-            NewMessage("assistant", [TextPart(summary)], kind=SUMMARY_KIND, metadata=metadata)
-        ])[0]
-
-
-def _refuse_if_busy(conversation_id: str) -> None:
-    if Turn.objects.filter(conversation_id=conversation_id).busy().exists():
-        raise CompactionError(
-            f"conversation {conversation_id!r} has an active turn; compact it when it is idle"
-        )
+    metadata = summary_metadata(rng, options, model, focus, False,
+                                usage=response.usage.as_dict(), cost=decimal_json(cost))
+    # Checked again as it is appended: a summary inside a tool exchange breaks the transcript.
+    return append_summary(conversation_id, NewMessage(
+        "assistant", [TextPart(summary)], kind=SUMMARY_KIND, metadata=metadata))
 
 
 __all__ = ["compact_conversation"]

@@ -16,6 +16,7 @@
   (:func:`~.interventions.decide_approval` -> ``Decided | AlreadyDecided``);
 * :mod:`.cancellation`: a cancel (:func:`~.cancellation.cancel_tree`) and a cascade sweep
   (:func:`~.cancellation.sweep_tree`), each one locked transaction;
+* :mod:`.summaries`: a manual compaction's summary, appended to an idle conversation;
 * :mod:`.media`: the bytes of generated images, in a Django storage.
 
 A test walks the package's source and fails on an ORM write outside this package.
@@ -55,6 +56,7 @@ from .recovery import (
 from .seen import History, Prefix, history_before, remember_history
 from .sessions import pooled, release_session
 from .state import GRANTED, Candidate, MediaCall, Reservation, Terminal, TurnState
+from .summaries import append_summary, refuse_if_busy
 from .transcript import (
     ClosedCall,
     InputKeyTaken,
@@ -116,6 +118,7 @@ __all__ = [
     "adopt",
     "allocate_sequences",
     "append_input",
+    "append_summary",
     "apply_transition",
     "attach_waits",
     "build_conversation",
@@ -141,6 +144,7 @@ __all__ = [
     "pooled",
     "record_attempt",
     "recover",
+    "refuse_if_busy",
     "release_session",
     "release_waiter",
     "reload",
