@@ -28,6 +28,7 @@ from .admin_views import (
     cancel_turns,
     error_summary,
     field_rows,
+    forks_of,
     turn_console,
 )
 from .models import Conversation, Delivery, ToolExecution, Turn, Wait
@@ -301,7 +302,7 @@ class ConversationAdmin(ReadOnlyAdmin):
     def console_context(self, request: HttpRequest, obj: Conversation) -> dict[str, object]:
         readable = can_read_transcripts(request)
         return {"tk_view": conversation_transcript(obj, transcript=readable),
-                "tk_readable": readable}
+                "tk_readable": readable, "tk_forks": forks_of(obj)}
 
 
 # ------------------------------------------------------------------ tool executions, the rest

@@ -18,6 +18,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import models
+from django.db.models import Count, QuerySet, Window
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
@@ -26,7 +27,7 @@ from django.utils.translation import ngettext
 
 from .authorization import TRANSCRIPT_PERMISSION
 from .exceptions import AuthorizationError, TurnkitError
-from .models import Turn
+from .models import Conversation, Turn
 from .serialization import JsonObject
 from .services import CancelReport, cancel
 from .states import ACTIVE_TURN_STATUSES
@@ -43,6 +44,8 @@ from .timeline import (
 )
 
 CANCEL_PERMISSION = "turnkit.cancel_turn"
+#: How many forks of a conversation, or retries of a run, its page lists (all are counted).
+LINKED_LIMIT = 20
 
 
 def can_read_transcripts(request: HttpRequest) -> bool:
@@ -184,9 +187,37 @@ def error_summary(error: Any) -> str:
     return str(error)
 
 
+@dataclass
+class Linked:
+    """The first :data:`LINKED_LIMIT` forks or retries of a row, oldest first, and their
+    number."""
+
+    rows: list[dict[str, Any]]
+    count: int
+
+    @property
+    def more(self) -> int:
+        """How many are counted but not listed."""
+        return self.count - len(self.rows)
+
+
+def linked(queryset: QuerySet[Any], *fields: str) -> Linked:
+    """``fields`` of the first :data:`LINKED_LIMIT` rows of ``queryset`` and their total
+    number, in one query (a window count), however many rows there are."""
+    rows = list(queryset.annotate(tk_total=Window(Count("pk"))).order_by("created_at", "pk")
+                .values(*fields, "tk_total")[:LINKED_LIMIT])
+    return Linked(rows, rows[0]["tk_total"] if rows else 0)
+
+
+def forks_of(conversation: Conversation) -> Linked:
+    """The conversations forked from ``conversation`` (``conv.fork()``)."""
+    return linked(Conversation.objects.filter(forked_from_id=conversation.pk),
+                  "pk", "created_at", "forked_at")
+
+
 def turn_console(request: HttpRequest, turn: Turn) -> dict[str, object]:
-    """The context of a turn's page: facts, totals, timings, transcript and tree (three
-    queries)."""
+    """The context of a turn's page: facts, totals, timings, transcript, tree and retries
+    (four queries)."""
     tree = load_tree(turn)
     current = tree.by_id.get(turn.pk, turn)
     readable = can_read_transcripts(request)
@@ -209,6 +240,8 @@ def turn_console(request: HttpRequest, turn: Turn) -> dict[str, object]:
         "tk_queued": seconds_between(current.submitted_at, started),
         "tk_took": ran_seconds(current),
         "tk_tree_rows": tree.in_parent_order(),
+        "tk_retries": linked(Turn.objects.filter(retry_of_id=current.pk),
+                             "pk", "status", "created_at"),
         "tk_transcript": turn_transcript(current, tree) if readable else None,
         "tk_can_cancel": can_cancel(request),
         "tk_cancellable": current.status in ACTIVE_TURN_STATUSES,

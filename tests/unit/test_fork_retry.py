@@ -13,14 +13,17 @@ import pytest
 from django.utils import timezone
 
 from tests.dispatch import override_turnkit, recorded
+from tests.helpers import crash
 from turnkit_django import (
     Agent,
     AuthorizationError,
     InputError,
     InvalidTransition,
     ModelError,
+    failpoints,
     load_conversation,
     load_run,
+    reconcile,
     services,
     tool,
 )
@@ -246,3 +249,27 @@ def test_pruning_an_original_keeps_its_forks_and_retries(support, flaky):
     assert [r[0] for r in history(fork.id)] == [1, 2, 3, 4]
     assert fork.refresh().row.forked_from_id is None and fork.row.forked_at == 4
     assert again.refresh().status == "completed" and again.row.retry_of_id is None
+
+
+def test_retry_of_a_dead_lettered_run_submits_it_again_and_it_completes(registered, background):
+    """A run reconcile gave up on (failed, error type DeadLetter) is retried like any failure:
+    a new background run of the same input, linked to it, that a worker completes."""
+    agent = registered(Agent("fork_dead", instructions="Answer.",
+                             client=ScriptedClient([reply("Answered.")])))
+    run = agent.submit("What is the status of order 42?", principal=ACME)
+    crash(run.id, "before_model_call")
+    with override_turnkit(MAX_RECOVERY_ATTEMPTS=1):
+        for _ in range(2):
+            failpoints.arm("recover_turn", lambda: (_ for _ in ()).throw(RuntimeError("bad")))
+            report = reconcile()
+    assert report.dead_lettered == [run.id]
+    assert (run.refresh().status, run.row.error["type"]) == ("failed", "DeadLetter")
+
+    again = run.retry(principal=ACME)
+
+    assert again.status == "pending" and again.row.retry_of_id == run.id
+    assert recorded()[-1] == again.id
+    services.run_turn(again.id)
+    assert again.refresh().status == "completed" and again.output_text == "Answered."
+    assert texts(agent.client.requests[0]) == ["What is the status of order 42?"]
+    assert load_run(run.id).row.error["type"] == "DeadLetter"  # the original stays as it ended
