@@ -4,7 +4,8 @@ I1-I4 come from the shipped checker, :func:`turnkit_django.verify.assert_invaria
 adds what only it can see, from the ledger the workers wrote outside turnkit's tables:
 
 * I1: at most one terminal event (completed, failed, cancelled, stale) per turn;
-* I2: each submitted input (unique by its nonce) is stored exactly once;
+* I2: each submitted input (unique by its nonce) is stored exactly once (the copies a fork or
+  a retry holds, messages 1..``forked_at`` of its conversation, aside);
 * I5: a non-replay-safe tool execution has at most one ledger effect, exactly one when it
   completed; a replay-safe one has every attempt under its own idempotency key (one effect per key
   once the service deduplicates) and at least one attempt when it completed; no effect carries a
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from typing import Any
+
+from django.db.models import F
 
 from tests.e2e.harness import Cluster, assert_hygiene
 from turnkit_django.agents.registry import get_agent
@@ -37,7 +40,9 @@ def terminal_event_problems(entries: list[dict[str, Any]]) -> list[str]:
 
 def input_problems() -> list[str]:
     texts: Counter[str] = Counter()
-    for content in Message.objects.filter(role="user").values_list("content", flat=True):
+    stored = Message.objects.filter(role="user").exclude(
+        conversation__forked_at__gte=F("sequence"))  # a fork's copies of another's messages
+    for content in stored.values_list("content", flat=True):
         texts["".join(p.text for p in load_parts(content) if isinstance(p, TextPart))] += 1
     return [f"I2 input {text[:80]!r} is stored {n} times" for text, n in texts.items() if n > 1]
 

@@ -5,8 +5,10 @@
 after that input, so the answer depends only on the transcript and any worker gives the same one.
 A step is ``{"call": tool, "args": {...}}``, ``{"reply": text}``, optionally with ``"gate": name``
 (block the first model call that reaches it, see :func:`tests.testapp.ledger.gate`) or
-``"hold": name`` (stop every model call that reaches it while the test holds it), and optionally
-with ``"seconds": s`` (the model takes that long to answer, as a provider would).
+``"hold": name`` (stop every model call that reaches it while the test holds it), optionally
+with ``"seconds": s`` (the model takes that long to answer, as a provider would), and optionally
+with ``"fail": name`` (the provider errors on the first ``"failures"``, default 1, model calls
+that reach a step with that name, counted in the ledger across workers).
 
 The tools write their side effects to the ledger with the tool execution's idempotency key.
 """
@@ -19,7 +21,7 @@ import signal
 import time
 from typing import Any
 
-from turnkit_django import Agent, ToolContext, register, tool
+from turnkit_django import Agent, ModelError, ToolContext, register, tool
 from turnkit_django.clients import OpenAIClient
 from turnkit_django.clients.base import ModelRequest
 from turnkit_django.events import Event
@@ -57,6 +59,11 @@ def respond(request: ModelRequest) -> Entry:
         hold(entry["hold"], turn=turn_id, step=step)
     if entry.get("seconds"):  # the provider's latency, not a synchronization
         time.sleep(float(entry["seconds"]))
+    if entry.get("fail"):  # a provider down for the first calls (run.retry() in e2e)
+        number = count("model.fail", label=entry["fail"]) + 1
+        record("model.fail", turn=turn_id, step=step, label=entry["fail"])
+        if number <= int(entry.get("failures", 1)):
+            raise ModelError(f"{entry['fail']}: provider unavailable (call {number})")
     record("model.done", turn=turn_id, step=step)
     if "call" in entry:
         return call(entry["call"], id=f"call_{turn_id}_{step}", **entry.get("args", {}))
