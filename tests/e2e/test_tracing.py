@@ -115,12 +115,16 @@ def test_one_trace_from_submit_through_the_worker_and_a_child_agent(
 
     (child_run,) = named(spans, "invoke_agent e2e_child")
     assert child_run["attributes"]["turnkit.turn_id"] == child.pk
-    # A background delegation launches the child from the parent's turn span (no tool span: the
-    # call's result is recorded at the join), on the worker, in the request's trace.
+    # A background delegation launches the child under the call's execute_tool span (status
+    # "launched": the call's result is recorded at the join), on the worker, in the request's
+    # trace.
     first_run = min(runs, key=lambda s: s["start"])
-    assert child_run["parent_id"] == first_run["span_id"]
+    (launch,) = named(spans, "execute_tool e2e_child")
+    assert launch["parent_id"] == first_run["span_id"]
+    assert launch["attributes"]["turnkit.tool.status"] == "launched"
+    assert child_run["parent_id"] == launch["span_id"]
     assert child.options["trace"]["traceparent"].split("-")[1:3] == [trace_id,
-                                                                    first_run["span_id"]]
+                                                                    launch["span_id"]]
     child_chats = [s for s in spans if s["name"].startswith("chat ")
                    and s["attributes"]["turnkit.turn_id"] == child.pk]
     assert child_chats and all(s["parent_id"] == child_run["span_id"] for s in child_chats)

@@ -219,6 +219,11 @@ def test_background_sub_agents_and_a_callback_continue_the_trace(
                                        "invoke_agent listener"}
     assert {s.context.trace_id for s in turns} == {trace_id}
     assert all(parent_of(s) is not None for s in turns)
+    # The delegating call has its execute_tool span too, and the child it launched is under it.
+    launch = one(spans, "execute_tool ask_helper")
+    lead_turns = {s.context.span_id for s in turns if s.name == "invoke_agent lead"}
+    assert parent_of(launch) in lead_turns
+    assert parent_of(one(spans, "invoke_agent helper")) == launch.context.span_id
 
 
 def test_no_spans_when_tracing_is_off(provider, django_capture_on_commit_callbacks):

@@ -30,7 +30,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from .. import failpoints
+from .. import failpoints, tracing
 from ..agents import SubAgentTool
 from ..authorization import is_allowed
 from ..errors import ErrorRecord, budget_exceeded, not_authorized, outcome_unknown
@@ -134,6 +134,15 @@ def _precheck(ctx: TurnContext, tool: SubAgentTool,
 
 
 def _launch(ctx: TurnContext, call: ToolCallPart, tool: SubAgentTool) -> ToolExecution:
+    """The launch under the call's ``execute_tool`` span (the child's trace continues it)."""
+    with tracing.tool_span(ctx.row.pk, ctx.agent.name, call.name, call.id,
+                           call.arguments) as span:
+        execution = _launch_call(ctx, call, tool)
+        span.outcome(ToolStatus.FAILED if execution.error else "launched", execution.error)
+    return execution
+
+
+def _launch_call(ctx: TurnContext, call: ToolCallPart, tool: SubAgentTool) -> ToolExecution:
     """Create the call's execution and, unless refused, its submitted child and wait edge."""
     refusal, args = _precheck(ctx, tool, call)
     task = ""
