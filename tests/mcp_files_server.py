@@ -2,7 +2,8 @@
 
 Tools: ``read`` and ``search`` (read-only), ``delete`` (never offered by the tests' allow-list),
 ``fail`` (answers with an MCP error result), ``crash`` (the server process dies mid-call),
-``hang`` (outlasts the call's timeout), ``whoami`` (over HTTP, echoes the Authorization
+``crash_once`` (dies the first time, answers once the file ``marker`` exists), ``hang``
+(outlasts the call's timeout), ``whoami`` (over HTTP, echoes the Authorization
 header). The tools named in the file ``$MCP_HIDDEN`` (when it exists) are left out of its
 listings, so a test can change what a new listing would offer. tests/unit/test_mcp_http.py
 serves ``server.streamable_http_app()`` on loopback.
@@ -70,6 +71,15 @@ def crash() -> str:
     """The server process dies in the middle of this call."""
     os.kill(os.getpid(), signal.SIGKILL)
     return "unreachable"
+
+
+@server.tool()
+def crash_once(marker: str) -> str:
+    """Dies mid-call the first time (creating ``marker``), answers after."""
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "done on a later attempt"
 
 
 @server.tool()

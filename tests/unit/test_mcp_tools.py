@@ -98,6 +98,28 @@ def test_a_server_that_dies_mid_call_is_a_tool_error_and_the_turn_goes_on():
     assert run.status == "completed", run.error
     is_error, content = result_of(client.requests[1])
     assert is_error and "failed while calling 'crash'" in str(content)
+    # Not declared replay-safe: the model is told the call's effect is unknown.
+    assert "may have taken effect" in str(content)
+
+
+def test_a_replay_safe_server_that_dies_mid_call_is_tried_again_with_retries(tmp_path):
+    marker = str(tmp_path / "crashed-once")
+    client = FunctionClient(one_call("crash_once", marker=marker))
+    source = files_server(allow=["crash_once"], recovery="replay_safe", retries=2, backoff=0)
+    run = Agent("mcp-retrying", tools=[source], client=client).run("go")
+    assert run.status == "completed", run.error
+    assert result_of(client.requests[1]) == (False, "done on a later attempt")
+    (execution,) = ToolExecution.objects.filter(turn_id=run.id)
+    assert execution.attempts == 2
+
+
+def test_an_mcp_error_result_is_not_retried():
+    client = FunctionClient(one_call("fail", reason="no"))
+    source = files_server(allow=["fail"], recovery="replay_safe", retries=2, backoff=0)
+    run = Agent("mcp-error-once", tools=[source], client=client).run("go")
+    (execution,) = ToolExecution.objects.filter(turn_id=run.id)
+    assert execution.attempts == 1
+    assert result_of(client.requests[1])[0] is True
 
 
 def test_a_call_past_its_timeout_is_a_tool_error():
@@ -157,6 +179,10 @@ def test_bad_options_are_refused_when_the_source_is_defined():
         files_server(recovery="maybe")
     with pytest.raises(ConfigurationError, match="timeout"):
         files_server(timeout=0)
+    with pytest.raises(ConfigurationError, match="replay_safe"):
+        files_server(retries=2)  # a retry could repeat an effect of a call that is not safe to
+    with pytest.raises(ConfigurationError, match="retries"):
+        files_server(recovery="replay_safe", retries=-1)
     with pytest.raises(ConfigurationError, match="url"):
         MCPServer.http("ftp://example.com/mcp")
     with pytest.raises(ConfigurationError, match="two tool sources"):

@@ -10,10 +10,15 @@
 * ``timeout=``: seconds one call may take; past it the call is a tool error the model reads.
 * ``recovery=``: as for ``@tool``: ``"replay_safe"`` when calling a tool again after a worker
   died mid-call is harmless; else such a call is "outcome unknown".
+* ``retries=``, ``backoff=``: with ``recovery="replay_safe"`` only, a call the server failed to
+  answer (it died, hung or could not be reached) is tried again as ``@tool(retries=)`` does,
+  durably; an error result the server answered is never retried.
 * ``name=``: the source's name in the turn's record (default: from the command or the host).
 
 The list is asked when a turn starts and recorded with the turn (runtime.sources). An MCP error
-result, a timeout, an exception or a server that died is a tool error the model reads. The
+result, a timeout, an exception or a server that died is a tool error the model reads; for a
+server not declared replay-safe, a failure mid-call also tells the model the call may have taken
+effect. The
 values of secret-looking headers (``Authorization``, ``*-Key``, ``*-Token``...) and of the URL's
 credentials are replaced with ``[redacted]`` in everything a call returns or reports, and the
 source's ``repr`` shows neither headers nor URL credentials.
@@ -49,6 +54,11 @@ class MCPArguments(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class MCPServerFailed(ToolError):
+    """The server failed to answer a call (it died, hung or could not be reached), as opposed
+    to answering with an error result: what ``retries=`` of a replay-safe server tries again."""
+
+
 class MCPTool(Tool):
     """One tool of an :class:`MCPServer`, as recorded in a turn's listing."""
 
@@ -62,6 +72,8 @@ class MCPTool(Tool):
         self.schema: JsonObject = dict(entry.get("schema") or {"type": "object"})
         self.recovery = source.recovery
         self.timeout = source.timeout + GRACE  # the call's own deadline passes first
+        self.retries, self.backoff = source.retries, source.backoff
+        self.retry_on = (MCPServerFailed,)  # never an error result the server answered
 
     def spec(self) -> ToolSpec:
         schema = dict(self.schema)
@@ -77,7 +89,8 @@ class MCPServer(ToolSource):
 
     def __init__(self, endpoint: mcp_session.Endpoint, *, name: str,
                  allow: Sequence[str] | None = None, prefix: str = "", timeout: float = 60.0,
-                 recovery: Recovery = "unknown", list_timeout: float = 30.0) -> None:
+                 recovery: Recovery = "unknown", list_timeout: float = 30.0,
+                 retries: int = 0, backoff: float = 1.0) -> None:
         self.endpoint = endpoint
         self.name = name
         self.allow = None if allow is None else tuple(allow)
@@ -85,6 +98,7 @@ class MCPServer(ToolSource):
         self.timeout = timeout
         self.recovery = recovery
         self.list_timeout = list_timeout
+        self.retries, self.backoff = retries, backoff
         self.secrets = client_secrets(None, endpoint.headers, endpoint.url)
         self.check()
 
@@ -126,6 +140,19 @@ class MCPServer(ToolSource):
                                      f"letters, digits, '_' or '-', got {self.prefix!r}")
         if self.recovery not in ("unknown", "replay_safe"):
             raise ConfigurationError(f"{where}: recovery must be 'unknown' or 'replay_safe'")
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or (
+                self.retries < 0):
+            raise ConfigurationError(f"{where}: retries must be a non-negative whole number "
+                                     f"(calls tried again after the server failed), got "
+                                     f"{self.retries!r}")
+        if self.retries and self.recovery != "replay_safe":
+            raise ConfigurationError(
+                f"{where}: retries={self.retries} needs recovery='replay_safe': a server that "
+                "died mid-call may have done the call's effect, which a retry would repeat")
+        if isinstance(self.backoff, bool) or not isinstance(self.backoff, int | float) or not (
+                0 <= self.backoff < float("inf")):
+            raise ConfigurationError(f"{where}: backoff must be a non-negative number of "
+                                     f"seconds, got {self.backoff!r}")
         for option in ("timeout", "list_timeout"):
             value = getattr(self, option)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
@@ -161,7 +188,11 @@ class MCPServer(ToolSource):
             is_error, content = mcp_session.call_tool(self.endpoint, remote, arguments,
                                                       float(self.timeout))
         except Exception as exc:
-            raise ToolError(self._failure(f"calling {remote!r}", exc, self.timeout)) from None
+            text = self._failure(f"calling {remote!r}", exc, self.timeout)
+            if self.recovery != "replay_safe":
+                text += (" The call may have taken effect before the server stopped: check "
+                         "before calling it again.")
+            raise MCPServerFailed(text) from None
         content = self._scrubbed(content)
         if is_error:
             raise ToolError(content if isinstance(content, str) else str(content))
@@ -193,4 +224,4 @@ class MCPServer(ToolSource):
         return f"<MCPServer {self.name!r} {where}>"
 
 
-__all__ = ["MCPArguments", "MCPServer", "MCPTool"]
+__all__ = ["MCPArguments", "MCPServer", "MCPServerFailed", "MCPTool"]
