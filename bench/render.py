@@ -173,3 +173,23 @@ def tenants(data: dict[str, Any]) -> str:
                "a's burst drained s"], rows, right=range(0, 11)),
         "", "Times by the database clock, submission to completion. The bound is the median "
         "of three turns submitted alone; a's peak running is sampled every 50 ms."])
+
+
+def streaming(data: dict[str, Any]) -> str:
+    """One inline turn streamed and not streamed (bench/streaming.py)."""
+    systems = data["systems"]
+    rows = [[name, s["statements"], num(s["statements"] / STEPS_PER_TURN, 1),
+             " ".join(str(n) for n in s["steps"]), s["setup"], num(s["sent"] / STEPS_PER_TURN, 1),
+             f"{s['text_deltas']} + {s['deltas'] - s['text_deltas']}", num(s["median"], 3),
+             num(s.get("cpu_ms"), 2)]
+            for name, s in systems.items()]
+    same = len({(s["statements"], tuple(s["steps"]), s["sent"]) for s in systems.values()}) == 1
+    return "\n".join([
+        f"**Streaming, {data['version']}** (workload T inline with `on_delta=`, the answer in "
+        f"up to {data['chunks']} text chunks, `TURNKIT[\"STREAMING\"]` on and off; client side; "
+        f"{data['rounds']} interleaved rounds, median)", "",
+        table(["turn", "statements/turn", "statements/step", "statements of each step",
+               "create + claim", "sent/step", "deltas/turn (text + tool arguments)", "ms/step",
+               "CPU ms/step"], rows, right=[1, 2, 4, 5, 6, 7, 8]),
+        "", "Streaming adds " + ("no statement to any step." if same else
+                                 "statements: the counts above differ.")])

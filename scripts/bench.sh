@@ -6,6 +6,8 @@
 #   steps       per-step overhead on PostgreSQL: floor, inline, background (bench/step_overhead.py)
 #   sqlite      the same on a SQLite file (IMMEDIATE mode) with its own sqlite3 floor
 #   growth      ask 1..200 of one conversation, compaction off and on (bench/growth.py)
+#   streaming   one inline turn streamed and not streamed: statements per step, deltas
+#               (bench/streaming.py)
 #   throughput  300 turns on real Celery workers against a bare task (bench/throughput.py)
 #   inflight    1,000 and 5,000 live turns of 2-second model calls on one threads worker with a
 #               pool of 20 sessions: time, peak sessions, peak RSS (bench/inflight.py)
@@ -14,7 +16,7 @@
 #               about four minutes, so not in the default list)
 #   peers       LangGraph, DBOS, turnkit-django and the floor side by side (bench/peers.py;
 #               needs .venv-peers: `make bench-peers`)
-# Default: steps sqlite growth throughput inflight (what `make bench` runs).
+# Default: steps sqlite growth streaming throughput inflight (what `make bench` runs).
 #
 # PostgreSQL is started with pg_stat_statements loaded and no timed checkpoint within a run (the
 # server-side blocks CHECKPOINT themselves) through TURNKIT_PG_EXTRA_CONF, read by
@@ -26,11 +28,11 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(steps sqlite growth throughput inflight)
+[ ${#parts[@]} -eq 0 ] && parts=(steps sqlite growth streaming throughput inflight)
 for part in "${parts[@]}"; do
     case $part in
-        steps | sqlite | growth | throughput | inflight | tenants | peers) ;;
-        *) echo "bench: unknown part '$part' (steps, sqlite, growth, throughput, inflight, tenants, peers)" >&2; exit 2 ;;
+        steps | sqlite | growth | streaming | throughput | inflight | tenants | peers) ;;
+        *) echo "bench: unknown part '$part' (steps, sqlite, growth, streaming, throughput, inflight, tenants, peers)" >&2; exit 2 ;;
     esac
 done
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
@@ -60,7 +62,7 @@ trap 'services_stop_started || true' EXIT
 trap 'echo "bench: interrupted" >&2; exit 130' INT
 trap 'echo "bench: terminated" >&2; exit 143' TERM HUP
 
-if want steps || want growth || want throughput || want inflight || want tenants || want peers; then
+if want steps || want growth || want streaming || want throughput || want inflight || want tenants || want peers; then
     export TURNKIT_PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'
 pg_stat_statements.track = all
 pg_stat_statements.track_utility = on
@@ -90,6 +92,7 @@ if want sqlite; then
         "$PYTHON" bench/step_overhead.py
 fi
 want growth && run "growth of one conversation" "$PYTHON" bench/growth.py
+want streaming && run "streaming, statements per step" "$PYTHON" bench/streaming.py
 want throughput && run "throughput on Celery workers" "$PYTHON" bench/throughput.py
 want inflight && run "live turns on one threads worker" "$PYTHON" bench/inflight.py
 want tenants && run "fairness between tenants" "$PYTHON" bench/tenants.py
