@@ -22,8 +22,6 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from django.db import transaction
-
 from .. import cron, intervals
 from ..agents import AgentDefinition, get_agent
 from ..conf import turnkit_settings
@@ -32,7 +30,7 @@ from ..messages import TextPart
 from ..models import Schedule
 from ..runtime.creation import new_turn
 from ..store import database_now
-from ..store.schedules import claim_firing, enabled_schedules, link_firing, mark_fired
+from ..store.schedules import Started, enabled_schedules, mark_fired, start_firing
 
 logger = logging.getLogger("turnkit_django.schedules")
 
@@ -106,16 +104,13 @@ def _fire(schedule: Schedule, now: datetime) -> list[str]:
 
 def _start(schedule: Schedule, agent: AgentDefinition, firing: datetime) -> str | None:
     """Start the run of ``firing``: its id, or None when another tick did."""
-    with transaction.atomic():
-        record = claim_firing(schedule, firing)
-        if record is None:  # another tick started it
-            mark_fired(schedule, firing)
-            return None
-        turn = new_turn(agent, [TextPart(schedule.task)], submit=True, prompt_mode="task",
-                        principal=schedule.principal,
-                        metadata={"schedule": schedule.key, "fired_for": firing.isoformat()})
-        link_firing(record, turn)
-        mark_fired(schedule, firing)
+    outcome = start_firing(schedule, firing, lambda: new_turn(
+        agent, [TextPart(schedule.task)], submit=True, prompt_mode="task",
+        principal=schedule.principal,
+        metadata={"schedule": schedule.key, "fired_for": firing.isoformat()}))
+    if not isinstance(outcome, Started):  # another tick started it
+        return None
+    turn = outcome.turn
     logger.info("schedule %r started run %s for %s", schedule.key, turn.pk, firing.isoformat())
     return str(turn.pk)
 

@@ -3,11 +3,14 @@
 A firing is claimed by inserting its (schedule, firing time) row in the caller's transaction,
 the one that creates its run: a second tick racing for the same firing waits on the unique
 index until the first commits, then finds it taken and starts nothing (its savepoint rolled
-back), on PostgreSQL and SQLite alike.
+back), on PostgreSQL and SQLite alike. :func:`start_firing` is that transaction: the claim, the
+run (created by the caller's ``create``), its link and ``last_fired_at``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
@@ -66,5 +69,37 @@ def link_firing(firing: ScheduleFiring, turn: Turn) -> None:
     firing.turn = turn
 
 
-__all__ = ["claim_firing", "delete_schedule_row", "enabled_schedules", "link_firing",
-           "mark_fired", "save_schedule", "save_schedule_row"]
+@dataclass(frozen=True)
+class Started:
+    """The run a firing started (its doorbell rings once the transaction commits)."""
+
+    turn: Turn
+
+
+@dataclass(frozen=True)
+class Taken:
+    """Another tick (or this one earlier) recorded the firing: no run was started."""
+
+
+TAKEN = Taken()
+
+
+def start_firing(schedule: Schedule, firing: datetime,
+                 create: Callable[[], Turn]) -> Started | Taken:
+    """In one transaction: claim the firing of ``schedule`` at ``firing``, start its run
+    (``create()``, the caller's new turn) and link it, and move ``last_fired_at`` to it; a
+    firing already claimed only moves ``last_fired_at``."""
+    with transaction.atomic():
+        record = claim_firing(schedule, firing)
+        if record is None:  # another tick started it
+            mark_fired(schedule, firing)
+            return TAKEN
+        turn = create()
+        link_firing(record, turn)
+        mark_fired(schedule, firing)
+    return Started(turn)
+
+
+__all__ = ["TAKEN", "Started", "Taken", "claim_firing", "delete_schedule_row",
+           "enabled_schedules", "link_firing", "mark_fired", "save_schedule",
+           "save_schedule_row", "start_firing"]
