@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db import transaction
-
 from ..agents import AgentDefinition
 from ..authorization import authorize
 from ..exceptions import InputError, InvalidTransition
@@ -24,7 +22,7 @@ from ..runtime.creation import new_turn
 from ..serialization import JsonValue, json_value
 from ..states import TurnStatus
 from ..store import reload
-from ..store.forks import fork_conversation, link_retry
+from ..store.forks import fork_conversation, retry_copy
 
 #: What ``principal=`` is when the caller gave none: a trusted application, nothing asked.
 UNSET: object = object()
@@ -118,15 +116,13 @@ def retry(turn: Turn, agent: AgentDefinition, *, principal: object = UNSET,
     source = Conversation.objects.get(pk=turn.conversation_id)
     owner = _principal(source, principal)
     options = turn.options or {}
-    with transaction.atomic():
-        copy = fork_conversation(source, history_upto(source, turn.context_sequence,
-                                                      "run.retry()"), principal=owner)
-        row = new_turn(agent, conversation=copy, submit=background, principal=owner,
-                       model=turn.model, context=options.get("context"),
-                       output_schema=options.get("output_schema"),
-                       thinking=options.get("thinking"), prompt_mode=options.get("prompt_mode"),
-                       compaction=options.get("compaction"))
-        link_retry(row, turn)
+    row = retry_copy(
+        source, turn, lambda: history_upto(source, turn.context_sequence, "run.retry()"),
+        principal=owner, create=lambda copy: new_turn(
+            agent, conversation=copy, submit=background, principal=owner, model=turn.model,
+            context=options.get("context"), output_schema=options.get("output_schema"),
+            thinking=options.get("thinking"), prompt_mode=options.get("prompt_mode"),
+            compaction=options.get("compaction")))
     if not background:
         execute(row.pk, agent=agent, root_id=row.pk)
     return reload(row)

@@ -6,12 +6,13 @@ copy keeps its sequence, role, kind, content and metadata: sequences stay 1..n w
 and compaction summaries that name sequences still name the same messages. Media parts
 (images kept in a storage, media analyses) are references in the content, so the copies point
 at the same files, which pruning never deletes. A copy belongs to no turn and no claim (like
-application input): the fork's turns see it as history.
+application input): the fork's turns see it as history. :func:`retry_copy` is a retry's
+transaction: the fork of the run's input, the new run in it, and the link to the original.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from django.db import transaction
 
@@ -47,4 +48,17 @@ def link_retry(turn: Turn, original: Turn) -> None:
     turn.retry_of_id = original.pk
 
 
-__all__ = ["fork_conversation", "link_retry"]
+def retry_copy(source: Conversation, original: Turn,
+               history: Callable[[], Sequence[Message]], *, principal: JsonValue,
+               create: Callable[[Conversation], Turn]) -> Turn:
+    """In one transaction: fork ``source`` with ``history()`` (read in it), create the retry's
+    root turn in the copy (``create(copy)``, the caller's new turn) and link it to
+    ``original``; return the new turn."""
+    with transaction.atomic():
+        copy = fork_conversation(source, history(), principal=principal)
+        row = create(copy)
+        link_retry(row, original)
+    return row
+
+
+__all__ = ["fork_conversation", "link_retry", "retry_copy"]
