@@ -39,7 +39,6 @@ from ..agents import get_agent
 from ..arguments import require_text
 from ..authorization import authorize, is_allowed
 from ..conf import turnkit_settings
-from ..events import emit
 from ..exceptions import ConfigurationError
 from ..models import Conversation, Delivery, Message, Turn, Wait
 from ..serialization import JsonMapping, json_value
@@ -182,16 +181,7 @@ def deliver(delivery_id: str) -> Delivery:
     Safe to call twice and concurrently: the destination's conversation lock serializes
     deliverers and the second one finds ``delivered_at`` set and changes nothing.
     """
-    with transaction.atomic():
-        conversation, delivery, message = deliveries.append_delivered(delivery_id)
-        if message is None:
-            return delivery
-        continuation = _wake_locked(conversation)
-        emit("delivery.delivered", turn_id=continuation.pk if continuation else None,
-             conversation_id=conversation.pk, delivery_id=delivery.pk, message_id=message.pk,
-             sequence=message.sequence, continuation_turn_id=continuation.pk if continuation
-             else None)
-    return delivery
+    return deliveries.deliver(delivery_id, _wake_locked).delivery
 
 
 class _Rotation:
@@ -249,8 +239,7 @@ def wake(conversation: Conversation | str) -> Turn | None:
     conversation's newest turn. Takes the conversation lock.
     """
     conversation_id = conversation if isinstance(conversation, str) else conversation.pk
-    with transaction.atomic():
-        return _wake_locked(lock_conversation(conversation_id))
+    return deliveries.wake_conversation(conversation_id, _wake_locked)
 
 
 def hand_on(conversation_id: str, *, locked: bool = False) -> Turn | None:

@@ -3,20 +3,24 @@
 :func:`create` stores a delivery under its key, or returns the identical one already stored
 (a retry); a different message under a taken key raises :class:`DeliveryConflict` without
 revealing the other. :func:`append_delivered` appends its message to the destination once,
-under the destination's conversation lock.
+under the destination's conversation lock; :func:`deliver` does it and wakes the destination
+in one transaction, :func:`wake_conversation` wakes it alone. Waking (creating the continuation
+turn of an idle destination) is the caller's ``wake``, called holding the conversation lock.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from ..events import emit
 from ..exceptions import DeliveryConflict
 from ..messages import TextPart
-from ..models import Conversation, Delivery, Message
+from ..models import Conversation, Delivery, Message, Turn
 from ..serialization import JsonMapping, JsonObject, canonical
 from .locks import lock_conversation
 from .transcript import NewMessage, insert_messages
@@ -102,4 +106,48 @@ def append_delivered(delivery_id: str) -> tuple[Conversation, Delivery, Message 
     return conversation, delivery, message
 
 
-__all__ = ["COMPLETION_PREFIX", "append_delivered", "create"]
+#: The caller's wake: given the locked conversation row, the continuation it created, if any.
+Wake = Callable[[Conversation], "Turn | None"]
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """The delivery's message was appended, and ``continuation`` created to answer it (None:
+    the destination was busy, or nothing to wake)."""
+
+    delivery: Delivery
+    message: Message
+    continuation: Turn | None
+
+
+@dataclass(frozen=True)
+class AlreadyDelivered:
+    """The delivery had been delivered already: nothing was written."""
+
+    delivery: Delivery
+
+
+def deliver(delivery_id: str, wake: Wake) -> Delivered | AlreadyDelivered:
+    """In one transaction: append the delivery's message to its destination once (under the
+    destination's conversation lock), wake the destination (``wake``) and emit
+    ``delivery.delivered``."""
+    with transaction.atomic():
+        conversation, delivery, message = append_delivered(delivery_id)
+        if message is None:
+            return AlreadyDelivered(delivery)
+        continuation = wake(conversation)
+        emit("delivery.delivered", turn_id=continuation.pk if continuation else None,
+             conversation_id=conversation.pk, delivery_id=delivery.pk, message_id=message.pk,
+             sequence=message.sequence, continuation_turn_id=continuation.pk if continuation
+             else None)
+    return Delivered(delivery, message, continuation)
+
+
+def wake_conversation(conversation_id: str, wake: Wake) -> Turn | None:
+    """In one transaction: lock the conversation and ``wake`` it; return the continuation."""
+    with transaction.atomic():
+        return wake(lock_conversation(conversation_id))
+
+
+__all__ = ["COMPLETION_PREFIX", "AlreadyDelivered", "Delivered", "Wake", "append_delivered",
+           "create", "deliver", "wake_conversation"]
