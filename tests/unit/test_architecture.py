@@ -97,6 +97,40 @@ def test_only_the_store_writes_turnkit_rows():
     assert offenders == {}
 
 
+def transaction_owners(tree: ast.Module) -> list[str]:
+    """Code (not text) that opens a transaction or takes a lock: ``transaction.atomic`` (called
+    or as a decorator), ``atomic`` imported from Django, a call of ``lock_tree``, and
+    ``select_for_update``. A store object's own ``fenced.atomic()`` is the store's."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and (
+                node.attr == "select_for_update" or (node.attr == "atomic" and isinstance(
+                    node.value, ast.Name) and node.value.id == "transaction")):
+            found.append(f"line {node.lineno}: {'.'.join(_chain(node))}")
+        elif isinstance(node, ast.Call) and _chain(node.func)[-1:] == ["lock_tree"]:
+            found.append(f"line {node.lineno}: {'.'.join(_chain(node.func))}()")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("django.db") \
+                and any(alias.name == "atomic" for alias in node.names):
+            found.append(f"line {node.lineno}: from {node.module} import atomic")
+    return found
+
+
+def test_only_the_store_opens_transactions_and_takes_locks():
+    """Each change that needs a transaction or a lock is one store function (issue 36); the
+    services and the runtime only name ``transaction.atomic()`` in text (docstrings, errors)."""
+    sample = ast.parse(
+        '"""inside transaction.atomic(), lock_tree(root) is taken"""\n'
+        "with transaction.atomic():\n    lock_tree(root_id)\n"
+        "@transaction.atomic\ndef f(): store.lock_tree(x)\n"
+        "from django.db.transaction import atomic\n"
+        "Turn.objects.select_for_update().get(pk=1)\n"
+        "with ctx.fenced.atomic():\n    pass\n")
+    assert len(transaction_owners(sample)) == 6  # the control: text and fenced.atomic() pass
+    offenders = {name: found for name, tree in modules(exclude=("store/",))
+                 if (found := transaction_owners(tree))}
+    assert offenders == {}
+
+
 def message_changes(tree: ast.Module) -> list[str]:
     """Calls that change or delete stored messages (a chain through ``Message``, or a name
     bound to one), and raw SQL that does."""
@@ -242,3 +276,20 @@ def test_an_upward_import_breaks_the_import_contract(tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     assert "turnkit_django.store is not allowed to import turnkit_django.services" in (
         result.stdout)
+
+
+def test_the_runtime_importing_the_orm_breaks_the_import_contract(tmp_path):
+    """The runtime reaches the database through the store: a runtime module importing
+    ``django.db`` or the models (beyond the listed offenders, which may only go) fails it."""
+    shutil.copytree(PACKAGE, tmp_path / "turnkit_django",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    with (tmp_path / "turnkit_django" / "runtime" / "sources.py").open("a") as module:
+        module.write("\nfrom django.db import transaction  # the ORM in the runtime\n"
+                     "from ..models import Turn  # noqa\n")
+    result = subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=tmp_path,
+                            capture_output=True, text=True, check=False,
+                            env={"PYTHONPATH": str(tmp_path), "PATH": ""})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "turnkit_django.runtime.sources -> django.db" in result.stdout
+    assert "turnkit_django.runtime.sources -> turnkit_django.models" in result.stdout
