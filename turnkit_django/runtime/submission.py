@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils.module_loading import import_string
@@ -17,8 +17,10 @@ from django.utils.module_loading import import_string
 from ..authorization import authorize
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
-from ..models import Conversation, Turn
-from ..store import turns
+from ..store import tenants, turns
+
+if TYPE_CHECKING:
+    from ..models import Conversation, Turn
 
 logger = logging.getLogger("turnkit_django.runtime")
 
@@ -83,15 +85,13 @@ def tenant_has_room(turn: Turn) -> bool:
     waiting turns of the tenant (``services.recovery.ring_tenant``) after its own commit, and
     sees this one; one that ended before left its place, which this read sees. So a burst rings
     ``concurrency`` doorbells, not one a turn that a worker must take only to be refused.
-    Two reads, each bounded by ``concurrency`` rows (the partial running index first).
+    Two reads (:func:`~turnkit_django.store.tenants.has_room`).
     """
     limits = turnkit_settings.TENANT_LIMITS
     if limits is None or turn.tenant is None or turn.submitted_at is None:
         return True
     try:
-        free = limits.concurrency - Turn.objects.tenant_running(turn.tenant).count()
-        return free > 0 and Turn.objects.ahead_in_tenant(
-            turn.tenant, turn.submitted_at, turn.pk)[:free].count() < free
+        return tenants.has_room(turn.tenant, turn.submitted_at, turn.pk, limits.concurrency)
     except Exception:  # ring when in doubt: the claim decides again
         logger.debug("could not count the tenant of turn %s", turn.pk, exc_info=True)
         return True
