@@ -54,8 +54,8 @@ def test_an_every_second_schedule_starts_one_run_per_firing_across_beat_and_work
             worker.stop()
             (worker,) = cluster.start(1)
         more_firings(3)
+    stopping_at = database_now()  # before the stop: a loaded machine may take seconds to stop
     beat.stop()
-    stopped_at = database_now()
     # The ticks beat sent before it stopped run; then nothing more fires.
     wait_for(lambda: queued() == 0, timeout=60, what="the queue to drain")
     firings = fired()
@@ -65,7 +65,7 @@ def test_an_every_second_schedule_starts_one_run_per_firing_across_beat_and_work
     first = _first_second_after(row.created_at)
     assert [f.fired_for for f in firings] == [first + timedelta(seconds=i)
                                               for i in range(len(firings))]
-    assert firings[-1].fired_for >= stop_floor(stopped_at)
+    assert firings[-1].fired_for >= stop_floor(stopping_at)
     assert len(firings) >= 15
     # ...each with exactly one run, which completed.
     assert all(f.turn_id for f in firings)
@@ -81,4 +81,4 @@ def test_an_every_second_schedule_starts_one_run_per_firing_across_beat_and_work
 def stop_floor(stopped_at: datetime) -> datetime:
     """The earliest the last firing can be: beat's last tick was sent at most one interval
     before it stopped, and ran (reading the clock) after it was sent."""
-    return stopped_at.replace(microsecond=0) - timedelta(seconds=2)
+    return stopped_at.replace(microsecond=0) - timedelta(seconds=3)
