@@ -193,3 +193,31 @@ def streaming(data: dict[str, Any]) -> str:
                "CPU ms/step"], rows, right=[1, 2, 4, 5, 6, 7, 8]),
         "", "Streaming adds " + ("no statement to any step." if same else
                                  "statements: the counts above differ.")])
+
+
+def kill(data: dict[str, Any]) -> str:
+    """SIGKILL of a threads worker holding live turns; a second worker finishes them
+    (bench/kill.py)."""
+    d, model = data, data["model_seconds"]
+    rows = [[d["turns"], d["concurrency"], d["pool"], d["live_at_kill"], d["completed_at_kill"],
+             num(d["seconds_after_kill"], 1), num(d["seconds_after_second_start"], 1),
+             f"{d['completed']}/{d['turns']}", d["recovered"], d["unsafe_run_twice"],
+             d["committed_requested_again"],
+             "pass" if d["verify_ok"] else f"FAIL ({d['violation_count']})"]]
+    return "\n".join([
+        f"**SIGKILL at live turns** (turns of model ({model:g} s), a tool that is not "
+        f"replay-safe, model ({model:g} s); one `celery worker --pool threads` process, "
+        f"Django's connection pool; SIGKILL once {d['kill_at']:.0%} of the turns requested their "
+        f"second model call, {num(d['seconds_to_kill'], 1)} s after its start; a second worker "
+        f"then; lease {d['lease']:g} s, heartbeat {d['heartbeat']:g} s; PostgreSQL + Redis)", "",
+        table(["turns", "threads", "pool max_size", "live at the kill", "completed at the kill",
+               "s from kill to last completion", "s from 2nd worker start", "completed",
+               "recovered", "not-replay-safe tools run twice",
+               "committed model responses requested again", "invariant checker"], rows,
+              right=range(0, 11)),
+        "", f"Live at the kill: turns in a model call whose response was not committed. The "
+        f"invariant checker checked {d['verify_turns']} turns in {d['verify_conversations']} "
+        f"conversations; the ledger holds {d['effects']} tool effects and "
+        f"{d['model_requests']} model requests; {d['turns_without_effect']} turn(s) without an "
+        f"effect (tool executions by status: {d['tool_statuses']}). Peak worker sessions "
+        f"{d['peak_sessions']}, first worker's RSS at the kill {num(d['rss_at_kill_mb'])} MB."])

@@ -39,3 +39,10 @@ if os.environ.get("BENCH_TENANT_CONCURRENCY"):
     TURNKIT = {**TURNKIT, "TENANT_LIMITS": {
         "key": "bench.worker_settings.tenant_of",
         "concurrency": int(os.environ["BENCH_TENANT_CONCURRENCY"])}}
+
+if os.environ.get("BENCH_LEASE"):
+    # The kill benchmark (bench/kill.py), in its driver and its workers alike: a lease of seconds
+    # (as tests/e2e/worker_settings.py), so that a SIGKILLed worker's turns are recovered soon.
+    TURNKIT = {**TURNKIT, "LEASE": float(os.environ["BENCH_LEASE"]),
+               "HEARTBEAT_INTERVAL": float(os.environ.get("BENCH_HEARTBEAT", "2")),
+               "RECONCILE_INTERVAL": 1.0, "MAINTENANCE_BATCH_SIZE": 1000}

@@ -7,11 +7,12 @@ request, so a worker process answers exactly as the benchmark process would.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
 
-from turnkit_django import Agent, register, tool
+from turnkit_django import Agent, ToolContext, register, tool
 from turnkit_django.clients import ModelRequest
 from turnkit_django.events import event as any_event
 from turnkit_django.testing import FunctionClient, call, reply
@@ -101,7 +102,51 @@ TENANT_MODEL_SECONDS = float(os.environ.get("BENCH_TENANTS_MODEL_SECONDS", "2"))
 TENANT = register(Agent("bench-tenant", client=FunctionClient(
     _slow(lambda request: reply("done", usage=USAGE), TENANT_MODEL_SECONDS)), max_iterations=2))
 
+#: The kill benchmark's ledger (bench/kill.py): one JSON line per model request and per tool
+#: effect, appended by every worker process outside turnkit's tables (one write(2) each, so a
+#: SIGKILL never leaves half a line).
+KILL_LEDGER = os.environ.get("BENCH_KILL_LEDGER", "")
 
-__all__ = ["CHAT", "CHAT_COMPACTING", "LIVE", "LIVE_MODEL_SECONDS", "SMALL_CONTEXT",
+
+def record(ev: str, **fields: Any) -> None:
+    if KILL_LEDGER:
+        line = json.dumps({"ev": ev, "pid": os.getpid(), "at": time.time(), **fields}) + "\n"
+        fd = os.open(KILL_LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+@tool
+def effect(ctx: ToolContext, n: int) -> dict[str, int]:
+    """A side effect that must not run twice (recovery "unknown"): recorded in the ledger."""
+    record("effect", turn=ctx.turn.id, call=ctx.tool_call_id)
+    return {"n": n}
+
+
+def _recorded(respond: Any) -> Any:
+    def model(request: ModelRequest) -> Any:
+        record("model", turn=request.metadata.get("turn_id"),
+               step=_tool_results_this_turn(request))
+        return respond(request)
+
+    return model
+
+
+def _answer_effect(request: ModelRequest) -> Any:
+    if _tool_results_this_turn(request):
+        return reply("done", usage=USAGE)
+    return call("effect", usage=USAGE, n=0)
+
+
+#: model (2 s), effect (not replay-safe), model (2 s), each model request and effect in the
+#: ledger: the turns the kill benchmark SIGKILLs a worker under (bench/kill.py).
+KILL = register(Agent("bench-kill", tools=[effect],
+                      client=FunctionClient(_recorded(_slow(_answer_effect))),
+                      max_iterations=10))
+
+
+__all__ = ["CHAT", "CHAT_COMPACTING", "KILL", "LIVE", "LIVE_MODEL_SECONDS", "SMALL_CONTEXT",
            "STEPS_PER_TURN", "T3", "T5", "TENANT", "TENANT_MODEL_SECONDS", "no_dispatch",
            "probe"]

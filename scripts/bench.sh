@@ -14,6 +14,8 @@
 #   tenants     one tenant's 2,000 turns of a 2-second model call, then another tenant's one, with
 #               TENANT_LIMITS concurrency 20: its time against one turn alone (bench/tenants.py;
 #               about four minutes, so not in the default list)
+#   kill        SIGKILL of a threads worker holding 1,000 live turns; a second worker finishes
+#               them: time, recoveries, invariant checker (bench/kill.py; not in the default list)
 #   peers       LangGraph, DBOS, turnkit-django and the floor side by side (bench/peers.py;
 #               needs .venv-peers: `make bench-peers`)
 # Default: steps sqlite growth streaming throughput inflight (what `make bench` runs).
@@ -31,8 +33,8 @@ parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(steps sqlite growth streaming throughput inflight)
 for part in "${parts[@]}"; do
     case $part in
-        steps | sqlite | growth | streaming | throughput | inflight | tenants | peers) ;;
-        *) echo "bench: unknown part '$part' (steps, sqlite, growth, streaming, throughput, inflight, tenants, peers)" >&2; exit 2 ;;
+        steps | sqlite | growth | streaming | throughput | inflight | tenants | kill | peers) ;;
+        *) echo "bench: unknown part '$part' (steps, sqlite, growth, streaming, throughput, inflight, tenants, kill, peers)" >&2; exit 2 ;;
     esac
 done
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
@@ -62,7 +64,7 @@ trap 'services_stop_started || true' EXIT
 trap 'echo "bench: interrupted" >&2; exit 130' INT
 trap 'echo "bench: terminated" >&2; exit 143' TERM HUP
 
-if want steps || want growth || want streaming || want throughput || want inflight || want tenants || want peers; then
+if want steps || want growth || want streaming || want throughput || want inflight || want tenants || want kill || want peers; then
     export TURNKIT_PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'
 pg_stat_statements.track = all
 pg_stat_statements.track_utility = on
@@ -71,7 +73,7 @@ checkpoint_timeout = '30min'"
     services_start_pg || { echo "bench: could not start PostgreSQL" >&2; exit 1; }
     export TURNKIT_BENCH_DATABASE_URL=$TURNKIT_TEST_DATABASE_URL
 fi
-if want throughput || want inflight || want tenants; then
+if want throughput || want inflight || want tenants || want kill; then
     services_start_redis || { echo "bench: could not start Redis" >&2; exit 1; }
     export TURNKIT_BENCH_REDIS_URL=$TURNKIT_TEST_REDIS_URL
 fi
@@ -96,6 +98,7 @@ want streaming && run "streaming, statements per step" "$PYTHON" bench/streaming
 want throughput && run "throughput on Celery workers" "$PYTHON" bench/throughput.py
 want inflight && run "live turns on one threads worker" "$PYTHON" bench/inflight.py
 want tenants && run "fairness between tenants" "$PYTHON" bench/tenants.py
+want kill && run "SIGKILL of a threads worker holding live turns" "$PYTHON" bench/kill.py
 if want peers; then
     run "peers" "$PEERS_PYTHON" bench/peers.py --turnkit-python "$PYTHON"
 fi
