@@ -3,13 +3,15 @@
 Run with ``bash scripts/bench.sh kill`` (throwaway PostgreSQL and Redis). One ``celery worker
 --pool threads`` process (the in-flight benchmark's: bench/inflight.py, Django's connection pool
 capped at 20 sessions) takes N background turns of model (2 s), a tool that is not replay-safe,
-model (2 s) (``bench.workload.KILL``). Once most turns are in their second model call (the share
-``BENCH_KILL_AT`` of them have requested it), the worker's process group gets SIGKILL; a second
+model (2 s) (``bench.workload.KILL``). Once the share ``BENCH_KILL_AT`` (1.0) of the turns have
+requested model call ``BENCH_KILL_STEP`` (0, the first: the moment the worker holds the most
+turns at once), the worker's process group gets SIGKILL; a second
 worker of the same kind starts, and this process runs ``reconcile()`` every
 ``RECONCILE_INTERVAL`` as a beat would. Leases are shortened to ``BENCH_LEASE`` seconds (10;
 heartbeat ``BENCH_HEARTBEAT``, 2), as the e2e tier shortens them for its SIGKILL test.
 
-Reported: the turns live at the kill (in a model call whose response was not committed), the
+Reported: the turns held at the kill (started and not finished), those of them in a model call
+whose response was not committed (live), the
 time from the kill (and from the second worker's start) to the last turn's completion, the
 recovered turns, and the checks: the invariant checker (``turnkit_django.testing.verify``, as
 ``turnkit_verify`` runs it) on the turns' conversations, and from the ledger the workers append
@@ -17,8 +19,8 @@ to (``bench.workload.record``: every model request and every effect of the tool)
 replay-safe run twice, and model responses committed before the kill requested again.
 
 Writes ``build/bench/kill.json`` and prints a markdown table. Nothing is asserted.
-Knobs: BENCH_KILL_TURNS (1000), BENCH_KILL_AT (0.8), BENCH_INFLIGHT_CONCURRENCY (1000),
-BENCH_INFLIGHT_POOL (20), BENCH_LEASE (10), BENCH_HEARTBEAT (2).
+Knobs: BENCH_KILL_TURNS (1000), BENCH_KILL_AT (1.0), BENCH_KILL_STEP (0),
+BENCH_INFLIGHT_CONCURRENCY (1000), BENCH_INFLIGHT_POOL (20), BENCH_LEASE (10), BENCH_HEARTBEAT (2).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def committed_steps(ids: list[str]) -> Counter[str]:
     return Counter(dict(rows))
 
 
-def run(turns: int, concurrency: int, pool: int, kill_at: float) -> dict[str, Any]:
+def run(turns: int, concurrency: int, pool: int, kill_at: float, step: int) -> dict[str, Any]:
     bench = Bench(turns)
     bench.leftover()
     Path(KILL_LEDGER).unlink(missing_ok=True)
@@ -84,8 +86,8 @@ def run(turns: int, concurrency: int, pool: int, kill_at: float) -> dict[str, An
     finished = Turn.objects.filter(pk__in=ids, status__in=TERMINAL)
     second = None
     try:
-        rss = None
-        while sum(1 for e in ledger() if e["ev"] == "model" and e["step"] == 1) < kill_at * turns:
+        rss, want = None, kill_at * turns
+        while sum(1 for e in ledger() if e["ev"] == "model" and e["step"] == step) < want:
             first.check()
             if time.monotonic() - started > TIMEOUT:
                 raise SystemExit(f"timed out after {TIMEOUT} s before the kill")
@@ -101,6 +103,7 @@ def run(turns: int, concurrency: int, pool: int, kill_at: float) -> dict[str, An
         completed_at_kill = finished.count()
         live = {(e["turn"], e["step"]) for e in at_kill
                 if e["ev"] == "model" and e["step"] >= committed[e["turn"]]}
+        started_at_kill = {e["turn"] for e in at_kill if e["ev"] == "model"}
         second = Worker(concurrency, bench.url, OUT / "worker-kill-2.log", pool="threads",
                         env=env)
         second_started = time.monotonic()
@@ -127,6 +130,7 @@ def run(turns: int, concurrency: int, pool: int, kill_at: float) -> dict[str, An
     report = verify(turn_ids=ids)
     result = {
         "turns": turns, "concurrency": concurrency, "pool": pool, "kill_at": kill_at,
+        "kill_step": step, "held_at_kill": len(started_at_kill) - completed_at_kill,
         "lease": float(turnkit_settings.LEASE),
         "heartbeat": float(turnkit_settings.HEARTBEAT_INTERVAL),
         "seconds_to_kill": killed - started, "completed_at_kill": completed_at_kill,
@@ -155,12 +159,13 @@ def run(turns: int, concurrency: int, pool: int, kill_at: float) -> dict[str, An
 
 def main() -> None:
     turns = int(os.environ.get("BENCH_KILL_TURNS", "1000"))
-    kill_at = float(os.environ.get("BENCH_KILL_AT", "0.8"))
+    kill_at = float(os.environ.get("BENCH_KILL_AT", "1.0"))
+    step = int(os.environ.get("BENCH_KILL_STEP", "0"))
     concurrency = int(os.environ.get("BENCH_INFLIGHT_CONCURRENCY", "1000"))
     pool = int(os.environ.get("BENCH_INFLIGHT_POOL", "20"))
     call_command("migrate", verbosity=0)
     OUT.mkdir(parents=True, exist_ok=True)
-    data = {"model_seconds": LIVE_MODEL_SECONDS, **run(turns, concurrency, pool, kill_at)}
+    data = {"model_seconds": LIVE_MODEL_SECONDS, **run(turns, concurrency, pool, kill_at, step)}
     save("kill", data)
     print(render.kill(data))
 

@@ -199,7 +199,8 @@ def kill(data: dict[str, Any]) -> str:
     """SIGKILL of a threads worker holding live turns; a second worker finishes them
     (bench/kill.py)."""
     d, model = data, data["model_seconds"]
-    rows = [[d["turns"], d["concurrency"], d["pool"], d["live_at_kill"], d["completed_at_kill"],
+    rows = [[d["turns"], d["concurrency"], d["pool"], d.get("held_at_kill", "?"), d["live_at_kill"],
+             d["completed_at_kill"],
              num(d["seconds_after_kill"], 1), num(d["seconds_after_second_start"], 1),
              f"{d['completed']}/{d['turns']}", d["recovered"], d["unsafe_run_twice"],
              d["committed_requested_again"],
@@ -207,15 +208,18 @@ def kill(data: dict[str, Any]) -> str:
     return "\n".join([
         f"**SIGKILL at live turns** (turns of model ({model:g} s), a tool that is not "
         f"replay-safe, model ({model:g} s); one `celery worker --pool threads` process, "
-        f"Django's connection pool; SIGKILL once {d['kill_at']:.0%} of the turns requested their "
-        f"second model call, {num(d['seconds_to_kill'], 1)} s after its start; a second worker "
+        f"Django's connection pool; SIGKILL once {d['kill_at']:.0%} of the turns requested model "
+        f"call {d.get('kill_step', 1)} (0 is the first), {num(d['seconds_to_kill'], 1)} s after "
+        f"its start; a second worker "
         f"then; lease {d['lease']:g} s, heartbeat {d['heartbeat']:g} s; PostgreSQL + Redis)", "",
-        table(["turns", "threads", "pool max_size", "live at the kill", "completed at the kill",
-               "s from kill to last completion", "s from 2nd worker start", "completed",
+        table(["turns", "threads", "pool max_size", "held at the kill", "live at the kill",
+               "completed at the kill", "s from kill to last completion",
+               "s from 2nd worker start", "completed",
                "recovered", "not-replay-safe tools run twice",
                "committed model responses requested again", "invariant checker"], rows,
-              right=range(0, 11)),
-        "", f"Live at the kill: turns in a model call whose response was not committed. The "
+              right=range(0, 12)),
+        "", f"Held at the kill: turns started and not finished; live: those of them in a model "
+        f"call whose response was not committed. The "
         f"invariant checker checked {d['verify_turns']} turns in {d['verify_conversations']} "
         f"conversations; the ledger holds {d['effects']} tool effects and "
         f"{d['model_requests']} model requests; {d['turns_without_effect']} turn(s) without an "
