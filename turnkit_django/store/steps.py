@@ -34,7 +34,7 @@ from django.db.models.functions import Now
 
 from ..models import Conversation, Event, Lease, Message, ToolExecution, Turn, Wait
 from ..states import TRANSITIONS, TurnStatus
-from . import sql
+from . import leases, sql
 from .compiled import CompiledRead
 from .cursors import server_cursor
 from .fields import TurnFields
@@ -162,6 +162,8 @@ def statement(turn_id: str, root_id: str, conversation_id: str, fence: int,
     ctes.append(f"t AS (UPDATE {turn_table} SET {assignments} WHERE {where}{guard_source} "
                 f"RETURNING {writes.returning or 1})")
     checks = ["(SELECT count(*) FROM t) = 1"]
+    if leases.ends(writes.transition):
+        ctes.append(leases.drop_cte("d", turn_id, "t", params))
     count = len(writes.messages)
     if count or writes.touch:
         touch = ", updated_at = statement_timestamp()" if writes.touch else ""
@@ -310,9 +312,12 @@ def transition_write(turn_id: str, name: str, fields: Mapping[str, object],
     another ``fence``). Raises :class:`Unsupported` for a value it cannot express."""
     params: list[object] = []
     text = _transition(turn_id, name, fields, params, fence)
+    if leases.ends(name):  # the lease goes with the turn's end, in the same statement
+        text = (f"WITH t AS ({text} RETURNING 1), {leases.drop_cte('d', turn_id, 't', params)} "
+                "SELECT count(*) FROM t")
     with server_cursor(sql.db()) as cursor:
         cursor.execute(text, params)
-        return bool(cursor.rowcount)
+        return bool(cursor.fetchone()[0] if leases.ends(name) else cursor.rowcount)
 
 
 def submit_write(turn_id: str, options: object, lifetime: timedelta | None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, NoReturn, TypeVar
@@ -25,7 +26,7 @@ from ..messages import Part
 from ..models import Conversation, Event, ToolExecution, Turn, Wait
 from ..serialization import JsonMapping, JsonObject, JsonValue
 from ..states import TRANSITIONS, TurnStatus
-from . import steps
+from . import leases, steps
 from .compiled import CompiledRead
 from .cursors import hot_cursor
 from .events import message_events
@@ -56,8 +57,11 @@ def apply_transition(turn_id: str, name: str, *, expected_fence: int | None = No
     rows = Turn.objects.filter(pk=turn_id, status__in=[str(s) for s in transition.sources])
     if expected_fence is not None:
         rows = rows.filter(fence=expected_fence)
-    if not rows.update(status=transition.target, **fields):
-        refuse_transition(turn_id, name)
+    with transaction.atomic() if leases.ends(name) else nullcontext():
+        if not rows.update(status=transition.target, **fields):
+            refuse_transition(turn_id, name)
+        if leases.ends(name):
+            leases.drop(turn_id)
 
 
 def refuse_transition(turn_id: str, name: str) -> NoReturn:
