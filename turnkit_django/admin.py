@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_http_methods
 
 from .admin_approvals import DECIDE_PERMISSION, AwaitingApprovalFilter, decide_calls
+from .admin_lists import CREATED, AgentFilter, BoundedPaginator, ModelFilter, ToolNameFilter
 from .admin_views import (
     can_cancel,
     can_read_transcripts,
@@ -47,6 +48,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     console_template = ""
     #: Whether the stored fields are folded away (a <details> element).
     fold_stored_fields = False
+    # Bounded counts only (admin_lists): never a COUNT(*) of the whole table.
+    paginator = BoundedPaginator
+    show_full_result_count = False
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -151,12 +155,11 @@ class TurnAdmin(ReadOnlyAdmin):
     list_display = ("turn", "status_badge", "depth", "error_short", "tree_cost", "submitted",
                     "completed")
     list_display_links = ("turn",)
-    list_filter = ("status", PositionFilter, HasErrorFilter, ExecutionFilter, "agent_name",
-                   "model")
+    list_filter = ("status", PositionFilter, HasErrorFilter, ExecutionFilter, AgentFilter,
+                   ModelFilter, CREATED)
     search_fields = ("id", "conversation__id", "root_turn__id", "parent_turn__id",
                      "agent_name", "claimed_by")
     ordering = ("-created_at",)
-    date_hierarchy = "created_at"
     actions = ("cancel_turns", "cancel_turns_with_descendants")
     private_fields = frozenset({"principal", "options", "state", "error", "output_text",
                                 "output_data", "audit", "controls"})  # steering text, principals
@@ -186,7 +189,7 @@ class TurnAdmin(ReadOnlyAdmin):
         summary = error_summary(obj.error)
         return summary if len(summary) <= 60 else summary[:59] + "…"
 
-    @admin.display(description=_("tree cost"), ordering="tree_cost_sum")
+    @admin.display(description=_("tree cost"))  # sorting by it would sum every tree
     def tree_cost(self, obj: Turn) -> str:
         """The cost of the whole tree the turn belongs to (root and descendants)."""
         if getattr(obj, "tree_cost_unknown", obj.cost_unknown):
@@ -281,12 +284,11 @@ class TurnAdmin(ReadOnlyAdmin):
 @admin.register(Conversation)
 class ConversationAdmin(ReadOnlyAdmin):
     list_display = ("id", "agent_name", "model", "parent_conversation", "created", "updated")
-    list_filter = (ChildConversationFilter, "agent_name", "model")
+    list_filter = (ChildConversationFilter, AgentFilter, ModelFilter, CREATED)
     list_select_related = ("parent_conversation",)
     search_fields = ("id", "agent_name", "subject_id", "parent_conversation__id",
                      "parent_turn__id")
     ordering = ("-created_at",)
-    date_hierarchy = "created_at"
     private_fields = frozenset({"principal", "context", "metadata", "subject_prompt"})
     console_template = "turnkit_django/admin/conversation_console.html"
     fold_stored_fields = True
@@ -312,11 +314,10 @@ class ConversationAdmin(ReadOnlyAdmin):
 class ToolExecutionAdmin(ReadOnlyAdmin):
     list_display = ("id", "tool_name", "status_badge", "turn", "attempts", "started",
                     "completed", "duration")
-    list_filter = (AwaitingApprovalFilter, "status", "budget_denied", "tool_name")
+    list_filter = (AwaitingApprovalFilter, "status", "budget_denied", ToolNameFilter, CREATED)
     search_fields = ("id", "tool_call_id", "turn__id", "tool_name")
     list_select_related = ("turn",)
     ordering = ("-created_at",)
-    date_hierarchy = "created_at"
     private_fields = frozenset({"arguments", "result", "error", "approval", "attempt_log"})
     actions = ("approve_calls", "deny_calls")
 

@@ -66,6 +66,8 @@ class ToolExecution(models.Model):
             # would touch an indexed column, and no execution update would be HOT.
             models.Index(fields=["created_at"], name="turnkit_tex_approval_requested",
                          condition=Q(approval__state="requested")),
+            # The admin's list, newest first (ORDER BY created_at DESC, id DESC LIMIT n).
+            models.Index(fields=["-created_at", "-id"], name="turnkit_tex_listed"),
         ]
         permissions = [("decide_approval", _("Can approve or deny tool calls"))]
 

@@ -83,6 +83,8 @@ class Conversation(models.Model):
             # the tree's reads look them up by value, which implies "not null").
             *_where_set("conv", "parent_conversation", "parent_turn", "parent_tool_execution",
                         "subject_type", "forked_from"),
+            # The admin's list, newest first (ORDER BY created_at DESC, id DESC LIMIT n).
+            models.Index(fields=["-created_at", "-id"], name="turnkit_conv_listed"),
         ]
 
     def __str__(self) -> str:
@@ -192,6 +194,11 @@ class Turn(models.Model):
                          condition=Q(status=TurnStatus.RUNNING) & Q(tenant__isnull=False)
                          & Q(submitted_at__isnull=False)),
             *_where_set("turn", "parent_turn", "parent_tool_execution", "retry_of"),
+            # The admin's list, newest first (ORDER BY created_at DESC, id DESC LIMIT n).
+            models.Index(fields=["-created_at", "-id"], name="turnkit_turn_listed"),
+            # The list's "tree cost unknown" (EXISTS a turn of the tree with cost_unknown).
+            models.Index(fields=["root_turn"], name="turnkit_turn_cost_unknown",
+                         condition=Q(cost_unknown=True)),
         ]
         constraints = [
             models.UniqueConstraint(
