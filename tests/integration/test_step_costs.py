@@ -61,16 +61,16 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "statements": {"setup": 1, "model": [1, 1, 1], "tool": [1, 1]},
         "transaction_control": 0,
         "rows": _rows(  # table: (inserted, updated, hot, deleted, index entries)
-            conversation=(1, 5, 4, 0, 16),
+            conversation=(1, 5, 4, 0, 18),
             event=(7, 0, 0, 0, 14),
-            lease=(1, 0, 0, 0, 1),
+            lease=(1, 0, 0, 1, 1),  # deleted by the transition that ends the turn
             message=(6, 0, 0, 0, 30),
-            toolexecution=(2, 2, 2, 0, 6),
-            turn=(1, 5, 4, 0, 28),
+            toolexecution=(2, 2, 2, 0, 8),
+            turn=(1, 5, 4, 0, 30),
         ),
-        "rows_written": 30,
-        "index_entries": 95,
-        "per_step": {"statements": 1.2, "rows_written": 6.0, "index_entries": 19.0},
+        "rows_written": 31,
+        "index_entries": 101,
+        "per_step": {"statements": 1.2, "rows_written": 6.2, "index_entries": 20.2},
     },
     "background": {
         # submit(): the conversation, input, turn and event in one statement, then the submit;
@@ -79,16 +79,16 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "statements": {"submit": 2, "run_turn": 8},
         "transaction_control": 0,
         "rows": _rows(
-            conversation=(1, 5, 4, 0, 16),
+            conversation=(1, 5, 4, 0, 18),
             event=(7, 0, 0, 0, 14),
-            lease=(1, 0, 0, 0, 1),
+            lease=(1, 0, 0, 1, 1),
             message=(6, 0, 0, 0, 30),
-            toolexecution=(2, 2, 2, 0, 6),
-            turn=(1, 7, 4, 0, 56),
+            toolexecution=(2, 2, 2, 0, 8),
+            turn=(1, 7, 4, 0, 60),
         ),
-        "rows_written": 32,
-        "index_entries": 123,
-        "per_step": {"statements": 2.0, "rows_written": 6.4, "index_entries": 24.6},
+        "rows_written": 33,
+        "index_entries": 131,
+        "per_step": {"statements": 2.0, "rows_written": 6.6, "index_entries": 26.2},
     },
 }
 

@@ -6,8 +6,11 @@
 * ``turnkit_turn_listed``, ``turnkit_conv_listed``, ``turnkit_tex_listed``: the admin's turn,
   conversation and tool-execution lists, ``ORDER BY created_at DESC, id DESC LIMIT n`` (the page,
   its bounded count and the filters' recent values read the newest rows of the index).
-* ``turnkit_turn_cost_unknown``: the turn list's "tree cost unknown", ``EXISTS (SELECT FROM turn
-  WHERE root_turn_id = ... AND cost_unknown)``; only turns whose cost is unknown are in it.
+* No index for the list's "tree cost unknown" (``EXISTS (SELECT FROM turn WHERE root_turn_id =
+  ... AND cost_unknown)``): evaluated for the page's rows only, it reads the tree through the
+  root_turn foreign key's index, as the tree cost's sum does. A partial index on cost-unknown
+  turns was tried and dropped: it made one more of each turn's updates non-HOT (18 more index
+  entries per turn, tests/integration/test_step_costs.py).
 """
 
 from django.db import migrations, models
@@ -41,10 +44,5 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name='turn',
             index=models.Index(fields=['-created_at', '-id'], name='turnkit_turn_listed'),
-        ),
-        migrations.AddIndex(
-            model_name='turn',
-            index=models.Index(condition=models.Q(('cost_unknown', True)), fields=['root_turn'],
-                               name='turnkit_turn_cost_unknown'),
         ),
     ]

@@ -196,9 +196,6 @@ class Turn(models.Model):
             *_where_set("turn", "parent_turn", "parent_tool_execution", "retry_of"),
             # The admin's list, newest first (ORDER BY created_at DESC, id DESC LIMIT n).
             models.Index(fields=["-created_at", "-id"], name="turnkit_turn_listed"),
-            # The list's "tree cost unknown" (EXISTS a turn of the tree with cost_unknown).
-            models.Index(fields=["root_turn"], name="turnkit_turn_cost_unknown",
-                         condition=Q(cost_unknown=True)),
         ]
         constraints = [
             models.UniqueConstraint(
