@@ -14,12 +14,13 @@ import itertools
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 from tests.e2e.harness import Cluster, wait_for, wait_terminal
+from tests.e2e.loopback import LoopbackProvider
 from turnkit_django.agents.registry import get_agent
 from turnkit_django.models import Turn
 from turnkit_django.states import TurnStatus
@@ -34,35 +35,14 @@ RETRY_AFTER = 1.0
 LATENCY = 0.15  # seconds a granted request takes (so requests overlap)
 
 
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 256  # every turn may connect at once
-    daemon_threads = True
-
-
-class FakeProvider:
+class FakeProvider(LoopbackProvider):
     """Chat completions on loopback: counts requests in flight, refuses the first ones."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.inside = self.peak = self.served = 0
         self.arrivals: dict[str, list[tuple[float, int]]] = {}  # input -> (arrival, status)
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                provider.answer(self, body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = _Server(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        super().__init__()
 
     def answer(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         arrived = time.monotonic()

@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -29,6 +29,7 @@ from django.test import Client
 
 from tests.asgi_server import serving
 from tests.e2e.harness import Cluster, wait_for, wait_terminal
+from tests.e2e.loopback import LoopbackProvider
 from turnkit_django import Delta
 from turnkit_django.agents.registry import get_agent
 from turnkit_django.models import Message
@@ -42,11 +43,7 @@ GAP = 0.06  # seconds between chunks: the model writing, not synchronisation
 STALL_AFTER = 4  # chunks the first request sends before it stalls (stall=True)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-
-class StreamingProvider:
+class StreamingProvider(LoopbackProvider):
     """Chat completions on loopback, streamed as server-sent chunks when asked to.
 
     Every request first waits for ``go`` (set once the readers are subscribed). With ``stall``,
@@ -61,26 +58,7 @@ class StreamingProvider:
         self.stalled = threading.Event()
         self.lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                try:
-                    provider.answer(self, body)
-                except OSError:  # the worker reading it was killed
-                    pass
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = _Server(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        super().__init__()
 
     def answer(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         with self.lock:
