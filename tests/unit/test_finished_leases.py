@@ -28,23 +28,17 @@ def leases(turn_id: str) -> int:
     return Lease.objects.filter(turn_id=turn_id).count()
 
 
-def test_a_completed_turn_leaves_no_lease(registered):
-    agent = registered(Agent("leased", client=FunctionClient(lambda request: reply("done"))))
+@pytest.mark.parametrize(("client", "status"), [
+    (FunctionClient(lambda request: reply("done")), "completed"),
+    (ScriptedClient([]), "failed"),  # the model call raises
+])
+def test_a_finished_turn_leaves_no_lease(registered, client, status):
+    agent = registered(Agent("leased", client=client))
     inline = agent.run("inline")
     run = agent.submit("background")
     services.run_turn(run.id, kind="test")
     for turn_id in (inline.id, run.id):
-        assert Turn.objects.get(pk=turn_id).status == "completed"
-        assert leases(turn_id) == 0
-
-
-def test_a_failed_turn_leaves_no_lease(registered):
-    agent = registered(Agent("leased", client=ScriptedClient([])))  # the model call raises
-    inline = agent.run("inline")
-    run = agent.submit("background")
-    services.run_turn(run.id, kind="test")
-    for turn_id in (inline.id, run.id):
-        assert Turn.objects.get(pk=turn_id).status == "failed"
+        assert Turn.objects.get(pk=turn_id).status == status
         assert leases(turn_id) == 0
 
 
