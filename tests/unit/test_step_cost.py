@@ -27,6 +27,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 #: transaction: its start, recorded just before it runs, so a call whose worker died before it
 #: provably never ran (recovery runs it instead of reporting "outcome unknown").
 MODEL_STEP = 6
+#: The model step that publishes the answer also deletes the turn's lease (a finished turn keeps
+#: none, so reconcile's expired-lease query reads live leases only); on PostgreSQL's fast path it
+#: is a CTE of the step's one statement.
+PUBLISHING_STEP = MODEL_STEP + 1
 TOOL_CALL = 6 + 1
 TOOL_CALL_STARTING_THE_NEXT = 7 + 1  # + the next call's intent row
 
@@ -63,7 +67,9 @@ def test_a_five_step_turn_commits_once_per_step():
     cost = run_measured(Agent("steps", tools=[probe], client=FunctionClient(five_steps)))
 
     assert [s.kind for s in cost.spans] == ["setup", "model", "tool", "model", "tool", "model"]
-    assert_one_commit(cost.of("model"), MODEL_STEP)
+    *steps, publishing = cost.of("model")
+    assert_one_commit(steps, MODEL_STEP)
+    assert_one_commit([publishing], PUBLISHING_STEP)
     assert_one_commit(cost.of("tool"), TOOL_CALL)
     # Creation with the claim (the first iteration reserved), then one commit per step.
     assert cost.commits == 1 + 5
@@ -75,7 +81,9 @@ def test_a_batch_of_calls_commits_once_per_call():
     cost = run_measured(Agent("batch", tools=[probe], client=ScriptedClient(script)))
 
     assert [s.kind for s in cost.spans] == ["setup", "model", "tool", "tool", "tool", "model"]
-    assert_one_commit(cost.of("model"), MODEL_STEP)
+    *steps, publishing = cost.of("model")
+    assert_one_commit(steps, MODEL_STEP)
+    assert_one_commit([publishing], PUBLISHING_STEP)
     first, second, last = cost.of("tool")
     assert_one_commit([first, second], TOOL_CALL_STARTING_THE_NEXT)
     assert_one_commit([last], TOOL_CALL)
