@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-from django.db.models import Model
+from typing import TYPE_CHECKING, Any
 
 from .. import tracing
 from ..agents import AgentDefinition, schema_json
@@ -16,7 +14,6 @@ from ..arguments import delta_callback, model_problem, require_subject
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError, InputError
 from ..messages import Part
-from ..models import Conversation, Message, ToolExecution, Turn
 from ..serialization import JsonMapping, JsonObject, JsonValue, json_value, snapshot
 from ..store import (
     Claim,
@@ -31,6 +28,11 @@ from ..store import (
 )
 from ..store.claims import Prepare
 from .submission import dispatch
+
+if TYPE_CHECKING:
+    from django.db.models import Model
+
+    from ..models import Conversation, Message, ToolExecution, Turn
 
 
 def new_conversation(

@@ -10,10 +10,12 @@ process has it).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigurationError
-from ..models import Turn
+
+if TYPE_CHECKING:
+    from ..models import Turn
 
 #: ``factory(row, agent, running, binding=...)``: ``running`` is the TurnContext of the execution
 #: that hands the handle to user code (tools, output policies), or None; ``binding`` (a tool's

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
 
 from ..clients.base import Usage
 from ..clients.media import (
@@ -26,9 +26,11 @@ from ..clients.media import (
 from ..exceptions import MediaError, ModelError
 from ..ids import new_id
 from ..messages import ImagePart, MediaAnalysisPart, MessageKind, Part, load_parts
-from ..models import Message
 from ..serialization import JsonObject, JsonValue
 from ..store.media import image_url, save_image
+
+if TYPE_CHECKING:
+    from ..models import Message
 
 #: What an operation returns: the images of a ``paint``, the analysis of a ``view_media``.
 Result = TypeVar("Result", ImageResult, MediaAnalysis)

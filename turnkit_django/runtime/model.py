@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from .. import failpoints, metrics, tracing
 from ..agents.prompting import Prompt
@@ -20,7 +21,6 @@ from ..clients import ModelRequest, ModelResponse
 from ..conf import turnkit_settings
 from ..exceptions import BudgetExceeded
 from ..messages import MEDIA_KINDS, ChatMessage, MessageKind, distinct_call_ids
-from ..models import Message
 from ..serialization import decimal_json
 from ..states import Phase, TurnStatus
 from ..store import Candidate, Charge, Ledger, TurnState
@@ -32,6 +32,9 @@ from .media_projection import project_media
 from .output import publish_locked, schema_violations
 from .prompts import compose
 from .results import Opened, delegates, open_call
+
+if TYPE_CHECKING:
+    from ..models import Message
 
 
 def build_request(ctx: TurnContext, prompt: Prompt | None = None) -> ModelRequest:

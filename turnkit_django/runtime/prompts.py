@@ -9,7 +9,7 @@ context, environment) depend on the turn.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..agents import AgentDefinition
 from ..agents.prompting import (
@@ -23,8 +23,10 @@ from ..agents.prompting import (
     escape,
 )
 from ..exceptions import ConfigurationError
-from ..models import Conversation, Turn
 from .handles import turn_handle
+
+if TYPE_CHECKING:
+    from ..models import Conversation, Turn
 
 
 def _tool_lines(agent: AgentDefinition) -> str:

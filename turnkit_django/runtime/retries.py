@@ -23,6 +23,7 @@ import random
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
@@ -30,11 +31,13 @@ from .. import failpoints, shutdown
 from ..errors import ErrorRecord
 from ..exceptions import LostClaim
 from ..messages import ToolCallPart
-from ..models import ToolExecution
 from ..serialization import JsonObject, JsonValue
 from ..store import record_attempt
 from ..tools.base import Tool
 from .context import TurnContext
+
+if TYPE_CHECKING:
+    from ..models import ToolExecution
 
 #: The longest wait between two attempts, in seconds.
 MAX_BACKOFF = 60.0

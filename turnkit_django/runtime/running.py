@@ -8,12 +8,16 @@ application loaded (``load_turn``) is not bound: it can read them, not write the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..clients.evaluation import Evaluation, Evaluator, Question
 from ..exceptions import TurnkitError
-from ..models import Turn
 from ..serialization import JsonMapping, JsonObject
 from . import evaluations
 from .context import TurnContext
+
+if TYPE_CHECKING:
+    from ..models import Turn
 
 
 class RunningTurn:
