@@ -31,6 +31,16 @@ _ACTIVE = [str(s) for s in ACTIVE_TURN_STATUSES]
 _BUSY = [str(s) for s in BUSY_TURN_STATUSES]
 
 
+class UnorderedManager(models.Manager):
+    """The base manager of the rows a delete cascades through (Django's delete collector reads
+    them with it, as do forward relations and ``save()``): without the model's default
+    ordering, which sorted every row a cascade collected and joined each message to its
+    conversation (a message orders by its conversation's creation)."""
+
+    def get_queryset(self) -> models.QuerySet:
+        return super().get_queryset().order_by()
+
+
 class ConversationQuerySet(models.QuerySet):
     def roots(self) -> ConversationQuerySet:
         return self.filter(parent_conversation__isnull=True)

@@ -66,11 +66,11 @@ EXPECTED: dict[str, dict[str, Any]] = {
             lease=(1, 0, 0, 1, 1),  # deleted by the transition that ends the turn
             message=(6, 0, 0, 0, 30),
             toolexecution=(2, 2, 2, 0, 8),
-            turn=(1, 5, 4, 0, 30),
+            turn=(1, 5, 4, 0, 32),
         ),
         "rows_written": 31,
-        "index_entries": 101,
-        "per_step": {"statements": 1.2, "rows_written": 6.2, "index_entries": 20.2},
+        "index_entries": 103,
+        "per_step": {"statements": 1.2, "rows_written": 6.2, "index_entries": 20.6},
     },
     "background": {
         # submit(): the conversation, input, turn and event in one statement, then the submit;
@@ -84,11 +84,11 @@ EXPECTED: dict[str, dict[str, Any]] = {
             lease=(1, 0, 0, 1, 1),
             message=(6, 0, 0, 0, 30),
             toolexecution=(2, 2, 2, 0, 8),
-            turn=(1, 7, 4, 0, 60),
+            turn=(1, 7, 4, 0, 64),
         ),
         "rows_written": 33,
-        "index_entries": 131,
-        "per_step": {"statements": 2.0, "rows_written": 6.6, "index_entries": 26.2},
+        "index_entries": 135,
+        "per_step": {"statements": 2.0, "rows_written": 6.6, "index_entries": 27.0},
     },
 }
 

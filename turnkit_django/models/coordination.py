@@ -18,6 +18,7 @@ from ..messages import CALL_FIELD_LENGTH
 from ..querysets import (
     DeliveryQuerySet,
     ToolExecutionQuerySet,
+    UnorderedManager,
     WaitQuerySet,
 )
 from ..states import ToolStatus
@@ -51,8 +52,10 @@ class ToolExecution(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = ToolExecutionQuerySet.as_manager()
+    unordered = UnorderedManager()
 
     class Meta:
+        base_manager_name = "unordered"
         verbose_name = _("tool execution")
         verbose_name_plural = _("tool executions")
         ordering = ["created_at"]

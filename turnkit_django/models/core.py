@@ -24,6 +24,7 @@ from ..querysets import (
     ConversationQuerySet,
     MessageQuerySet,
     TurnQuerySet,
+    UnorderedManager,
 )
 from ..serialization import JsonObject
 from ..states import TurnStatus
@@ -70,8 +71,10 @@ class Conversation(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = ConversationQuerySet.as_manager()
+    unordered = UnorderedManager()
 
     class Meta:
+        base_manager_name = "unordered"
         verbose_name = _("conversation")
         verbose_name_plural = _("conversations")
         ordering = ["-created_at"]
@@ -154,8 +157,10 @@ class Turn(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = TurnQuerySet.as_manager()
+    unordered = UnorderedManager()
 
     class Meta:
+        base_manager_name = "unordered"
         verbose_name = _("turn")
         verbose_name_plural = _("turns")
         ordering = ["created_at"]
@@ -179,6 +184,10 @@ class Turn(models.Model):
                 condition=Q(submitted_at__isnull=True)
                 & Q(status__in=[TurnStatus.PENDING, TurnStatus.RUNNING]),
             ),
+            # Prune: a conversation's active turns (its candidates' NOT EXISTS, the checks).
+            models.Index(fields=["conversation"], name="turnkit_turn_active_conv",
+                         condition=Q(status__in=[TurnStatus.PENDING, TurnStatus.WAITING,
+                                                 TurnStatus.PAUSED, TurnStatus.RUNNING])),
             # Live turns by status and the oldest pending one (metrics, turnkit_stats).
             models.Index(fields=["status", "created_at"], name="turnkit_turn_active",
                          condition=Q(status__in=[TurnStatus.PENDING, TurnStatus.WAITING,
@@ -276,8 +285,10 @@ class Message(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = MessageQuerySet.as_manager()
+    unordered = UnorderedManager()
 
     class Meta:
+        base_manager_name = "unordered"
         ordering = ["conversation", "sequence"]
         verbose_name = _("message")
         verbose_name_plural = _("messages")

@@ -66,7 +66,7 @@ def _subtrees(root_ids: Iterable[str]) -> dict[str, str]:
     owner = {pk: pk for pk in root_ids}
     level = list(owner)
     while level:
-        rows = list(Conversation.objects.filter(parent_conversation_id__in=level)
+        rows = list(Conversation.objects.filter(parent_conversation_id__in=level).order_by()
                     .values_list("pk", "parent_conversation_id"))
         level = [pk for pk, _ in rows if pk not in owner]
         owner.update((pk, owner[parent]) for pk, parent in rows if pk not in owner)
@@ -77,7 +77,7 @@ def _lock_roots(owner: dict[str, str]) -> None:
     """Lock the root turns of the trees rooted in these conversations (FOR UPDATE: a turn or
     event joining such a tree waits, then finds it gone); a root another transaction holds
     marks its conversation's root as in use (removed from ``owner``)."""
-    roots = Turn.objects.filter(conversation_id__in=list(owner), root_turn_id=F("pk"))
+    roots = Turn.objects.order_by().filter(conversation_id__in=list(owner), root_turn_id=F("pk"))
     wanted = dict(roots.values_list("pk", "conversation_id"))
     got = set(roots.select_for_update(skip_locked=True).values_list("pk", flat=True))
     busy = {owner[conv] for pk, conv in wanted.items() if pk not in got}
@@ -91,14 +91,16 @@ def _blocked(owner: dict[str, str]) -> set[str]:
         return set()
     ids = list(owner)
     found: set[str] = set()
-    found.update(Turn.objects.filter(conversation_id__in=ids, status__in=_ACTIVE)
+    # Sets, not lists: no default ordering (the first check reads turnkit_turn_active_conv).
+    active = Turn.objects.filter(status__in=_ACTIVE).order_by()
+    found.update(active.filter(conversation_id__in=ids)
                  .values_list("conversation_id", flat=True))
-    found.update(Turn.objects.filter(root_turn__conversation_id__in=ids, status__in=_ACTIVE)
+    found.update(active.filter(root_turn__conversation_id__in=ids)
                  .values_list("root_turn__conversation_id", flat=True))
     found.update(Wait.objects.filter(target__conversation_id__in=ids,
-                                     waiter__status__in=_ACTIVE)
+                                     waiter__status__in=_ACTIVE).order_by()
                  .values_list("target__conversation_id", flat=True))
-    pending = Delivery.objects.pending()
+    pending = Delivery.objects.pending().order_by()
     found.update(pending.filter(source_conversation_id__in=ids)
                  .values_list("source_conversation_id", flat=True))
     found.update(pending.filter(destination_conversation_id__in=ids)
@@ -113,7 +115,7 @@ def _detach(conversations: Collection[str]) -> None:
     finished (:func:`_blocked`)."""
     ids = list(conversations)
     inside = Q(conversation_id__in=ids)
-    rows = {row["pk"]: row for row in Turn.objects.filter(
+    rows = {row["pk"]: row for row in Turn.objects.order_by().filter(
         Q(root_turn__conversation_id__in=ids) | Q(parent_turn__conversation_id__in=ids)
         | Q(parent_tool_execution__turn__conversation_id__in=ids)).exclude(inside).values(
         "pk", "root_turn_id", "depth", "root_turn__conversation_id",
