@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import Exists, F, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Sum
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -171,7 +171,10 @@ class TurnAdmin(ReadOnlyAdmin):
         return super().get_queryset(request).annotate(
             tree_cost_sum=Subquery(tree.values("root_turn_id").annotate(total=Sum("cost"))
                                    .values("total")[:1]),
-            tree_cost_unknown=Exists(tree.filter(cost_unknown=True)),
+            # A scalar subquery, not EXISTS: PostgreSQL may run an EXISTS as one hash of every
+            # turn (a seq scan per page); a correlated aggregate runs for the page's rows only.
+            tree_cost_unknown=Subquery(tree.filter(cost_unknown=True).values("root_turn_id")
+                                       .annotate(n=Count("pk")).values("n")[:1]),
         )
 
     # -- columns
@@ -192,7 +195,7 @@ class TurnAdmin(ReadOnlyAdmin):
     @admin.display(description=_("tree cost"))  # sorting by it would sum every tree
     def tree_cost(self, obj: Turn) -> str:
         """The cost of the whole tree the turn belongs to (root and descendants)."""
-        if getattr(obj, "tree_cost_unknown", obj.cost_unknown):
+        if getattr(obj, "tree_cost_unknown", obj.cost_unknown):  # a count, None for none
             return dollars(None)
         return dollars(getattr(obj, "tree_cost_sum", obj.cost))
 
