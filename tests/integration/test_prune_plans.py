@@ -86,3 +86,18 @@ def test_a_pass_that_deletes_sorts_only_its_candidates():
     assert not [q for q in queries
                 if 'FROM "turnkit_message" INNER JOIN "turnkit_conversation"' in q]
 
+
+
+def test_finding_the_turns_to_detach_reads_each_link_by_its_index():
+    """The turns of other conversations hanging from a batch's trees are found by each link
+    (root, parent turn, parent tool execution) on its own: one query OR-ing the three across
+    joins made PostgreSQL hash-join whole tables (6 s a batch with a million turns)."""
+    history(400, 0)
+    queries = prune_queries(dry_run=False, limit=1000)
+    detach = [q for q in queries if q.startswith('SELECT "turnkit_turn"."id"')
+              and "root_turn_id" in q and "parent_turn_id" in q]
+    assert detach, queries
+    for query in detach:
+        assert " OR " not in query, query[:400]
+        explained = plan(query)
+        assert "Seq Scan" not in explained and "Hash Join" not in explained, explained

@@ -19,7 +19,7 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import F, Q
 
-from ..models import Conversation, Delivery, Event, Turn, Wait
+from ..models import Conversation, Delivery, Event, ToolExecution, Turn, Wait
 from ..states import ACTIVE_TURN_STATUSES
 
 #: Where a pass stopped: the (updated_at, id) of the last candidate it looked at.
@@ -114,13 +114,20 @@ def _detach(conversations: Collection[str]) -> None:
     top turn the root, its descendants and their events moved with it. All of them are
     finished (:func:`_blocked`)."""
     ids = list(conversations)
-    inside = Q(conversation_id__in=ids)
-    rows = {row["pk"]: row for row in Turn.objects.order_by().filter(
-        Q(root_turn__conversation_id__in=ids) | Q(parent_turn__conversation_id__in=ids)
-        | Q(parent_tool_execution__turn__conversation_id__in=ids)).exclude(inside).values(
-        "pk", "root_turn_id", "depth", "root_turn__conversation_id",
-        "parent_turn_id", "parent_turn__conversation_id",
-        "parent_tool_execution__turn__conversation_id")}
+    # Each link read on its own, by its index: one query OR-ing the three across joins made
+    # PostgreSQL hash-join whole tables.
+    turns = list(Turn.objects.order_by().filter(conversation_id__in=ids)
+                 .values_list("pk", flat=True))
+    executions = list(ToolExecution.objects.order_by().filter(turn_id__in=turns)
+                      .values_list("pk", flat=True))
+    outside = Turn.objects.order_by().exclude(conversation_id__in=ids)
+    links = [Q(root_turn_id__in=turns), Q(parent_turn_id__in=turns)]
+    if executions:
+        links.append(Q(parent_tool_execution_id__in=executions))
+    rows = {row["pk"]: row for link in (links if turns else []) for row in outside.filter(
+        link).values("pk", "root_turn_id", "depth", "root_turn__conversation_id",
+                     "parent_turn_id", "parent_turn__conversation_id",
+                     "parent_tool_execution__turn__conversation_id")}
     if not rows:
         return
     cut = [pk for pk, row in rows.items()
