@@ -225,3 +225,37 @@ def kill(data: dict[str, Any]) -> str:
         f"{d['model_requests']} model requests; {d['turns_without_effect']} turn(s) without an "
         f"effect (tool executions by status: {d['tool_statuses']}). Peak worker sessions "
         f"{d['peak_sessions']}, first worker's RSS at the kill {num(d['rss_at_kill_mb'])} MB."])
+
+
+def history(data: dict[str, Any]) -> str:
+    """The same operations with active turns alone and after the finished history
+    (bench/history.py); the plan of the heaviest statement of the worst one."""
+    rows, worst = [], None
+    for op in data["operations"]:
+        a, g = op["active"], op["grown"]
+        cells = [op["name"]]
+        for key in ("wall_ms", "server_ms"):
+            ratio = g[key] / a[key] if a.get(key) and g.get(key) is not None else None
+            cells += [num(a.get(key), 2), num(g.get(key), 2),
+                      "-" if ratio is None else f"{ratio:.2f}",
+                      "-" if ratio is None else ("yes" if ratio <= 1.5 else "**no**")]
+            if key == "server_ms" and ratio is not None and (worst is None or ratio > worst[0]):
+                worst = (ratio, op)
+        rows.append(cells)
+    active, finished = num(data["active"]), num(data["finished"])
+    rows_grown = ", ".join(f"{t} {num(n)}" for t, n in data["rows"]["grown"].items())
+    base = num(data.get("base_finished", 0))
+    out = [f"**History** ({active} active turns and {base} finished ones, then with {finished} "
+           f"finished turns added by SQL; medians of {data['reps']}; server ms: the heaviest "
+           "statement's `EXPLAIN ANALYZE` Execution Time)", "",
+           table(["operation", "wall ms active", f"wall ms +{finished}", "ratio", "≤ 1.5",
+                  "server ms active", f"server ms +{finished}", "ratio", "≤ 1.5"], rows,
+                 right=range(1, 9)),
+           "", f"Rows after: {rows_grown}; database {data['database_size']}; generated in "
+           f"{data['generate_seconds']['finished']:.0f} s."]
+    if worst is not None:
+        op = worst[1]
+        out += ["", f"Heaviest statement of the worst ratio ({op['name']}, "
+                f"ratio {worst[0]:.2f}), with {finished} finished turns:", "", "```",
+                op["grown"]["heaviest"][:2000], "", op["grown"]["plan"], "```"]
+    return "\n".join(out)

@@ -18,7 +18,8 @@ from bench.common import load
 
 PARTS = {"steps": render.steps, "sqlite": render.steps, "growth": render.growth,
          "throughput": render.throughput, "inflight": render.inflight, "peers": render.peers,
-         "tenants": render.tenants, "streaming": render.streaming, "kill": render.kill}
+         "tenants": render.tenants, "streaming": render.streaming, "kill": render.kill,
+         "history": render.history}
 
 
 def header(results: dict[str, dict[str, Any]]) -> str:

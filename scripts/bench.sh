@@ -16,6 +16,9 @@
 #               about four minutes, so not in the default list)
 #   kill        SIGKILL of a threads worker holding 1,000 live turns; a second worker finishes
 #               them: time, recoveries, invariant checker (bench/kill.py; not in the default list)
+#   history     10,000 active turns, then 1,000,000 finished turns added by SQL: the admin lists,
+#               reconcile, prune and run.events() before and after, with the heaviest statement's
+#               plan (bench/history.py; not in the default list: BENCH_HISTORY_TURNS to shrink)
 #   peers       LangGraph, DBOS, turnkit-django and the floor side by side (bench/peers.py;
 #               needs .venv-peers: `make bench-peers`)
 # Default: steps sqlite growth streaming throughput inflight (what `make bench` runs).
@@ -33,8 +36,8 @@ parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(steps sqlite growth streaming throughput inflight)
 for part in "${parts[@]}"; do
     case $part in
-        steps | sqlite | growth | streaming | throughput | inflight | tenants | kill | peers) ;;
-        *) echo "bench: unknown part '$part' (steps, sqlite, growth, streaming, throughput, inflight, tenants, kill, peers)" >&2; exit 2 ;;
+        steps | sqlite | growth | streaming | throughput | inflight | tenants | kill | history | peers) ;;
+        *) echo "bench: unknown part '$part' (steps, sqlite, growth, streaming, throughput, inflight, tenants, kill, history, peers)" >&2; exit 2 ;;
     esac
 done
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
@@ -64,7 +67,7 @@ trap 'services_stop_started || true' EXIT
 trap 'echo "bench: interrupted" >&2; exit 130' INT
 trap 'echo "bench: terminated" >&2; exit 143' TERM HUP
 
-if want steps || want growth || want streaming || want throughput || want inflight || want tenants || want kill || want peers; then
+if want steps || want growth || want streaming || want throughput || want inflight || want tenants || want kill || want history || want peers; then
     export TURNKIT_PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'
 pg_stat_statements.track = all
 pg_stat_statements.track_utility = on
@@ -99,6 +102,7 @@ want throughput && run "throughput on Celery workers" "$PYTHON" bench/throughput
 want inflight && run "live turns on one threads worker" "$PYTHON" bench/inflight.py
 want tenants && run "fairness between tenants" "$PYTHON" bench/tenants.py
 want kill && run "SIGKILL of a threads worker holding live turns" "$PYTHON" bench/kill.py
+want history && run "history: 10,000 active turns, then a million finished" "$PYTHON" bench/history.py
 if want peers; then
     run "peers" "$PEERS_PYTHON" bench/peers.py --turnkit-python "$PYTHON"
 fi
