@@ -9,12 +9,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, GetCoreSchemaHandler, TypeAdapter
+from pydantic_core import core_schema
 
 from ..exceptions import BudgetExceeded
 from ..serialization import JsonObject, JsonValue
 from ..states import Phase
 from .rows import copied
+
+
+class _AsStored:
+    """Marks a field's JSON to pass through the adapter as stored: turnkit wrote it, and
+    checking every nested value would cost more than the rest of the state on each step."""
+
+    @staticmethod
+    def __get_pydantic_core_schema__(source: Any, handler: GetCoreSchemaHandler
+                                     ) -> core_schema.CoreSchema:
+        return core_schema.any_schema()
+
+
+_STORED = _AsStored()
+StoredValue = Annotated[JsonValue, _STORED]
+StoredObject = Annotated[JsonObject, _STORED]
 
 
 @dataclass(frozen=True)
@@ -41,9 +59,17 @@ class Reservation:
     def from_json(cls, data: JsonValue) -> Reservation:
         if data == "granted":
             return GRANTED
-        if not isinstance(data, dict):
-            raise ValueError(f"a stored reservation is 'granted' or an object, not {data!r}")
+        if not isinstance(data, dict) or not data.keys() >= {"reason", "limit"}:
+            raise ValueError("a stored reservation is 'granted' or an object with a reason and "
+                             f"a limit, not {data!r}")
         return cls(False, str(data["reason"]), str(data["limit"]))
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler
+                                     ) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            cls.from_json,
+            serialization=core_schema.plain_serializer_function_ser_schema(cls.as_json))
 
 
 GRANTED = Reservation(True)
@@ -54,7 +80,7 @@ class Candidate:
     """The output the turn would publish: the last response's text and structured data."""
 
     text: str = ""
-    data: JsonValue = None
+    data: StoredValue = None
 
 
 @dataclass(frozen=True)
@@ -62,9 +88,13 @@ class Terminal:
     """The terminal tool call that ended the tool batch, and the output it gives the turn."""
 
     tool: str
-    call_id: str
-    text: str
-    data: JsonValue = None
+    call_id: str = ""
+    text: str = ""
+    data: StoredValue = None
+
+
+def _is_none(value: object) -> bool:
+    return value is None
 
 
 @dataclass(frozen=True)
@@ -79,25 +109,11 @@ class MediaCall:
     status: str
     attempts: int = 1
     at: str = ""
-    message_id: str | None = None
-    error: JsonObject | None = None
+    message_id: Annotated[str | None, Field(exclude_if=_is_none)] = None
+    error: Annotated[StoredObject | None, Field(exclude_if=_is_none)] = None
 
     def replace(self, **changes: Any) -> MediaCall:
         return replace(self, **changes)
-
-    def as_json(self) -> JsonObject:
-        data: JsonObject = {"op": self.op, "status": self.status, "attempts": self.attempts,
-                            "at": self.at}
-        if self.message_id is not None:
-            data["message_id"] = self.message_id
-        if self.error is not None:
-            data["error"] = self.error
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> MediaCall:
-        return cls(str(data["op"]), str(data["status"]), int(data.get("attempts") or 1),
-                   str(data.get("at") or ""), data.get("message_id"), data.get("error"))
 
 
 @dataclass(frozen=True)
@@ -116,8 +132,8 @@ class TurnState:
     terminal: Terminal | None = None
     #: Output-policy revisions asked so far, the audits that asked them, stored judge verdicts.
     revisions: int = 0
-    audits: tuple[JsonObject, ...] = ()
-    judged: Mapping[str, tuple[JsonObject, ...]] = field(default_factory=dict)
+    audits: tuple[StoredObject, ...] = ()
+    judged: Mapping[str, tuple[StoredObject, ...]] = field(default_factory=dict)
     #: The message giving an application wait's joined results to the turn (given once).
     joined_message_id: str | None = None
     #: The media calls made for the turn (by key): intents and outcomes, never their bytes.
@@ -125,12 +141,12 @@ class TurnState:
     #: The one call that may run after the response that exhausted the spend limit.
     budget_completion_call_id: str | None = None
     #: Assessment metadata set for the current candidate (reset by every new model response).
-    output_metadata: JsonObject | None = None
+    output_metadata: StoredObject | None = None
     #: Structured evaluation receipts, by receipt id (see runtime.evaluations).
-    evaluations: Mapping[str, JsonObject] = field(default_factory=dict)
+    evaluations: Mapping[str, StoredObject] = field(default_factory=dict)
     #: The tools each tool source (an MCP server) offered when the turn started, by source
     #: name: ``{"tools": [...]}`` or, when listing failed, ``{"tools": [], "error": text}``.
-    listed_tools: Mapping[str, JsonObject] = field(default_factory=dict)
+    listed_tools: Mapping[str, StoredObject] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> TurnState:
         return copied(self, **changes)
@@ -146,71 +162,21 @@ class TurnState:
     # -- the storage boundary ------------------------------------------------------------
 
     def as_json(self) -> JsonObject:
-        data: JsonObject = {"phase": str(self.phase)}
-        if self.reservation is not None:
-            data["reservation"] = self.reservation.as_json()
-        if self.iterations:
-            data["iterations"] = self.iterations
-        if self.tool_executions:
-            data["tool_executions"] = self.tool_executions
-        if self.tool_counts:
-            data["tool_counts"] = dict(self.tool_counts)
-        if self.candidate is not None:
-            data["candidate"] = {"text": self.candidate.text, "data": self.candidate.data}
-        if self.response_message_id is not None:
-            data["response_message_id"] = self.response_message_id
-        if self.terminal is not None:
-            t = self.terminal
-            data["terminal"] = {"tool": t.tool, "call_id": t.call_id, "text": t.text,
-                                "data": t.data}
-        if self.revisions:
-            data["revisions"] = self.revisions
-        if self.audits:
-            data["audits"] = list(self.audits)
-        if self.judged:
-            data["judged"] = {key: list(found) for key, found in self.judged.items()}
-        if self.joined_message_id is not None:
-            data["joined_message_id"] = self.joined_message_id
-        if self.media:
-            data["media"] = {key: call.as_json() for key, call in self.media.items()}
-        if self.budget_completion_call_id is not None:
-            data["budget_completion_call_id"] = self.budget_completion_call_id
-        if self.output_metadata is not None:
-            data["output_metadata"] = self.output_metadata
-        if self.evaluations:
-            data["evaluations"] = dict(self.evaluations)
-        if self.listed_tools:
-            data["listed_tools"] = dict(self.listed_tools)
-        return data
+        """The stored form: ``phase`` and each field that differs from a fresh state's."""
+        data = _adapter.dump_python(self, mode="json")
+        return {key: value for key, value in data.items()
+                if key == "phase" or value != _FRESH[key]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> TurnState:
-        data = data or {}
-        reservation = data.get("reservation")
-        candidate = data.get("candidate")
-        terminal = data.get("terminal")
-        return cls(
-            phase=Phase(data.get("phase") or Phase.MODEL),
-            reservation=None if reservation is None else Reservation.from_json(reservation),
-            iterations=int(data.get("iterations") or 0),
-            tool_executions=int(data.get("tool_executions") or 0),
-            tool_counts={str(k): int(v) for k, v in (data.get("tool_counts") or {}).items()},
-            candidate=None if candidate is None else Candidate(str(candidate.get("text") or ""),
-                                                               candidate.get("data")),
-            response_message_id=data.get("response_message_id"),
-            terminal=None if terminal is None else Terminal(
-                str(terminal["tool"]), str(terminal.get("call_id") or ""),
-                str(terminal.get("text") or ""), terminal.get("data")),
-            revisions=int(data.get("revisions") or 0),
-            audits=tuple(data.get("audits") or ()),
-            judged={str(k): tuple(v) for k, v in (data.get("judged") or {}).items()},
-            joined_message_id=data.get("joined_message_id"),
-            media={str(k): MediaCall.from_json(v) for k, v in (data.get("media") or {}).items()},
-            budget_completion_call_id=data.get("budget_completion_call_id"),
-            output_metadata=data.get("output_metadata"),
-            evaluations={str(k): v for k, v in (data.get("evaluations") or {}).items()},
-            listed_tools={str(k): v for k, v in (data.get("listed_tools") or {}).items()},
-        )
+        """Load a stored state; a missing key has its field's default. Invalid stored state
+        raises pydantic's ``ValidationError`` (a ``ValueError``) naming the field."""
+        return _adapter.validate_python(data or {})
+
+
+_adapter: TypeAdapter[TurnState] = TypeAdapter(TurnState)
+#: A fresh state's stored form: ``as_json`` leaves out the fields that still equal it.
+_FRESH: JsonObject = _adapter.dump_python(TurnState(), mode="json")
 
 
 __all__ = ["GRANTED", "Candidate", "MediaCall", "Reservation", "Terminal", "TurnState"]
