@@ -22,7 +22,7 @@ from tests.concurrency.threads import Worker, wait_until
 from tests.dispatch import override_turnkit, recorded
 from tests.helpers import expire_lease
 from turnkit_django import Agent, LostClaim, services, store, tool
-from turnkit_django.errors import unknown_result
+from turnkit_django.error_records import unknown_result
 from turnkit_django.messages import ToolCallPart, ToolResultPart
 from turnkit_django.models import Conversation, Message, ToolExecution, Turn
 from turnkit_django.states import Phase

@@ -28,7 +28,7 @@ from tests.e2e.invariants import assert_scenario_invariants
 from tests.testapp.media_agents import MEDIA_AGENT, PAINT_GATE
 from tests.testapp.models import Upload
 from turnkit_django.agents import get_agent
-from turnkit_django.errors import unknown_result
+from turnkit_django.error_records import unknown_result
 from turnkit_django.messages import ImagePart, load_parts
 from turnkit_django.models import Message, ToolExecution, Turn
 from turnkit_django.states import ToolStatus, TurnStatus

@@ -18,7 +18,7 @@ from tests.dispatch import background, override_turnkit, recorded
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from tests.orchestration import DENIALS, answering, policy, policy_calls, snapshot
 from turnkit_django import Agent, AuthorizationError, LostClaim, services, store, tool
-from turnkit_django.errors import unknown_result
+from turnkit_django.error_records import unknown_result
 from turnkit_django.events import turn_cancelled
 from turnkit_django.handles import Run
 from turnkit_django.messages import TextPart, ToolCallPart, load_parts

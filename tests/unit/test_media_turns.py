@@ -18,7 +18,7 @@ from tests.helpers import expire_lease
 from turnkit_django import Agent, InvalidTransition, failpoints, reconcile, services, tool
 from turnkit_django.clients.base import ModelRequest, Usage
 from turnkit_django.clients.media import GeneratedImage, ImageResult, MediaAnalysis
-from turnkit_django.errors import unknown_result
+from turnkit_django.error_records import unknown_result
 from turnkit_django.events import Event
 from turnkit_django.events import event as any_event
 from turnkit_django.exceptions import (

@@ -19,7 +19,7 @@ from tests.dispatch import override_turnkit
 from tests.helpers import expire_lease
 from turnkit_django import Agent, failpoints, services, tool
 from turnkit_django.clients.base import ModelRequest
-from turnkit_django.errors import unknown_result
+from turnkit_django.error_records import unknown_result
 from turnkit_django.failpoints import SimulatedCrash
 from turnkit_django.models import Message, ToolExecution, Turn
 from turnkit_django.testing import FunctionClient, call, reply

@@ -9,7 +9,7 @@ import pytest
 
 from turnkit_django.states import Phase
 from turnkit_django.store.rows import copied
-from turnkit_django.store.state import TurnState
+from turnkit_django.store.turn_state import TurnState
 
 
 def test_a_copy_equals_what_dataclasses_replace_gives_and_leaves_the_original():

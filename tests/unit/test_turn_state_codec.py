@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from turnkit_django.states import Phase
-from turnkit_django.store.state import (
+from turnkit_django.store.turn_state import (
     GRANTED,
     Candidate,
     MediaCall,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from ..errors import ErrorRecord
+from ..error_records import ErrorRecord
 from ..exceptions import ConfigurationError
 from ..serialization import JsonObject
 from ..tools.base import Tool

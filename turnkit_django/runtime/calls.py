@@ -13,7 +13,7 @@ from ..agents import LOAD_SKILL, AgentDefinition
 from ..agents.skills import loaded_keys
 from ..agents.tool_policy import ToolCall, decide
 from ..authorization import is_allowed
-from ..errors import ErrorRecord, invalid_arguments, not_authorized
+from ..error_records import ErrorRecord, invalid_arguments, not_authorized
 from ..exceptions import BudgetExceeded
 from ..messages import MEDIA_KINDS, ToolCallPart
 from ..serialization import JsonObject

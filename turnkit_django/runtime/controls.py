@@ -25,7 +25,7 @@ from datetime import timedelta
 from django.db.models.functions import Now
 from pydantic import ValidationError
 
-from ..errors import ErrorRecord, outcome_unknown
+from ..error_records import ErrorRecord, outcome_unknown
 from ..messages import MessageKind, TextPart, ToolCallPart, ToolResultPart
 from ..models import Message, ToolExecution, Turn
 from ..serialization import JsonObject

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..authorization import is_allowed
-from ..errors import ErrorRecord, budget_exceeded, not_authorized
+from ..error_records import ErrorRecord, budget_exceeded, not_authorized
 from ..exceptions import AuthorizationError, BudgetExceeded, LostClaim, WaitError
 from ..ids import new_id
 from ..messages import ToolCallPart

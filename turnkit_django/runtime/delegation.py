@@ -12,7 +12,7 @@ from typing import Any
 from ..agents import AgentDefinition, SubAgentTool, get_agent
 from ..authorization import is_allowed
 from ..clients import Client
-from ..errors import ErrorRecord, budget_exceeded, not_authorized
+from ..error_records import ErrorRecord, budget_exceeded, not_authorized
 from ..exceptions import BudgetExceeded, ConfigurationError
 from ..messages import TextPart, ToolCallPart
 from ..models import ToolExecution, Turn

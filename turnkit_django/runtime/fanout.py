@@ -33,7 +33,7 @@ from django.utils import timezone
 from .. import failpoints, tracing
 from ..agents import SubAgentTool
 from ..authorization import is_allowed
-from ..errors import ErrorRecord, budget_exceeded, not_authorized, outcome_unknown
+from ..error_records import ErrorRecord, budget_exceeded, not_authorized, outcome_unknown
 from ..exceptions import BudgetExceeded
 from ..ids import new_id
 from ..limits import limit_of

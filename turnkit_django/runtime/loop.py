@@ -27,7 +27,7 @@ from ..arguments import delta_callback
 from ..clients import Client, ModelRequest, ModelResponse
 from ..conf import turnkit_settings
 from ..deltas import DeltaCallback
-from ..errors import ErrorRecord
+from ..error_records import ErrorRecord
 from ..events import EventCallback
 from ..exceptions import AtomicBlockError, BudgetExceeded, LostClaim, ModelError, TurnkitError
 from ..messages import Part

@@ -60,7 +60,7 @@ from ..clients.media import (
 )
 from ..clients.media_input import media_count, to_media, to_media_list
 from ..conf import turnkit_settings
-from ..errors import ErrorRecord
+from ..error_records import ErrorRecord
 from ..events import EventCallback
 from ..exceptions import (
     BudgetExceeded,

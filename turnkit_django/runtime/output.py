@@ -19,7 +19,7 @@ from typing import Any, Unpack
 from .. import failpoints
 from ..agents.jsonschema import problems
 from ..agents.policies import Audit, Policy, Violation, judge_request, revision_text, verdict
-from ..errors import ErrorRecord
+from ..error_records import ErrorRecord
 from ..exceptions import LostClaim
 from ..messages import TextPart
 from ..serialization import JsonObject, JsonValue

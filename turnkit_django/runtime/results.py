@@ -17,7 +17,7 @@ from typing import Any
 from django.utils import timezone
 
 from ..agents import SubAgentTool
-from ..errors import budget_exceeded, not_executed
+from ..error_records import budget_exceeded, not_executed
 from ..exceptions import BudgetExceeded, LostClaim
 from ..limits import limit_of
 from ..messages import MessageKind, ToolCallPart, ToolResultPart

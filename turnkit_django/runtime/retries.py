@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from django.utils import timezone
 
 from .. import failpoints, shutdown
-from ..errors import ErrorRecord
+from ..error_records import ErrorRecord
 from ..exceptions import LostClaim
 from ..messages import ToolCallPart
 from ..serialization import JsonObject, JsonValue

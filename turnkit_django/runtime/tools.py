@@ -24,7 +24,7 @@ from django.utils import timezone
 from .. import failpoints, tracing
 from ..agents import LOAD_SKILL, SubAgentTool
 from ..conf import turnkit_settings
-from ..errors import ErrorRecord, outcome_unknown
+from ..error_records import ErrorRecord, outcome_unknown
 from ..messages import ToolCallPart
 from ..models import ToolExecution
 from ..serialization import JsonValue, to_json

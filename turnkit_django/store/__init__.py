@@ -55,7 +55,6 @@ from .recovery import (
 )
 from .seen import History, Prefix, history_before, remember_history
 from .sessions import pooled, release_session
-from .state import GRANTED, Candidate, MediaCall, Reservation, Terminal, TurnState
 from .summaries import append_summary, refuse_if_busy
 from .transcript import (
     ClosedCall,
@@ -70,6 +69,7 @@ from .transcript import (
     visible_chat,
     visible_history,
 )
+from .turn_state import GRANTED, Candidate, MediaCall, Reservation, Terminal, TurnState
 from .turns import (
     NewConversation,
     NewTurn,

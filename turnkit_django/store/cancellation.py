@@ -19,7 +19,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from ..errors import ErrorRecord
+from ..error_records import ErrorRecord
 from ..events import emit
 from ..models import Delivery, Turn
 from ..serialization import json_safe

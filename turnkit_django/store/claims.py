@@ -46,8 +46,8 @@ from .locks import (
     lock_tree_of,
     read_ledger,
 )
-from .state import TurnState
 from .transcript import TAIL, NewMessage, build_messages, insert_rows, visible_tail
+from .turn_state import TurnState
 from .turns import TURN_FIELDS as _TURN_FIELDS
 from .turns import NewTurn, apply_transition, build_turn, refuse_transition
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from django.db import transaction
 
 from .. import failpoints, metrics
-from ..errors import ErrorRecord
+from ..error_records import ErrorRecord
 from ..events import emit
 from ..models import Turn, Wait
 from ..serialization import JsonObject

@@ -20,7 +20,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from ..errors import not_executed, outcome_unknown
+from ..error_records import not_executed, outcome_unknown
 from ..messages import ChatMessage, MessageKind, Part, ToolResultPart, dump_parts, load_parts
 from ..models import Conversation, Message, ToolExecution, Turn
 from ..serialization import JsonMapping, JsonObject, JsonValue

@@ -31,8 +31,8 @@ from ..messages import TextPart
 from ..models import Message, Turn, Wait
 from ..states import TERMINAL_TURN_STATUSES, TurnStatus
 from .locks import graph_lock
-from .state import TurnState
 from .transcript import NewMessage, insert_messages
+from .turn_state import TurnState
 
 
 def reaches(start_conversation: str, goal_conversation: str) -> bool:

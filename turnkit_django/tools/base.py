@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_type_hints, overlo
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..clients.base import ToolSpec
-from ..errors import ErrorRecord
+from ..error_records import ErrorRecord
 from ..exceptions import ConfigurationError, ToolError
 from ..serialization import JsonMapping, JsonObject, JsonValue, render_result
 
