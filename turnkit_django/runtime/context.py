@@ -6,18 +6,21 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import shutdown
 from ..agents import AgentDefinition
 from ..clients import Client
 from ..events import EventCallback, emit
 from ..messages import PRIVATE_MESSAGE_KINDS, ChatMessage
-from ..models import Conversation, Message, ToolExecution, Turn
 from ..store import Claim, Fenced, History, TurnState, release_session, to_chat
+from ..store.reads import turn_deadline
 from ..tools.base import Tool
 from .handles import turn_handle
 from .streaming import DeltaSink
+
+if TYPE_CHECKING:
+    from ..models import Conversation, Message, ToolExecution, Turn
 
 
 class Suspended(Exception):
@@ -34,7 +37,7 @@ class HandBack(Exception):
 
 #: Runs a child turn inline, to its end (the loop's ``execute``): ``(child, agent, client,
 #: on_event)``. The loop sets it, so delegation does not import the loop it runs inside.
-ChildRunner = Callable[[Turn, AgentDefinition, Client, "EventCallback | None"], Any]
+ChildRunner = Callable[["Turn", AgentDefinition, Client, "EventCallback | None"], Any]
 
 
 @dataclass(frozen=True)
@@ -142,8 +145,7 @@ class TurnContext:
         if deadline is not None and now is not None and now >= deadline:
             # The deadline held in memory may have moved later since it was read (a resume or a
             # decided approval elsewhere in the tree): read it again before giving up.
-            deadline = Turn.objects.filter(pk=self.row.pk).values_list(
-                "deadline_at", flat=True).first()
+            deadline = turn_deadline(self.row.pk)
             if deadline is not None and now >= deadline:
                 return f"the turn's deadline passed during the {call.kind} call {call.name!r}"
         return None

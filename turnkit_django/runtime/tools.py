@@ -18,6 +18,7 @@ delegation group.
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
@@ -26,10 +27,10 @@ from ..agents import LOAD_SKILL, SubAgentTool
 from ..conf import turnkit_settings
 from ..error_records import ErrorRecord, outcome_unknown
 from ..messages import ToolCallPart
-from ..models import ToolExecution
 from ..serialization import JsonValue, to_json
 from ..states import FINISHED_TOOL_STATUSES, Phase, ToolStatus
 from ..store import LedgerDelta, Terminal
+from ..store.reads import executions_by_call
 from ..tools.base import Tool, ToolContext
 from ..tools.coordination import CoordinationTool
 from . import budget, completion, coordination, delegation, fanout, retries
@@ -38,13 +39,16 @@ from .context import ControlPending, ToolBinding, TurnContext
 from .controls import approval_gate
 from .results import Opened, Then, delegates, finish, leave, open_call, skip
 
+if TYPE_CHECKING:
+    from ..models import ToolExecution
+
 
 def tools_step(ctx: TurnContext) -> None:
     """Run the response's tool calls in order, each to its one result, then end the batch."""
     calls = response_calls(ctx)
     existing = ctx.batch
     if existing is None:
-        existing = {e.tool_call_id: e for e in ToolExecution.objects.filter(turn_id=ctx.row.pk)}
+        existing = executions_by_call(ctx.row.pk)
     ctx.batch = None
     terminal = ctx.state.terminal
     for index, call in enumerate(calls):
