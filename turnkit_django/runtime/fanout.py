@@ -26,7 +26,7 @@ Authorization is asked once, at launch: a resumed parent joins what it launched.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
@@ -38,8 +38,8 @@ from ..exceptions import BudgetExceeded
 from ..ids import new_id
 from ..limits import limit_of
 from ..messages import MessageKind, ToolCallPart, ToolResultPart
-from ..models import ToolExecution, Turn
 from ..states import FINISHED_TOOL_STATUSES, ToolStatus
+from ..store.reads import any_active, child_ids, children_by_execution
 from ..store.waits import add_edges
 from . import budget
 from .calls import precheck
@@ -47,6 +47,9 @@ from .context import Suspended, TurnContext
 from .delegation import child_outcome, child_task, create_child, launch_refusal
 from .results import delegates, finish
 from .submission import submit
+
+if TYPE_CHECKING:
+    from ..models import ToolExecution
 
 
 class _Refused(Exception):
@@ -81,10 +84,9 @@ def run_group(ctx: TurnContext, calls: Sequence[ToolCallPart], first: ToolCallPa
             existing[call.id] = _launch(ctx, call, tool)
             failpoints.hit("after_child_launch")
     ids = [existing[call.id].pk for call in group]
-    launched = Turn.objects.filter(parent_tool_execution_id__in=ids)
-    if suspend(ctx, list(launched.values_list("pk", flat=True))):
+    if suspend(ctx, child_ids(ids)):
         raise Suspended(ctx.row.pk)
-    children = {child.parent_tool_execution_id: child for child in launched.all()}
+    children = children_by_execution(ids)
     for call in group:
         execution = existing[call.id]
         child = children.get(execution.pk)
@@ -109,7 +111,7 @@ def suspend(ctx: TurnContext, target_ids: Sequence[str], *,
     execution that goes back to ``pending`` until the turn resumes (``wait_for``).
     """
     with ctx.fenced.atomic() as ledger:
-        if not Turn.objects.filter(pk__in=list(target_ids)).active().exists():
+        if not any_active(target_ids):
             return False
         budget.check_open(ledger)
         if pending_execution is not None:

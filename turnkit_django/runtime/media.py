@@ -43,7 +43,7 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..agents import AgentDefinition, schema_json
 from ..agents.definition import Schema
@@ -70,7 +70,6 @@ from ..exceptions import (
     MediaError,
 )
 from ..messages import Part
-from ..models import Message, Turn
 from ..serialization import JsonObject, decimal_json
 from ..states import TERMINAL_TURN_STATUSES, Phase, TurnStatus
 from ..store import (
@@ -83,6 +82,7 @@ from ..store import (
     worker_identity,
 )
 from ..store.media import delete_images
+from ..store.reads import message_by_id
 from . import budget, internal
 from .context import ToolBinding, TurnContext
 from .deliveries import callback_decision
@@ -91,6 +91,9 @@ from .loop import context, refuse_atomic_block
 from .media_arguments import checked_options, json_object, required_text
 from .media_operations import Operation, PaintOperation, Result, ViewOperation
 from .output import fail, publish_locked
+
+if TYPE_CHECKING:
+    from ..models import Message, Turn
 
 _SIZE = re.compile(r"^(?:\d{2,5}x\d{2,5}|auto)$")
 _PROVIDERS: dict[str, type[BaseClient]] = {"openai": OpenAIClient, "anthropic": AnthropicClient}
@@ -183,7 +186,7 @@ def _in_tool(binding: ToolBinding, op: Operation[Result]) -> Result:
     earlier = ctx.state.media.get(key)
     if earlier is not None and earlier.status == "completed" and earlier.message_id:
         # A replay of a replay-safe tool: the recorded result, without a second call.
-        return op.from_message(Message.objects.get(pk=earlier.message_id))
+        return op.from_message(message_by_id(earlier.message_id))
     with ctx.fenced.atomic() as ledger:
         budget.check_open(ledger)
         state = ctx.state.with_media(key, MediaCall(

@@ -3,9 +3,10 @@ or rows (the runtime imports neither ``django.db`` nor the models, issue 36)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
-from ..models import ToolExecution, Turn
+from ..models import Message, ToolExecution, Turn
 
 
 def turn_deadline(turn_id: str) -> datetime | None:
@@ -18,4 +19,28 @@ def executions_by_call(turn_id: str) -> dict[str, ToolExecution]:
     return {e.tool_call_id: e for e in ToolExecution.objects.filter(turn_id=turn_id)}
 
 
-__all__ = ["executions_by_call", "turn_deadline"]
+def child_ids(execution_ids: Sequence[str]) -> list[str]:
+    """Read the ids of the child turns the tool executions ``execution_ids`` launched."""
+    return list(Turn.objects.filter(parent_tool_execution_id__in=execution_ids)
+                .values_list("pk", flat=True))
+
+
+def children_by_execution(execution_ids: Sequence[str]) -> dict[str | None, Turn]:
+    """Read the child turns the tool executions ``execution_ids`` launched, keyed by the
+    execution."""
+    return {child.parent_tool_execution_id: child
+            for child in Turn.objects.filter(parent_tool_execution_id__in=execution_ids)}
+
+
+def any_active(turn_ids: Sequence[str]) -> bool:
+    """Read whether any of the turns ``turn_ids`` is still active (not finished)."""
+    return Turn.objects.filter(pk__in=list(turn_ids)).active().exists()
+
+
+def message_by_id(message_id: str) -> Message:
+    """Read the message ``message_id`` (Message.DoesNotExist when there is none)."""
+    return Message.objects.get(pk=message_id)
+
+
+__all__ = ["any_active", "child_ids", "children_by_execution", "executions_by_call",
+           "message_by_id", "turn_deadline"]
