@@ -7,7 +7,7 @@ background a group of delegations fans out (:mod:`.fanout`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..agents import AgentDefinition, SubAgentTool, get_agent
 from ..authorization import is_allowed
@@ -15,14 +15,17 @@ from ..clients import Client
 from ..error_records import ErrorRecord, budget_exceeded, not_authorized
 from ..exceptions import BudgetExceeded, ConfigurationError
 from ..messages import TextPart, ToolCallPart
-from ..models import ToolExecution, Turn
 from ..states import TERMINAL_TURN_STATUSES, ToolStatus, TurnStatus
 from ..store.controls import steering_receipts
 from ..store.events import stamp
+from ..store.reads import agent_and_parent, child_turn, turn_controls
 from . import budget
 from .calls import CallOutcome
 from .context import ControlPending, Suspended, TurnContext
 from .creation import new_turn
+
+if TYPE_CHECKING:
+    from ..models import ToolExecution, Turn
 
 
 def launch_refusal(parent: TurnContext, agent_name: str, arguments: Any) -> ErrorRecord | None:
@@ -52,7 +55,7 @@ def child_task(tool: SubAgentTool, args: Any) -> tuple[ErrorRecord | None, str]:
 
 def child_of(execution: ToolExecution) -> Turn | None:
     """The child a delegation's execution launched, if it did (one per execution)."""
-    return Turn.objects.filter(parent_tool_execution_id=execution.pk).first()
+    return child_turn(execution.pk)
 
 
 def create_child(parent: TurnContext, agent: AgentDefinition, execution: ToolExecution,
@@ -117,8 +120,7 @@ def _park_on_child(parent: TurnContext, execution: ToolExecution, child: Turn) -
     the child failed. A decision or a resume continues the chain from its top (services), and
     the call, started again, runs the same child on."""
     with parent.fenced.atomic() as ledger:
-        controls = dict(Turn.objects.filter(pk=parent.row.pk).values_list(
-            "controls", flat=True).get() or {})
+        controls = turn_controls(parent.row.pk)
         controls.pop("pause_requested", None)  # a pause asked of the parent holds: it parks
         controls.update(paused_at=stamp(ledger.now), paused_from="running",
                         inline_child=child.pk)
@@ -140,8 +142,7 @@ def inherited_client(row: Turn, agent: AgentDefinition) -> Client | None:
         return None
     parent_id = row.parent_turn_id
     while parent_id is not None:
-        name, parent_id = Turn.objects.filter(pk=parent_id).values_list(
-            "agent_name", "parent_turn_id").get()
+        name, parent_id = agent_and_parent(parent_id)
         try:
             client = get_agent(name).client
         except ConfigurationError:

@@ -12,7 +12,7 @@ terminal tool, the "not executed" results of the calls after it and the move to 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
@@ -21,12 +21,14 @@ from ..error_records import budget_exceeded, not_executed
 from ..exceptions import BudgetExceeded, LostClaim
 from ..limits import limit_of
 from ..messages import MessageKind, ToolCallPart, ToolResultPart
-from ..models import Message, ToolExecution
 from ..serialization import render_result
 from ..states import Phase, ToolStatus
 from ..store import Candidate, Ledger, LedgerDelta, Terminal, TurnState
 from . import budget, completion
 from .context import TurnContext
+
+if TYPE_CHECKING:
+    from ..models import Message, ToolExecution
 
 
 @dataclass(frozen=True)

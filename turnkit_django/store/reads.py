@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from ..models import Message, ToolExecution, Turn
 
@@ -42,5 +43,23 @@ def message_by_id(message_id: str) -> Message:
     return Message.objects.get(pk=message_id)
 
 
-__all__ = ["any_active", "child_ids", "children_by_execution", "executions_by_call",
-           "message_by_id", "turn_deadline"]
+def child_turn(execution_id: str) -> Turn | None:
+    """Read the child turn the tool execution ``execution_id`` launched, if it did."""
+    return Turn.objects.filter(parent_tool_execution_id=execution_id).first()
+
+
+def turn_controls(turn_id: str) -> dict[str, Any]:
+    """Read the turn's ``controls`` as committed now (a copy; Turn.DoesNotExist if none)."""
+    return dict(Turn.objects.filter(pk=turn_id).values_list("controls", flat=True).get() or {})
+
+
+def agent_and_parent(turn_id: str) -> tuple[str, str | None]:
+    """Read the turn's ``agent_name`` and ``parent_turn_id`` (Turn.DoesNotExist if none)."""
+    name, parent_id = Turn.objects.filter(pk=turn_id).values_list(
+        "agent_name", "parent_turn_id").get()
+    return name, parent_id
+
+
+__all__ = ["agent_and_parent", "any_active", "child_ids", "child_turn",
+           "children_by_execution", "executions_by_call",
+           "message_by_id", "turn_controls", "turn_deadline"]
