@@ -21,24 +21,28 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from django.db.models.functions import Now
 from pydantic import ValidationError
 
 from ..error_records import ErrorRecord, outcome_unknown
 from ..messages import MessageKind, TextPart, ToolCallPart, ToolResultPart
-from ..models import Message, ToolExecution, Turn
 from ..serialization import JsonObject
 from ..states import FINISHED_TOOL_STATUSES, TERMINAL_TURN_STATUSES, Phase, ToolStatus
 from ..store import Ledger
 from ..store.controls import steering_receipts
 from ..store.events import stamp
+from ..store.fields import statement_time
+from ..store.reads import children_by_execution, executions_by_call, running_among, turn_controls
 from ..tools.base import Tool, ToolContext
 from . import budget
 from .calls import CallOutcome, precheck, response_calls
 from .context import Suspended, TurnContext
 from .delegation import child_outcome
 from .results import skip_locked
+
+if TYPE_CHECKING:
+    from ..models import Message, ToolExecution
 
 SUPERSEDED = ErrorRecord(
     "superseded", "Not executed: superseded by new guidance from the user; read it and plan "
@@ -49,21 +53,19 @@ def not_started(ctx: TurnContext) -> list[str]:
     """Intents this worker wrote (``running``) for calls it has not started."""
     if not ctx.started:
         return []
-    return list(ToolExecution.objects.filter(pk__in=ctx.started, turn_id=ctx.row.pk).running()
-                .values_list("pk", flat=True))
+    return running_among(ctx.row.pk, ctx.started)
 
 
 def boundary(ctx: TurnContext) -> None:
     """Handle the controls waiting for this turn; raise Suspended when it paused."""
     idle = not_started(ctx)
-    executions = {e.tool_call_id: e for e in ToolExecution.objects.filter(turn_id=ctx.row.pk)}
+    executions = executions_by_call(ctx.row.pk)
     written: list[Message] = []
     paused = False
     with ctx.fenced.atomic() as ledger:
         if not ctx.fenced.controls_pending:
             return
-        controls = dict(Turn.objects.filter(pk=ctx.row.pk).values_list("controls", flat=True)
-                        .get() or {})
+        controls = turn_controls(ctx.row.pk)
         if controls.pop("pause_requested", None):
             controls.update(paused_at=stamp(ledger.now), paused_from="running")
             ctx.fenced.pause(idle, controls)
@@ -111,9 +113,8 @@ def _supersede(ctx: TurnContext, executions: dict[str, ToolExecution],
     """Every call of the current response that has not started gets a "superseded" result."""
     content = SUPERSEDED.for_model()
     written: list[Message] = []
-    children = {c.parent_tool_execution_id: c for c in Turn.objects.filter(
-        parent_tool_execution_id__in=[e.pk for e in executions.values()
-                                      if e.status not in FINISHED_TOOL_STATUSES])}
+    children = children_by_execution([e.pk for e in executions.values()
+                                       if e.status not in FINISHED_TOOL_STATUSES])
     for call in response_calls(ctx):
         execution = executions.get(call.id)
         child = None if execution is None else children.get(execution.pk)
@@ -124,7 +125,7 @@ def _supersede(ctx: TurnContext, executions: dict[str, ToolExecution],
             outcome = child_outcome(child)
             is_error = outcome.status != ToolStatus.COMPLETED
             ctx.fenced.move_execution(execution.pk, [ToolStatus.PENDING, ToolStatus.RUNNING],
-                                      outcome.status, completed_at=Now(),
+                                      outcome.status, completed_at=statement_time(),
                                       **{"error" if is_error else "result": outcome.content})
             written.append(ctx.fenced.append(
                 "tool", [ToolResultPart(call.id, call.name, outcome.content, is_error=is_error)],
@@ -209,8 +210,7 @@ def _park(ctx: TurnContext, tool: Tool | None, call: ToolCallPart,
                     "arguments": call.arguments}
         if expires is not None:  # absent, not null: a JSON null sorts before every stamp
             approval["expires_at"] = expires
-        controls = dict(Turn.objects.filter(pk=ctx.row.pk).values_list("controls", flat=True)
-                        .get() or {})
+        controls = turn_controls(ctx.row.pk)
         controls.update(paused_at=stamp(ledger.now), paused_from="running")
         if controls.pop("pause_requested", None):  # the operator's pause outlives the decision
             controls["pause_held"] = True

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..authorization import is_allowed
 from ..error_records import ErrorRecord, budget_exceeded, not_authorized
 from ..exceptions import AuthorizationError, BudgetExceeded, LostClaim, WaitError
 from ..ids import new_id
 from ..messages import ToolCallPart
-from ..models import Conversation, Delivery, ToolExecution, Turn
 from ..states import ToolStatus
-from ..store.deliveries import TOOL_PREFIX
+from ..store.deliveries import TOOL_PREFIX, delivery_by_key
+from ..store.reads import conversation_by_id, turn_principals, turns_by_id
 from ..store.waits import add_edges
 from ..tools.coordination import CoordinationTool, LaunchAgent, SendMessage, WaitFor
 from .calls import CallOutcome
@@ -30,9 +30,12 @@ from .deliveries import authorize_send, deliver, record_send
 from .fanout import suspend
 from .submission import authorize_callback, submit
 
+if TYPE_CHECKING:
+    from ..models import ToolExecution
+
 logger = logging.getLogger("turnkit_django.tools")
 
-Executor = Callable[[TurnContext, ToolCallPart, ToolExecution, Any], CallOutcome]
+Executor = Callable[[TurnContext, ToolCallPart, "ToolExecution", Any], CallOutcome]
 
 
 def _failed(code: str, message: str) -> CallOutcome:
@@ -80,14 +83,14 @@ def wait(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution,
         return _failed("not_available", "wait_for works only in background turns; this turn "
                                         "runs inline.")
     ids = list(dict.fromkeys(args.turn_ids))
-    owners = dict(Turn.objects.filter(pk__in=ids).values_list("pk", "principal"))
+    owners = turn_principals(ids)
     if not is_allowed("wait", principal=ctx.principal, turn_id=ctx.row.pk, target_ids=ids,
                       turn_principal=ctx.principal,
                       target_principals=[owners.get(pk) for pk in ids]):
         return CallOutcome.failed(not_authorized("You are not allowed to wait for these turns."))
     try:
         with ctx.fenced.atomic():
-            found = Turn.objects.in_bulk(ids)
+            found = turns_by_id(ids)
             missing = [pk for pk in ids if pk not in found]
             if missing:
                 raise WaitError(f"there is no turn {missing[0]!r}")
@@ -96,7 +99,7 @@ def wait(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution,
         return _failed("wait_refused", f"Cannot wait: {exc}.")
     if suspend(ctx, ids, pending_execution=execution.pk):
         raise Suspended(ctx.row.pk)
-    rows = Turn.objects.in_bulk(ids)  # all finished: suspend() found none active
+    rows = turns_by_id(ids)  # all finished: suspend() found none active
     return CallOutcome(ToolStatus.COMPLETED, {"results": [rows[pk].envelope() for pk in ids]})
 
 
@@ -104,9 +107,9 @@ def send(ctx: TurnContext, call: ToolCallPart, execution: ToolExecution,
          args: Any) -> CallOutcome:
     """``send_message``: a durable message to another conversation, keyed by the execution."""
     key = f"{TOOL_PREFIX}send:{execution.pk}"
-    delivery = Delivery.objects.filter(key=key).first()
+    delivery = delivery_by_key(key)
     if delivery is None:  # else a replay: the message was authorized and stored when it ran
-        destination = Conversation.objects.filter(pk=args.conversation_id).first()
+        destination = conversation_by_id(args.conversation_id)
         refused = CallOutcome.failed(not_authorized(
             f"You are not allowed to send a message to conversation {args.conversation_id!r}."))
         if destination is None:

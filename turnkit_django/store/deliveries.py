@@ -35,6 +35,11 @@ TOOL_PREFIX = "turnkit:"
 RESERVED_PREFIXES = (COMPLETION_PREFIX, POST_PREFIX, TOOL_PREFIX)
 
 
+def delivery_by_key(key: str) -> Delivery | None:
+    """Read the delivery stored under ``key``, or None when there is none."""
+    return Delivery.objects.filter(key=key).first()
+
+
 @dataclass(frozen=True)
 class _Identity:
     """What a retry under the same key must repeat exactly."""
@@ -150,4 +155,4 @@ def wake_conversation(conversation_id: str, wake: Wake) -> Turn | None:
 
 
 __all__ = ["COMPLETION_PREFIX", "AlreadyDelivered", "Delivered", "Wake", "append_delivered",
-           "create", "deliver", "wake_conversation"]
+           "create", "deliver", "delivery_by_key", "wake_conversation"]

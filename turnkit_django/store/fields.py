@@ -14,6 +14,7 @@ from typing import TypedDict
 
 from django.db.models import F
 from django.db.models.expressions import Combinable
+from django.db.models.functions import Now
 
 from ..serialization import JsonMapping, JsonObject, JsonValue
 
@@ -70,4 +71,9 @@ class Charge:
         return fields
 
 
-__all__ = ["Charge", "TerminalFields", "TurnFields"]
+def statement_time() -> Now:
+    """The database's clock when the statement that writes it runs (``Now()``)."""
+    return Now()
+
+
+__all__ = ["Charge", "TerminalFields", "TurnFields", "statement_time"]

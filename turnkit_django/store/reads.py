@@ -3,11 +3,11 @@ or rows (the runtime imports neither ``django.db`` nor the models, issue 36)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..models import Message, ToolExecution, Turn
+from ..models import Conversation, Message, ToolExecution, Turn
 
 
 def turn_deadline(turn_id: str) -> datetime | None:
@@ -18,6 +18,12 @@ def turn_deadline(turn_id: str) -> datetime | None:
 def executions_by_call(turn_id: str) -> dict[str, ToolExecution]:
     """Read the turn's tool executions, keyed by their tool call id."""
     return {e.tool_call_id: e for e in ToolExecution.objects.filter(turn_id=turn_id)}
+
+
+def running_among(turn_id: str, execution_ids: Collection[str]) -> list[str]:
+    """Read which of the turn's tool executions ``execution_ids`` are ``running``."""
+    return list(ToolExecution.objects.filter(pk__in=execution_ids, turn_id=turn_id).running()
+                .values_list("pk", flat=True))
 
 
 def child_ids(execution_ids: Sequence[str]) -> list[str]:
@@ -60,6 +66,22 @@ def agent_and_parent(turn_id: str) -> tuple[str, str | None]:
     return name, parent_id
 
 
+def turn_principals(turn_ids: Sequence[str]) -> dict[str, Any]:
+    """Read the principal of each of the turns ``turn_ids`` that exists, keyed by turn id."""
+    return dict(Turn.objects.filter(pk__in=turn_ids).values_list("pk", "principal"))
+
+
+def turns_by_id(turn_ids: Sequence[str]) -> dict[str, Turn]:
+    """Read the turns ``turn_ids`` that exist, keyed by id."""
+    return Turn.objects.in_bulk(turn_ids)
+
+
+def conversation_by_id(conversation_id: str) -> Conversation | None:
+    """Read the conversation ``conversation_id``, or None when there is none."""
+    return Conversation.objects.filter(pk=conversation_id).first()
+
+
 __all__ = ["agent_and_parent", "any_active", "child_ids", "child_turn",
-           "children_by_execution", "executions_by_call",
-           "message_by_id", "turn_controls", "turn_deadline"]
+           "children_by_execution", "conversation_by_id", "executions_by_call",
+           "message_by_id", "running_among", "turn_controls", "turn_deadline",
+           "turn_principals", "turns_by_id"]
