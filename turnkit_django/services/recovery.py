@@ -233,7 +233,7 @@ def ring_tenant(turn_id: str) -> list[str]:
     limits = turnkit_settings.TENANT_LIMITS
     if limits is None:
         return []
-    tenant = Turn.objects.filter(pk=turn_id).values("tenant")
+    tenant = Turn.objects.filter(pk=turn_id).values("tenant")[:1]
     ids = list(Turn.objects.lane_heads().filter(tenant=Subquery(tenant))
                .within_tenant_limit(limits.concurrency).order_by("submitted_at", "id")
                .values_list("pk", flat=True)[:limits.concurrency])
