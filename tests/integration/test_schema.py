@@ -43,6 +43,7 @@ def test_each_write_path_table_has_the_indexes_the_migration_names():
     assert columns_indexed("turnkit_toolexecution") == [
         # 0011: the approvals inbox and expiry, over calls that asked for one (the predicate
         # leaves ``status`` out, so status changes stay HOT updates)
+        "(created_at DESC, id DESC)",  # 0020: the admin list, newest first
         "(created_at) WHERE ((approval -> 'state'::text) = '\"requested\"'::jsonb)",
         "(id)", "(turn_id, tool_call_id)"]
     assert columns_indexed("turnkit_event") == ["(id)", "(root_turn_id, id)"]  # 0010: cursor
@@ -61,7 +62,9 @@ def test_each_write_path_table_has_the_indexes_the_migration_names():
         # 0014: a claim counts its tenant's running turns (TENANT_LIMITS; rows with a tenant)
         "turnkit_turn_tenant_running",
         # 0016: the retries of a run, looked up by deleting it (rows that are a retry only)
-        "turnkit_turn_retry_of"])
+        "turnkit_turn_retry_of",
+        # 0020: the admin list, newest first; 0021: active turns by conversation (prune)
+        "turnkit_turn_listed", "turnkit_turn_active_conv"])
 
 
 def test_the_turn_and_conversation_tables_leave_room_for_hot_updates():
