@@ -44,7 +44,7 @@ from bench.render import CHECKS, WINDOW  # noqa: E402
 from bench.workload import CHAT, CHAT_COMPACTING, SMALL_CONTEXT  # noqa: E402
 from turnkit_django import Agent  # noqa: E402
 from turnkit_django.agents.compaction import options_for  # noqa: E402
-from turnkit_django.handles import ConversationHandle  # noqa: E402
+from turnkit_django.api.handles import ConversationHandle  # noqa: E402
 from turnkit_django.runtime.compaction import choose, estimate  # noqa: E402
 from turnkit_django.store.transcript import visible_chat  # noqa: E402
 

@@ -57,8 +57,8 @@ from bench import render  # noqa: E402
 from bench.common import save  # noqa: E402
 from bench.history_sql import ACTIVE_SQL, FINISHED_SQL, TABLES  # noqa: E402
 from turnkit_django import reconcile  # noqa: E402
+from turnkit_django.api.handles import load_run  # noqa: E402
 from turnkit_django.conf import turnkit_settings  # noqa: E402
-from turnkit_django.handles import load_run  # noqa: E402
 from turnkit_django.models import Turn  # noqa: E402
 from turnkit_django.store.locks import database_now  # noqa: E402
 from turnkit_django.store.retention import delete_prunable  # noqa: E402

@@ -47,8 +47,8 @@ from bench.celery_app import QUEUE  # noqa: E402  (the default Celery app from h
 from bench.common import OUT, REPO, save  # noqa: E402
 from bench.tasks import bare_step, create_tables  # noqa: E402
 from bench.workload import T3  # noqa: E402
+from turnkit_django.base.states import TERMINAL_TURN_STATUSES  # noqa: E402
 from turnkit_django.models import Turn  # noqa: E402
-from turnkit_django.states import TERMINAL_TURN_STATUSES  # noqa: E402
 
 WORKER_ROLE = "bench_worker"
 TERMINAL = [str(s) for s in TERMINAL_TURN_STATUSES]

@@ -29,7 +29,7 @@ from unittest import mock
 
 from django.db import connection
 
-from turnkit_django.ids import new_id
+from turnkit_django.base.ids import new_id
 from turnkit_django.models import Turn
 from turnkit_django.store import steps
 from turnkit_django.store.cursors import server_cursor

@@ -16,10 +16,10 @@ from django.db import transaction
 from django.utils import timezone
 from factory.django import DjangoModelFactory
 
-from turnkit_django.ids import new_id
+from turnkit_django.base.ids import new_id
+from turnkit_django.base.states import Phase, ToolStatus, TurnStatus
 from turnkit_django.messages import TextPart, ToolCallPart, ToolResultPart, dump_parts
 from turnkit_django.models import Conversation, Lease, Message, ToolExecution, Turn
-from turnkit_django.states import Phase, ToolStatus, TurnStatus
 from turnkit_django.store import allocate_sequences
 
 AGENT = "factory-agent"

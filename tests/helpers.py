@@ -10,8 +10,9 @@ import pytest
 from django.core.files.storage import storages
 
 from tests.dispatch import clear, recorded
-from turnkit_django import failpoints, services
+from turnkit_django import services
 from turnkit_django.agents.registry import register, unregister
+from turnkit_django.base import failpoints
 
 
 @pytest.fixture

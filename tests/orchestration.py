@@ -14,7 +14,8 @@ import pytest
 
 from tests.dispatch import override_turnkit
 from tests.helpers import expire_lease
-from turnkit_django import Agent, failpoints, services, tool
+from turnkit_django import Agent, services, tool
+from turnkit_django.base import failpoints
 from turnkit_django.clients.base import ModelRequest
 from turnkit_django.messages import load_parts
 from turnkit_django.models import Conversation, Delivery, Message, ToolExecution, Turn, Wait

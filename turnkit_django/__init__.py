@@ -8,7 +8,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .deltas import Delta
+from .base.moved import install as _install_moved_paths
+from .conf.deltas import Delta
 from .exceptions import (
     ApprovalError,
     AtomicBlockError,
@@ -38,37 +39,39 @@ from .exceptions import (
 if TYPE_CHECKING:
     from .agents import Audit, Prompt, Skill, SubAgentTool, Violation, check_output_policy, register
     from .agents.tool_policy import ToolCall
+    from .api.handles import Agent, Run, load_conversation, load_run, load_turn
+    from .api.handles import ConversationHandle as Conversation
+    from .api.handles import TurnHandle as Turn
+    from .api.schedules import schedule
     from .clients.evaluation import Choice, Evaluation, Score, YesNo
-    from .handles import Agent, Run, load_conversation, load_run, load_turn
-    from .handles import ConversationHandle as Conversation
-    from .handles import TurnHandle as Turn
-    from .schedules import schedule
     from .services import drain, pending_approvals, reconcile
     from .tools.base import Tool, ToolContext, tool
     from .tools.media import ImageTool, ViewMediaTool
 
 __version__ = "0.1.0.dev0"
 
+_install_moved_paths()
+
 # The names below need Django's app registry (they import models); resolve them lazily so
 # ``import turnkit_django`` works in settings files and before ``django.setup()``.
 _LAZY = {
-    "Agent": ("handles", "Agent"),
+    "Agent": ("api.handles", "Agent"),
     "Tool": ("tools.base", "Tool"),
     "ToolContext": ("tools.base", "ToolContext"),
     "tool": ("tools.base", "tool"),
     "ImageTool": ("tools.media", "ImageTool"),
     "ViewMediaTool": ("tools.media", "ViewMediaTool"),
     "register": ("agents", "register"),
-    "Run": ("handles", "Run"),
-    "Turn": ("handles", "TurnHandle"),
-    "Conversation": ("handles", "ConversationHandle"),
-    "load_run": ("handles", "load_run"),
-    "load_turn": ("handles", "load_turn"),
-    "load_conversation": ("handles", "load_conversation"),
+    "Run": ("api.handles", "Run"),
+    "Turn": ("api.handles", "TurnHandle"),
+    "Conversation": ("api.handles", "ConversationHandle"),
+    "load_run": ("api.handles", "load_run"),
+    "load_turn": ("api.handles", "load_turn"),
+    "load_conversation": ("api.handles", "load_conversation"),
     "reconcile": ("services", "reconcile"),
     "drain": ("services", "drain"),
     "pending_approvals": ("services", "pending_approvals"),
-    "schedule": ("schedules", "schedule"),
+    "schedule": ("api.schedules", "schedule"),
     "Skill": ("agents", "Skill"),
     "Violation": ("agents", "Violation"),
     "Audit": ("agents", "Audit"),

@@ -12,7 +12,9 @@ class TurnkitConfig(AppConfig):
     def ready(self) -> None:
         # Imported here, not at the top: they import models, which need the app registry.
         # checks and databases register the system checks; handles gives tools their turn handles.
-        from . import checks, databases, handles  # noqa: F401, PLC0415
+        from . import checks  # noqa: F401, PLC0415
         from .agents.registry import autodiscover  # noqa: PLC0415
+        from .api import handles  # noqa: F401, PLC0415
+        from .base import databases  # noqa: F401, PLC0415
 
         autodiscover()

@@ -23,8 +23,8 @@ from django.utils import timezone
 from .agents.compaction import check_options as check_compaction
 from .agents.compaction import merged_options
 from .agents.registry import registered_agents
-from .beat import beat_problem
-from .brokers import FILESYSTEM_HINT, broker_problem, filesystem_problem
+from .base.beat import beat_problem
+from .base.brokers import FILESYSTEM_HINT, broker_problem, filesystem_problem
 from .clients import default_client, is_test_client
 from .clients.cost import validate_rates
 from .conf import problems, turnkit_settings

@@ -15,8 +15,8 @@ from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from . import metrics, tracing
-from .serialization import JsonObject, JsonValue
+from .base.serialization import JsonObject, JsonValue
+from .observability import metrics, tracing
 
 logger = logging.getLogger("turnkit_django.events")
 

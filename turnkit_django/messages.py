@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from django.db import models
 from pydantic import Field, TypeAdapter
 
-from .serialization import MAX_DEPTH, JsonObject, storable_text
+from .base.serialization import MAX_DEPTH, JsonObject, storable_text
 
 Role = Literal["user", "assistant", "tool"]
 

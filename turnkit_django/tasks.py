@@ -24,7 +24,7 @@ from celery.schedules import schedule
 from celery.signals import worker_process_init, worker_shutting_down
 from django.db import close_old_connections, connections
 
-from . import shutdown
+from .base import shutdown
 from .conf import turnkit_settings
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import views
+from .console import views
 
 app_name = "turnkit"
 

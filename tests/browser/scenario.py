@@ -15,9 +15,10 @@ import pytest
 
 from tests.browser.scenario_rates import RATES
 from tests.orchestration import crash_at, scripted
-from turnkit_django import Agent, ToolError, failpoints, services, tool
+from turnkit_django import Agent, ToolError, services, tool
 from turnkit_django.agents.registry import register, unregister
-from turnkit_django.handles import Run
+from turnkit_django.api.handles import Run
+from turnkit_django.base import failpoints
 from turnkit_django.testing import FunctionClient, call, reply
 
 

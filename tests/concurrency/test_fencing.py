@@ -22,10 +22,10 @@ from tests.concurrency.threads import Worker, wait_until
 from tests.dispatch import override_turnkit, recorded
 from tests.helpers import expire_lease
 from turnkit_django import Agent, LostClaim, services, store, tool
-from turnkit_django.error_records import unknown_result
+from turnkit_django.base.error_records import unknown_result
+from turnkit_django.base.states import Phase
 from turnkit_django.messages import ToolCallPart, ToolResultPart
 from turnkit_django.models import Conversation, Message, ToolExecution, Turn
-from turnkit_django.states import Phase
 from turnkit_django.store import repair
 from turnkit_django.testing import FunctionClient, call, reply
 

@@ -20,7 +20,8 @@ from django.db import connection, transaction
 
 from tests.concurrency.threads import TIMEOUT, Race, Worker, wait_until
 from tests.orchestration import answering
-from turnkit_django import Agent, LostClaim, Run, WaitError, failpoints, services, store
+from turnkit_django import Agent, LostClaim, Run, WaitError, services, store
+from turnkit_django.base import failpoints
 from turnkit_django.models import Message, Turn, Wait
 from turnkit_django.runtime import TurnContext, deliveries
 from turnkit_django.runtime.loop import context

@@ -20,7 +20,7 @@ import turnkit_django
 from tests.concurrency.threads import TIMEOUT, Worker, wait_until
 from tests.dispatch import override_turnkit
 from turnkit_django import Agent, services, tool
-from turnkit_django.error_records import unknown_result
+from turnkit_django.base.error_records import unknown_result
 from turnkit_django.models import Turn
 from turnkit_django.store.controls import extend_deadline
 from turnkit_django.store.locks import database_now

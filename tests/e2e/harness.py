@@ -29,8 +29,8 @@ from django.db import connection
 from tests.celery_app import PRERUN_HOLD, app  # also makes it the process's default app
 from tests.testapp import ledger
 from tests.testapp.agents import SCRIPTED_AGENT
+from turnkit_django.base.states import TERMINAL_TURN_STATUSES
 from turnkit_django.models import Turn
-from turnkit_django.states import TERMINAL_TURN_STATUSES
 
 REPO = Path(__file__).resolve().parents[2]
 QUEUE = "turnkit"

@@ -22,9 +22,9 @@ from django.db.models import F
 
 from tests.e2e.harness import Cluster, assert_hygiene
 from turnkit_django.agents.registry import get_agent
+from turnkit_django.base.states import ToolStatus
 from turnkit_django.messages import TextPart, load_parts
 from turnkit_django.models import Message, ToolExecution
-from turnkit_django.states import ToolStatus
 from turnkit_django.testing.verify import assert_invariants
 
 EFFECT_TOOLS = frozenset({"unsafe_effect", "safe_effect", "approved_refund", "flaky_effect",

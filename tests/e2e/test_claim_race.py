@@ -20,9 +20,9 @@ from tests.e2e.invariants import assert_scenario_invariants
 from tests.e2e.racer import race
 from tests.testapp.agents import SCRIPTED_AGENT
 from turnkit_django.agents.registry import get_agent
-from turnkit_django.ids import new_id
+from turnkit_django.base.ids import new_id
+from turnkit_django.base.states import TurnStatus
 from turnkit_django.models import Conversation, Turn
-from turnkit_django.states import TurnStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

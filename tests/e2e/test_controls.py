@@ -12,8 +12,8 @@ from tests.e2e.invariants import assert_scenario_invariants
 from tests.testapp.agents import SCRIPTED_AGENT
 from turnkit_django import load_conversation, load_run
 from turnkit_django.agents.registry import get_agent
+from turnkit_django.base.states import TurnStatus
 from turnkit_django.models import Message, ToolExecution, Turn
-from turnkit_django.states import TurnStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,8 +13,8 @@ import pytest
 from tests.e2e.harness import Cluster, submit, wait_terminal
 from tests.e2e.invariants import assert_scenario_invariants
 from turnkit_django import AuthorizationError, load_run
+from turnkit_django.base.states import TurnStatus
 from turnkit_django.models import Conversation, Turn
-from turnkit_django.states import TurnStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ACME, GLOBEX = {"tenant": "acme"}, {"tenant": "globex"}

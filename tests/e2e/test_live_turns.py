@@ -18,8 +18,8 @@ from django.db import connection
 
 from tests.e2e.harness import Cluster, Worker, submit, wait_for, wait_terminal
 from tests.e2e.invariants import assert_scenario_invariants
+from turnkit_django.base.states import TurnStatus
 from turnkit_django.models import Turn
-from turnkit_django.states import TurnStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -28,10 +28,10 @@ from tests.e2e.invariants import assert_scenario_invariants
 from tests.testapp.media_agents import MEDIA_AGENT, PAINT_GATE
 from tests.testapp.models import Upload
 from turnkit_django.agents import get_agent
-from turnkit_django.error_records import unknown_result
+from turnkit_django.base.error_records import unknown_result
+from turnkit_django.base.states import ToolStatus, TurnStatus
 from turnkit_django.messages import ImagePart, load_parts
 from turnkit_django.models import Message, ToolExecution, Turn
-from turnkit_django.states import ToolStatus, TurnStatus
 from turnkit_django.testing import PNG
 
 pytestmark = pytest.mark.django_db(transaction=True)

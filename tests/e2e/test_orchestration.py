@@ -22,9 +22,9 @@ from tests.e2e.harness import Cluster, script, wait_for, wait_terminal
 from tests.e2e.invariants import assert_scenario_invariants
 from turnkit_django import services
 from turnkit_django.agents.registry import get_agent
+from turnkit_django.base.states import TurnStatus
 from turnkit_django.messages import load_parts
 from turnkit_django.models import Message, ToolExecution, Turn
-from turnkit_django.states import TurnStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

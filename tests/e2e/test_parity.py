@@ -21,9 +21,9 @@ from tests.e2e.invariants import assert_scenario_invariants
 from tests.testapp.parity_agents import PageArgs, page_task, page_text
 from turnkit_django import load_turn
 from turnkit_django.agents.registry import get_agent
+from turnkit_django.base.states import ToolStatus, TurnStatus
 from turnkit_django.messages import ToolResultPart, load_parts
 from turnkit_django.models import Message, ToolExecution, Turn
-from turnkit_django.states import ToolStatus, TurnStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,7 +11,7 @@ import uuid
 import pytest
 import redis
 
-from turnkit_django.throttles import Quota, RedisLimiter
+from turnkit_django.base.throttles import Quota, RedisLimiter
 
 pytestmark = pytest.mark.e2e
 

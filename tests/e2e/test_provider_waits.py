@@ -22,8 +22,8 @@ import pytest
 from tests.e2e.harness import Cluster, wait_for, wait_terminal
 from tests.e2e.loopback import LoopbackProvider
 from turnkit_django.agents.registry import get_agent
+from turnkit_django.base.states import TurnStatus
 from turnkit_django.models import Turn
-from turnkit_django.states import TurnStatus
 from turnkit_django.store import provider_waits
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 
 from tests.e2e.harness import Cluster, Worker, submit, wait_for, wait_terminal
-from turnkit_django.states import TurnStatus
+from turnkit_django.base.states import TurnStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

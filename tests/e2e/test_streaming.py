@@ -32,8 +32,8 @@ from tests.e2e.harness import Cluster, wait_for, wait_terminal
 from tests.e2e.loopback import LoopbackProvider
 from turnkit_django import Delta
 from turnkit_django.agents.registry import get_agent
+from turnkit_django.base.states import TurnStatus
 from turnkit_django.models import Message
-from turnkit_django.states import TurnStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

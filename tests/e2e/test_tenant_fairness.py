@@ -20,8 +20,8 @@ import pytest
 from tests.e2e.harness import Cluster, submit, wait_for, wait_terminal
 from tests.e2e.invariants import assert_scenario_invariants
 from tests.e2e.worker_settings import E2E_TURNKIT, tenant_limits
+from turnkit_django.base.states import TurnStatus
 from turnkit_django.models import Turn
-from turnkit_django.states import TurnStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,8 +18,8 @@ import pytest
 from tests.e2e.harness import Cluster, submit, wait_for, wait_terminal
 from tests.e2e.invariants import assert_scenario_invariants
 from tests.testapp.agents import flaky_effect
+from turnkit_django.base.states import ToolStatus, TurnStatus
 from turnkit_django.models import Message, ToolExecution, Turn
-from turnkit_django.states import ToolStatus, TurnStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -20,10 +20,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from tests.e2e.harness import Cluster, script, wait_for, wait_terminal
 from tests.testapp import span_file
-from turnkit_django import tracing
 from turnkit_django.agents.registry import get_agent
+from turnkit_django.base.states import TurnStatus
 from turnkit_django.models import Turn
-from turnkit_django.states import TurnStatus
+from turnkit_django.observability import tracing
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

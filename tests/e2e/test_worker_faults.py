@@ -14,9 +14,9 @@ import pytest
 from tests.e2e.harness import Cluster, submit, wait_for, wait_terminal
 from tests.e2e.invariants import assert_scenario_invariants
 from tests.e2e.worker_settings import E2E_TURNKIT
-from turnkit_django.error_records import unknown_result
+from turnkit_django.base.error_records import unknown_result
+from turnkit_django.base.states import ToolStatus, TurnStatus
 from turnkit_django.models import Message, ToolExecution, Turn
-from turnkit_django.states import ToolStatus, TurnStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,7 @@ import pytest
 from tests.e2e.harness import Cluster, Worker, submit, wait_for, wait_terminal
 from tests.testapp.agents import SCRIPTED_AGENT
 from turnkit_django import load_run
-from turnkit_django.states import TurnStatus
+from turnkit_django.base.states import TurnStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,8 +21,9 @@ from django.utils import timezone
 
 from tests.dispatch import background, clear, recorded
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
-from turnkit_django import Agent, drain, failpoints, services, tool
-from turnkit_django.failpoints import SimulatedCrash
+from turnkit_django import Agent, drain, services, tool
+from turnkit_django.base import failpoints
+from turnkit_django.base.failpoints import SimulatedCrash
 from turnkit_django.models import Event, Turn
 from turnkit_django.services import turns as service_turns
 from turnkit_django.testing import FunctionClient, call, reply

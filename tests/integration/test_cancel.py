@@ -18,12 +18,12 @@ from tests.dispatch import background, override_turnkit, recorded
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from tests.orchestration import DENIALS, answering, policy, policy_calls, snapshot
 from turnkit_django import Agent, AuthorizationError, LostClaim, services, store, tool
-from turnkit_django.error_records import unknown_result
+from turnkit_django.api.handles import Run
+from turnkit_django.base.error_records import unknown_result
+from turnkit_django.base.states import Phase
 from turnkit_django.events import turn_cancelled
-from turnkit_django.handles import Run
 from turnkit_django.messages import TextPart, ToolCallPart, load_parts
 from turnkit_django.models import Delivery, Message, ToolExecution, Turn
-from turnkit_django.states import Phase
 from turnkit_django.testing import FunctionClient, call, reply
 
 __all__ = ["_disarm_failpoints", "background", "policy_calls", "registered",

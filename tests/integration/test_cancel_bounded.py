@@ -15,7 +15,7 @@ from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from tests.integration.test_cancel import child_of
 from tests.orchestration import answering, policy, policy_calls
 from turnkit_django import services
-from turnkit_django.handles import Run
+from turnkit_django.api.handles import Run
 from turnkit_django.models import Turn
 
 __all__ = ["_disarm_failpoints", "background", "policy_calls", "registered",

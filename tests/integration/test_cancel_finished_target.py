@@ -12,7 +12,7 @@ from tests.dispatch import background
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from tests.orchestration import answering
 from turnkit_django import load_turn, services
-from turnkit_django.handles import Run
+from turnkit_django.api.handles import Run
 from turnkit_django.messages import TextPart
 from turnkit_django.models import Turn
 

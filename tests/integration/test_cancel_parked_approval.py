@@ -15,7 +15,7 @@ import pytest
 
 from tests.dispatch import clear, recorded
 from turnkit_django import Agent, ApprovalError, pending_approvals, services, tool
-from turnkit_django.handles import Run
+from turnkit_django.api.handles import Run
 from turnkit_django.models import Event, Message, ToolExecution, Turn
 from turnkit_django.testing import FunctionClient, call, reply
 

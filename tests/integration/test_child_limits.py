@@ -13,8 +13,8 @@ from tests.dispatch import background
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from tests.orchestration import ping, ping_six_times, pings
 from turnkit_django import Agent, services
-from turnkit_django.limits import ITERATIONS, TOOL_EXECUTIONS
 from turnkit_django.models import ToolExecution, Turn
+from turnkit_django.store.limits import ITERATIONS, TOOL_EXECUTIONS
 from turnkit_django.testing import FunctionClient, call, reply
 
 __all__ = ["_disarm_failpoints", "background", "registered", "verify_after_test"]

@@ -27,7 +27,7 @@ from turnkit_django import (
     services,
     tool,
 )
-from turnkit_django.handles import Run
+from turnkit_django.api.handles import Run
 from turnkit_django.models import Delivery, Event, Message, ToolExecution, Turn
 from turnkit_django.services import controls
 from turnkit_django.testing import FunctionClient, call, reply

@@ -28,11 +28,11 @@ from turnkit_django import (
     AuthorizationError,
     Conversation,
     ModelError,
-    failpoints,
     reconcile,
     services,
     store,
 )
+from turnkit_django.base import failpoints
 from turnkit_django.models import Delivery, Message, ToolExecution, Turn, Wait
 from turnkit_django.runtime import deliveries
 from turnkit_django.testing import FunctionClient, call, reply

@@ -16,8 +16,8 @@ from django.db import connection
 from tests.asgi_server import serving, serving_wsgi
 from tests.integration.test_event_stream import principal, session_cookie
 from turnkit_django import Agent
+from turnkit_django.console.views import EventStream
 from turnkit_django.testing import FunctionClient
-from turnkit_django.views import EventStream
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
 

@@ -16,10 +16,10 @@ from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
 from turnkit_django import Agent, BudgetExceeded, LostClaim, services, store, tool
+from turnkit_django.base.states import ToolStatus
 from turnkit_django.messages import TextPart
 from turnkit_django.models import Conversation, Message, ToolExecution, Turn
 from turnkit_django.runtime import budget
-from turnkit_django.states import ToolStatus
 from turnkit_django.store import steps
 from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply
 

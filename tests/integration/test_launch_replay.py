@@ -15,7 +15,8 @@ from tests import orchestration
 from tests.dispatch import background
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from tests.orchestration import crash_at, policy, policy_calls, recover, tool_results
-from turnkit_django import Agent, failpoints, services
+from turnkit_django import Agent, services
+from turnkit_django.base import failpoints
 from turnkit_django.models import Delivery, Turn
 from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply
 from turnkit_django.tools import launch_agent, send_message

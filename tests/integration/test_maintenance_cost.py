@@ -21,10 +21,10 @@ from tests.dispatch import background, override_turnkit
 from tests.factories import create_terminal_turns
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from turnkit_django import Agent, services
+from turnkit_django.base.ids import new_id
+from turnkit_django.base.states import TurnStatus
 from turnkit_django.conf import turnkit_settings
-from turnkit_django.ids import new_id
 from turnkit_django.models import Conversation, Lease, Turn
-from turnkit_django.states import TurnStatus
 from turnkit_django.testing import FunctionClient, reply
 
 __all__ = ["_disarm_failpoints", "background", "registered", "verify_after_test"]

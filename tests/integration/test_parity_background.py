@@ -15,16 +15,8 @@ from pydantic import BaseModel
 
 from tests.dispatch import override_turnkit
 from tests.orchestration import fan_out_and_join, recover
-from turnkit_django import (
-    Agent,
-    SubAgentTool,
-    ToolCall,
-    YesNo,
-    failpoints,
-    load_turn,
-    services,
-    tool,
-)
+from turnkit_django import Agent, SubAgentTool, ToolCall, YesNo, load_turn, services, tool
+from turnkit_django.base import failpoints
 from turnkit_django.clients import ModelRequest
 from turnkit_django.messages import ToolResultPart, load_parts
 from turnkit_django.models import Turn

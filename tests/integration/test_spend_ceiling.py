@@ -14,9 +14,9 @@ from tests.dispatch import background
 from tests.helpers import registered, verify_after_test
 from turnkit_django import Agent, services, tool
 from turnkit_django.clients import ModelResponse, Usage
-from turnkit_django.limits import MAX_COST, SPEND_UNRECORDABLE
 from turnkit_django.messages import TextPart, ToolCallPart
 from turnkit_django.models import Turn
+from turnkit_django.store.limits import MAX_COST, SPEND_UNRECORDABLE
 from turnkit_django.testing import FunctionClient
 
 __all__ = ["background", "registered", "verify_after_test"]

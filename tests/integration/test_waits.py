@@ -24,8 +24,8 @@ from turnkit_django import (
     load_turn,
     services,
 )
+from turnkit_django.api.handles import Run
 from turnkit_django.clients.base import ModelRequest
-from turnkit_django.handles import Run
 from turnkit_django.models import Message, Turn, Wait
 from turnkit_django.testing import FunctionClient, reply
 

@@ -18,8 +18,8 @@ from tests.e2e.invariants import (
     side_effect_problems,
     terminal_event_problems,
 )
+from turnkit_django.base.states import ToolStatus
 from turnkit_django.models import Conversation, Delivery, Message, ToolExecution, Turn, Wait
-from turnkit_django.states import ToolStatus
 from turnkit_django.testing.verify import check_invariants
 
 

@@ -22,7 +22,7 @@ from django.db import connection
 from tests.e2e.harness import queued
 from turnkit_django import load_turn
 from turnkit_django.agents.registry import get_agent
-from turnkit_django.handles import Agent, ConversationHandle
+from turnkit_django.api.handles import Agent, ConversationHandle
 from turnkit_django.models import Turn
 
 from ..testapp.soak_agents import LAUNCHED

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from turnkit_django import Agent, ModelError
-from turnkit_django.admin_views import LINKED_LIMIT
+from turnkit_django.console.admin_views import LINKED_LIMIT
 from turnkit_django.models import Conversation
 from turnkit_django.testing import FunctionClient, ScriptedClient, reply
 

@@ -23,9 +23,9 @@ from django.urls import reverse
 from turnkit_django import Agent, tool
 from turnkit_django.clients.base import Usage
 from turnkit_django.clients.media import GeneratedImage, ImageResult
+from turnkit_django.console.transcript import render
 from turnkit_django.models import Message, ToolExecution
 from turnkit_django.testing import PNG, FunctionClient, FunctionMediaClient, call, reply
-from turnkit_django.transcript import render
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ import pytest
 
 from tests.dispatch import override_turnkit
 from turnkit_django import Agent, ApprovalError, AuthorizationError, ToolContext, services, tool
-from turnkit_django.handles import load_turn
+from turnkit_django.api.handles import load_turn
 from turnkit_django.models import Event, ToolExecution, Turn
 from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply
 from turnkit_django.tools import launch_agent

@@ -24,10 +24,10 @@ from turnkit_django import (
     reconcile,
     tool,
 )
+from turnkit_django.base.serialization import storable, to_json
 from turnkit_django.events import Event
 from turnkit_django.messages import ToolCallPart
 from turnkit_django.models import Conversation, Delivery, Message, ToolExecution, Turn
-from turnkit_django.serialization import storable, to_json
 from turnkit_django.store import Fenced, claim
 from turnkit_django.testing import ScriptedClient, call, reply
 

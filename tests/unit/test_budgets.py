@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from tests.dispatch import override_turnkit
 from turnkit_django import Agent, tool
-from turnkit_django.limits import DEPTH, ITERATIONS, SPEND, TIMEOUT, TOOL_EXECUTIONS
 from turnkit_django.models import ToolExecution, Turn
+from turnkit_django.store.limits import DEPTH, ITERATIONS, SPEND, TIMEOUT, TOOL_EXECUTIONS
 from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("invariants")]

@@ -13,8 +13,8 @@ import pytest
 
 from tests.helpers import run_all
 from turnkit_django import Agent
-from turnkit_django.limits import ITERATIONS
 from turnkit_django.models import Turn
+from turnkit_django.store.limits import ITERATIONS
 from turnkit_django.testing import FunctionClient, call, reply
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background")]

@@ -14,8 +14,8 @@ import pytest
 
 from tests.orchestration import ping, ping_six_times, pings
 from turnkit_django import Agent
-from turnkit_django.limits import ITERATIONS, TOOL_EXECUTIONS
 from turnkit_django.models import ToolExecution, Turn
+from turnkit_django.store.limits import ITERATIONS, TOOL_EXECUTIONS
 from turnkit_django.testing import FunctionClient, call, reply
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("invariants")]

@@ -23,6 +23,7 @@ from tests.unit.fixtures.wire import (
     assert_secret_absent,
     payloads,
 )
+from turnkit_django.api.media import to_media
 from turnkit_django.clients import AnthropicClient, OpenAIClient, Usage
 from turnkit_django.clients.cost import compute_cost
 from turnkit_django.clients.media import (
@@ -35,7 +36,6 @@ from turnkit_django.clients.media import (
     supports,
 )
 from turnkit_django.exceptions import ConfigurationError, MediaError, ModelAccessError, ModelError
-from turnkit_django.media import to_media
 from turnkit_django.testing import PNG
 
 OPENAI = payloads("openai_media")

@@ -13,9 +13,9 @@ from tests.dispatch import override_turnkit
 from turnkit_django import Agent, load_turn, tool
 from turnkit_django.clients import ModelResponse, Usage
 from turnkit_django.clients.cost import compute_cost
-from turnkit_django.limits import MAX_COST, SPEND_UNRECORDABLE
 from turnkit_django.messages import TextPart, ToolCallPart
 from turnkit_django.models import Turn
+from turnkit_django.store.limits import MAX_COST, SPEND_UNRECORDABLE
 from turnkit_django.testing import ScriptedClient, call, reply
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("invariants")]

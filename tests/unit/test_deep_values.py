@@ -9,8 +9,8 @@ import json
 import pytest
 
 from turnkit_django import Agent, tool
+from turnkit_django.base.serialization import MAX_DEPTH, to_json
 from turnkit_django.models import ToolExecution
-from turnkit_django.serialization import MAX_DEPTH, to_json
 from turnkit_django.testing import ScriptedClient, call, reply
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("invariants")]

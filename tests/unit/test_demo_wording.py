@@ -13,8 +13,8 @@ import pytest
 
 from example_project.demo import describe
 from turnkit_django import Agent
+from turnkit_django.console.transcript import summary
 from turnkit_django.testing import FunctionClient, reply
-from turnkit_django.transcript import summary
 
 
 @pytest.mark.django_db

@@ -25,11 +25,11 @@ from turnkit_django import (
     Score,
     TurnkitError,
     YesNo,
-    failpoints,
     load_turn,
     services,
     tool,
 )
+from turnkit_django.base import failpoints
 from turnkit_django.clients import EvaluatorReply, Usage
 from turnkit_django.events import Event
 from turnkit_django.models import Turn

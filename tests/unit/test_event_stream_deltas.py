@@ -23,10 +23,10 @@ from django.test import AsyncClient, Client
 
 from tests.unit.test_event_stream_poll_cost import fan_out
 from turnkit_django import Agent, Delta, services
+from turnkit_django.console.views import WAITING, Cursor, EventStream
 from turnkit_django.models import Turn
 from turnkit_django.runtime import streaming as runtime_streaming
 from turnkit_django.testing import FunctionClient, reply
-from turnkit_django.views import WAITING, Cursor, EventStream
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("background")]
 

@@ -12,10 +12,10 @@ from django.test.utils import CaptureQueriesContext
 
 from tests.dispatch import clear
 from turnkit_django import Agent, services
+from turnkit_django.console.views import END, WAITING, Cursor, EventStream
 from turnkit_django.models import Event, Turn
 from turnkit_django.testing import FunctionClient, call, reply
 from turnkit_django.tools import send_message
-from turnkit_django.views import END, WAITING, Cursor, EventStream
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background")]
 

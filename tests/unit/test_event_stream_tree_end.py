@@ -11,7 +11,7 @@ from django.test import AsyncClient
 from tests.dispatch import clear
 from tests.unit.test_tenant_tree import escalation
 from turnkit_django import services
-from turnkit_django.views import EventStream
+from turnkit_django.console.views import EventStream
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background")]
 

@@ -20,7 +20,6 @@ from turnkit_django import (
     InputError,
     InvalidTransition,
     ModelError,
-    failpoints,
     load_conversation,
     load_run,
     reconcile,
@@ -28,6 +27,7 @@ from turnkit_django import (
     tool,
 )
 from turnkit_django.agents.registry import registered_agents, unregister
+from turnkit_django.base import failpoints
 from turnkit_django.messages import ImagePart, load_parts
 from turnkit_django.models import Conversation, Message
 from turnkit_django.store.media import open_image

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.dispatch import recorded
-from turnkit_django import Agent, services, shutdown, tool
+from turnkit_django import Agent, services, tool
+from turnkit_django.base import shutdown
 from turnkit_django.models import ToolExecution, Turn
 from turnkit_django.testing import ScriptedClient, call, reply
 

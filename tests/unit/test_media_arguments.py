@@ -8,8 +8,8 @@ import pytest
 
 from tests.unit.test_entry_point_audit import rows
 from turnkit_django import Agent, ConfigurationError
+from turnkit_django.api.media import to_media
 from turnkit_django.exceptions import MediaError
-from turnkit_django.media import to_media
 from turnkit_django.testing import PNG, FunctionMediaClient
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("invariants", "media_root")]

@@ -13,9 +13,9 @@ from django.core.files.storage import storages
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from tests.testapp.models import Upload
+from turnkit_django.api.media import image_url, open_image, to_media
 from turnkit_django.clients.media_input import sniff
 from turnkit_django.exceptions import ConfigurationError, MediaError
-from turnkit_django.media import image_url, open_image, to_media
 from turnkit_django.messages import ImagePart
 from turnkit_django.store.media import save_image
 from turnkit_django.testing import PNG

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from turnkit_django import Agent, tool
+from turnkit_django.api.media import project_media
 from turnkit_django.clients import AnthropicClient, ModelRequest, OpenAIClient
-from turnkit_django.media import project_media
 from turnkit_django.messages import (
     ChatMessage,
     ImagePart,

@@ -15,10 +15,12 @@ import pytest
 
 from tests.dispatch import override_turnkit
 from tests.helpers import expire_lease
-from turnkit_django import Agent, InvalidTransition, failpoints, reconcile, services, tool
+from turnkit_django import Agent, InvalidTransition, reconcile, services, tool
+from turnkit_django.base import failpoints
+from turnkit_django.base.error_records import unknown_result
+from turnkit_django.base.failpoints import SimulatedCrash
 from turnkit_django.clients.base import ModelRequest, Usage
 from turnkit_django.clients.media import GeneratedImage, ImageResult, MediaAnalysis
-from turnkit_django.error_records import unknown_result
 from turnkit_django.events import Event
 from turnkit_django.events import event as any_event
 from turnkit_django.exceptions import (
@@ -28,7 +30,6 @@ from turnkit_django.exceptions import (
     MediaError,
     ModelError,
 )
-from turnkit_django.failpoints import SimulatedCrash
 from turnkit_django.messages import ImagePart, MediaAnalysisPart, load_parts
 from turnkit_django.models import Message, ToolExecution, Turn
 from turnkit_django.testing import PNG, FunctionClient, FunctionMediaClient, call, reply

@@ -14,8 +14,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from tests.helpers import crash
-from turnkit_django import Agent, metrics, reconcile
+from turnkit_django import Agent, reconcile
 from turnkit_django.models import Turn
+from turnkit_django.observability import metrics
 from turnkit_django.testing import FunctionClient, ScriptedClient, reply
 
 pytestmark = pytest.mark.django_db

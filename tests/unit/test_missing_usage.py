@@ -19,8 +19,8 @@ from turnkit_django import Agent, tool
 from turnkit_django.clients import AnthropicClient, ModelRequest, OpenAIClient
 from turnkit_django.clients.base import ModelResponse, Usage
 from turnkit_django.clients.cost import response_cost
+from turnkit_django.console.formatting import format_cost
 from turnkit_django.messages import ChatMessage, TextPart
-from turnkit_django.timeline import format_cost
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,8 @@ sys.modules["psycopg"] = None  # an import of it raises ImportError, as when not
 sys.modules["psycopg2"] = None
 import django
 django.setup()
-import turnkit_django.admin, turnkit_django.celery, turnkit_django.handles
-import turnkit_django.runtime, turnkit_django.services, turnkit_django.views
+import turnkit_django.admin, turnkit_django.celery, turnkit_django.api.handles
+import turnkit_django.runtime, turnkit_django.services, turnkit_django.console.views
 from django.core.management import call_command
 call_command("check")
 print("loaded")

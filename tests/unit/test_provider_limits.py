@@ -14,13 +14,13 @@ import pytest
 from django.core.checks import run_checks
 
 from turnkit_django import Agent
+from turnkit_django.base.throttles import LocalLimiter, Quota
 from turnkit_django.clients import ModelRequest
 from turnkit_django.events import Event
 from turnkit_django.events import event as signal
 from turnkit_django.exceptions import ModelError, ModelRateLimited
 from turnkit_django.runtime import throttling
 from turnkit_django.testing import FunctionClient, reply
-from turnkit_django.throttles import LocalLimiter, Quota
 
 pytestmark = pytest.mark.django_db
 

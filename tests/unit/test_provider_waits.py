@@ -20,13 +20,13 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from turnkit_django import Agent
+from turnkit_django.base.throttles import Quota
 from turnkit_django.clients import ModelRequest
 from turnkit_django.exceptions import ModelRateLimited
 from turnkit_django.models import Lease, Turn
 from turnkit_django.runtime import throttling
 from turnkit_django.store import provider_waits
 from turnkit_django.testing import FunctionClient, reply
-from turnkit_django.throttles import Quota
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,8 @@ from django.core.management import call_command
 
 from tests.dispatch import override_turnkit
 from tests.helpers import crash, expire_lease
-from turnkit_django import Agent, failpoints, reconcile
+from turnkit_django import Agent, reconcile
+from turnkit_django.base import failpoints
 from turnkit_django.models import Turn
 from turnkit_django.testing import FunctionClient, reply
 

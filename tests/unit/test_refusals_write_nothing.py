@@ -19,8 +19,8 @@ from django.apps import apps
 from tests.dispatch import override_turnkit
 from tests.unit.test_approval_inbox import refund, respond
 from turnkit_django import Agent, AuthorizationError, pending_approvals, services
-from turnkit_django.authorization import ACTIONS
 from turnkit_django.events import event
+from turnkit_django.runtime.authorization import ACTIONS
 from turnkit_django.testing import FunctionClient, call, reply
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background")]

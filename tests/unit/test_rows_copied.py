@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from turnkit_django.states import Phase
+from turnkit_django.base.states import Phase
 from turnkit_django.store.rows import copied
 from turnkit_django.store.turn_state import TurnState
 

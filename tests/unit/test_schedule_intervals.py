@@ -14,8 +14,8 @@ from django.contrib.admin.sites import AdminSite
 from django.db import IntegrityError, transaction
 
 from turnkit_django import Agent, InputError, schedule
-from turnkit_django.admin_schedules import ScheduleAdmin
-from turnkit_django.intervals import interval_firings, latest_interval_firing
+from turnkit_django.admin.schedules import ScheduleAdmin
+from turnkit_django.base.intervals import interval_firings, latest_interval_firing
 from turnkit_django.models import Schedule, ScheduleFiring
 from turnkit_django.services.schedules import fire_schedules
 from turnkit_django.testing import FunctionClient, reply

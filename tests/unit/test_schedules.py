@@ -12,7 +12,7 @@ import pytest
 from django.contrib.admin.sites import AdminSite
 
 from turnkit_django import Agent, InputError, schedule
-from turnkit_django.admin_schedules import ScheduleAdmin
+from turnkit_django.admin.schedules import ScheduleAdmin
 from turnkit_django.models import Message, Schedule, ScheduleFiring, Turn
 from turnkit_django.services.schedules import fire_schedules
 from turnkit_django.testing import FunctionClient, reply

@@ -33,8 +33,8 @@ from turnkit_django.conf import (
     suggest,
     turnkit_settings,
 )
-from turnkit_django.limits import LIMIT_OPTIONS
 from turnkit_django.models import Turn
+from turnkit_django.store.limits import LIMIT_OPTIONS
 from turnkit_django.testing import ScriptedClient
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from turnkit_django import Agent, Delta, RunTimeout, services
-from turnkit_django.delta_channel import LocalChannel
+from turnkit_django.conf.delta_channel import LocalChannel
 from turnkit_django.models import Event, Turn
 from turnkit_django.runtime import streaming as runtime_streaming
 from turnkit_django.services import streaming

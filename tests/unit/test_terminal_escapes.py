@@ -12,7 +12,7 @@ import pytest
 from django.core.management import call_command, load_command_class
 
 from turnkit_django import Agent, ToolError
-from turnkit_django.terminal import for_terminal
+from turnkit_django.base.terminal import for_terminal
 from turnkit_django.testing import ScriptedClient, call, reply
 from turnkit_django.tools.base import tool
 

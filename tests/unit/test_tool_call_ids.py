@@ -16,7 +16,8 @@ import pytest
 
 from tests.dispatch import override_turnkit
 from tests.unstorable import CASES, TOO_LONG, run_case
-from turnkit_django import Agent, ConfigurationError, failpoints, reconcile, services, tool
+from turnkit_django import Agent, ConfigurationError, reconcile, services, tool
+from turnkit_django.base import failpoints
 from turnkit_django.messages import CALL_FIELD_LENGTH, ToolCallPart, distinct_call_ids, load_parts
 from turnkit_django.models import Message, ToolExecution, Turn
 from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply

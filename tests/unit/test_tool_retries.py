@@ -16,11 +16,12 @@ from pydantic import BaseModel
 
 import turnkit_django
 from tests.helpers import expire_lease
-from turnkit_django import Agent, Tool, failpoints, services, tool
+from turnkit_django import Agent, Tool, services, tool
+from turnkit_django.base import failpoints
+from turnkit_django.base.failpoints import SimulatedCrash
 from turnkit_django.events import Event
 from turnkit_django.events import event as signal
 from turnkit_django.exceptions import ConfigurationError
-from turnkit_django.failpoints import SimulatedCrash
 from turnkit_django.models import ToolExecution, Turn
 from turnkit_django.runtime import retries
 from turnkit_django.testing import ScriptedClient, call, reply
@@ -266,7 +267,7 @@ def test_a_stop_request_during_the_backoff_hands_the_turn_back_at_once(registere
     import threading
     import time
 
-    from turnkit_django import shutdown
+    from turnkit_django.base import shutdown
 
     service = Flaky(1)
     agent, client = rates_agent(registered, service, retries=2, backoff=30.0)

@@ -16,8 +16,9 @@ from opentelemetry.trace import StatusCode
 
 from tests.dispatch import override_turnkit
 from tests.helpers import run_all
-from turnkit_django import Agent, SubAgentTool, tool, tracing
+from turnkit_django import Agent, SubAgentTool, tool
 from turnkit_django.models import Turn
+from turnkit_django.observability import tracing
 from turnkit_django.testing import FunctionClient, ScriptedClient, call, reply
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("background")]

@@ -9,8 +9,8 @@ import pytest
 from django.forms.models import model_to_dict
 
 from turnkit_django import Agent, InvalidTransition
+from turnkit_django.base.states import ACTIVE_TURN_STATUSES, TRANSITIONS, TurnStatus
 from turnkit_django.models import Turn
-from turnkit_django.states import ACTIVE_TURN_STATUSES, TRANSITIONS, TurnStatus
 from turnkit_django.store import apply_transition
 
 pytestmark = pytest.mark.django_db

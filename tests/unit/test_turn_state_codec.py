@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from turnkit_django.states import Phase
+from turnkit_django.base.states import Phase
 from turnkit_django.store.turn_state import (
     GRANTED,
     Candidate,

@@ -19,7 +19,8 @@ from tests.factories import (
     tool_turn,
 )
 from tests.helpers import _disarm_failpoints, expire_lease, invariants
-from turnkit_django import Agent, failpoints, reconcile, tool
+from turnkit_django import Agent, reconcile, tool
+from turnkit_django.base import failpoints
 from turnkit_django.models import Conversation, Delivery, Message, ToolExecution, Turn
 from turnkit_django.testing import ScriptedClient, call, reply
 from turnkit_django.testing.verify import Violation, assert_invariants, check_invariants, verify

@@ -13,7 +13,8 @@ import pytest
 from celery import Celery, current_app
 
 from tests.helpers import crash
-from turnkit_django import Agent, load_run, reconcile, services, shutdown, tool
+from turnkit_django import Agent, load_run, reconcile, services, tool
+from turnkit_django.base import shutdown
 from turnkit_django.exceptions import ModelError
 from turnkit_django.services import turns
 from turnkit_django.tasks import run_turn as run_turn_task

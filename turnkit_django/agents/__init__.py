@@ -1,7 +1,7 @@
 """Agent definitions: agents, the registry, skills, output policies and prompt parts.
 
 Definitions do no I/O; the runtime executes them. The public :class:`turnkit_django.Agent`
-(in :mod:`turnkit_django.handles`) adds ``run``, ``prepare``, ``submit`` and ``conversation``.
+(in :mod:`turnkit_django.api.handles`) adds ``run``, ``prepare``, ``submit`` and ``conversation``.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypedDict
 
-from ..arguments import model_problem
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
+from ..store.arguments import model_problem
 
 
 class CompactionOptions(TypedDict):

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, TypedDict
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ..arguments import model_problem
+from ..base.serialization import JsonObject
 from ..clients import Client, default_client
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError, InputError
-from ..limits import Limits, check_limits, resolve_limits
-from ..serialization import JsonObject
+from ..store.arguments import model_problem
+from ..store.limits import Limits, check_limits, resolve_limits
 from ..tools.base import Tool
 from ..tools.sources import ToolSource
 from . import policies, prompting
@@ -33,8 +33,8 @@ from .subagents import SubAgentTool
 from .tool_policy import ToolPolicy, check_tool_policy
 
 if TYPE_CHECKING:
+    from ..api.handles import TurnHandle
     from ..events import EventCallback
-    from ..handles import TurnHandle
 
 Schema = type[BaseModel] | JsonObject | None
 THINKING_KEYS = frozenset({"budget", "effort", "adaptive", "display", "type"})

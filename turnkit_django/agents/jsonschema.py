@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 
-from ..serialization import JsonMapping
+from ..base.serialization import JsonMapping
 
 Problem = dict[str, str]
 

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from ..base.serialization import JsonMapping, JsonObject
 from ..clients.base import Client, ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded, ConfigurationError, LostClaim
 from ..messages import ChatMessage, TextPart
-from ..serialization import JsonMapping, JsonObject
 from .prompting import data_block, escape, render_value
 from .skills import Skill, read_prompt_file
 

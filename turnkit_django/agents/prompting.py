@@ -16,9 +16,9 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 
+from ..base.serialization import JsonObject
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
-from ..serialization import JsonObject
 
 PROMPT_MODES = ("full", "minimal", "task", "none")
 SECTION_ORDER = ("orchestrator", "agent", "instructions", "behaviour", "loaded_skills",

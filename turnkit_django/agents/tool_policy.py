@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from ..error_records import ErrorRecord
+from ..base.error_records import ErrorRecord
+from ..base.serialization import JsonObject
 from ..exceptions import ConfigurationError
-from ..serialization import JsonObject
 from ..tools.base import Tool
 
 if TYPE_CHECKING:
-    from ..handles import TurnHandle
+    from ..api.handles import TurnHandle
 
 logger = logging.getLogger("turnkit_django.tools")
 

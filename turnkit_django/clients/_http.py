@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 
 import httpx
 
+from ..base.serialization import JsonMapping, JsonObject, JsonValue
 from ..exceptions import ConfigurationError, ModelError
-from ..serialization import JsonMapping, JsonObject, JsonValue
 from .base import ModelRequest
 
 #: Longest provider error message copied into a ``ModelError``; provider bodies can be large.

@@ -2,15 +2,15 @@
 
 Only what this package builds is named here. What it passes through as it came (a stored
 provider block replayed verbatim, a user's JSON schema or provider parameters) stays
-:data:`~turnkit_django.serialization.JsonObject`, and so do provider answers: they are read with
-the narrowing helpers of :mod:`turnkit_django.clients._http`.
+:data:`~turnkit_django.base.serialization.JsonObject`, and so do provider answers: they are
+read with the narrowing helpers of :mod:`turnkit_django.clients._http`.
 """
 
 from __future__ import annotations
 
 from typing import Literal, NotRequired, TypeAlias, TypedDict
 
-from ..serialization import JsonObject, JsonValue
+from ..base.serialization import JsonObject, JsonValue
 
 
 class CacheControl(TypedDict):

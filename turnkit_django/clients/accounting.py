@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from ..serialization import JsonMapping, JsonObject, decimal_text
+from ..base.serialization import JsonMapping, JsonObject, decimal_text
 from ._http import member
 from .base import Usage, json_int
 

@@ -28,6 +28,7 @@ import os
 import threading
 from typing import Any, Literal
 
+from ..base.serialization import JsonObject, JsonValue
 from ..exceptions import ConfigurationError, ModelAccessError, ModelError, ModelRateLimited
 from ..messages import (
     ChatMessage,
@@ -39,7 +40,6 @@ from ..messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from ..serialization import JsonObject, JsonValue
 from . import _wire
 from ._http import (
     check_options,

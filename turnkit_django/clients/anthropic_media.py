@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..base.serialization import JsonObject
 from ..exceptions import MediaError
-from ..serialization import JsonObject
 from .media import MediaInput
 
 

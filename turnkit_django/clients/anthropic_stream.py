@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..deltas import ChunkCallback
+from ..base.serialization import JsonObject
+from ..conf.deltas import ChunkCallback
 from ..exceptions import ModelError
-from ..serialization import JsonObject
 from . import _wire
 from ._http import client_secrets, provider_error, redact
 from .base import ModelRequest, ModelResponse

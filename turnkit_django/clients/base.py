@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from ..deltas import ChunkCallback
+from ..base.serialization import JsonMapping, JsonObject
+from ..conf.deltas import ChunkCallback
 from ..exceptions import ModelAccessError
 from ..messages import ChatMessage, Part, PartsView, ThinkingPart
-from ..serialization import JsonMapping, JsonObject
 
 #: Set by :func:`turnkit_django.testing.block_model_requests`: real provider clients refuse to
 #: make requests while it is set.
@@ -191,7 +191,7 @@ class BaseClient:
     supports_view_media: ClassVar[bool] = False
     #: Implements ``stream(request, on_chunk)``: the response ``complete`` would return, built
     #: from a provider stream, with ``on_chunk(kind, text)`` called for each text or tool-argument
-    #: chunk as it arrives (see :mod:`turnkit_django.deltas`).
+    #: chunk as it arrives (see :mod:`turnkit_django.conf.deltas`).
     supports_streaming: ClassVar[bool] = False
     #: Wants the dynamic part of the prompt as ``dynamic_context`` messages in the history, so
     #: its instructions stay byte-stable for the provider's prefix cache.

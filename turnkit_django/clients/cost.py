@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Literal, Required, TypedDict
 
+from ..base.serialization import JsonMapping
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
-from ..limits import MAX_COST
-from ..serialization import JsonMapping
+from ..store.limits import MAX_COST
 from .base import ModelResponse, Usage
 
 logger = logging.getLogger("turnkit_django.cost")

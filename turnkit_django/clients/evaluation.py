@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import ClassVar, Protocol, runtime_checkable
 
-from ..serialization import JsonMapping, JsonObject, JsonValue
+from ..base.serialization import JsonMapping, JsonObject, JsonValue
 from ._http import member
 from .base import Usage
 

@@ -23,9 +23,9 @@ from decimal import Decimal
 from typing import Literal, Protocol, TypeVar, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
+from ..base.serialization import JsonObject, JsonValue, decimal_json
 from ..exceptions import ConfigurationError, MediaError
 from ..messages import ChatMessage, Part, TextPart
-from ..serialization import JsonObject, JsonValue, decimal_json
 from .base import ModelRequest, ModelResponse, Usage
 
 Capability = Literal["paint", "view_media"]
@@ -150,7 +150,7 @@ class ImageRequest:
 class GeneratedImage:
     """One image a provider returned: a URL (which may expire) and/or its bytes.
 
-    Once :meth:`Turn.paint <turnkit_django.handles.Turn.paint>` has recorded it, the bytes are
+    Once :meth:`Turn.paint <turnkit_django.api.handles.Turn.paint>` has recorded it, the bytes are
     in a Django storage (``storage`` alias, ``name``) and ``data`` is None; ``id`` names it.
     """
 
@@ -210,7 +210,7 @@ class MediaAnalysis:
     """The answer of one ``view_media`` call: text, structured data, usage.
 
     ``media`` describes what was analysed (name, MIME type, size, digest), ``message_id`` and
-    ``cost`` are set once :meth:`Turn.view_media <turnkit_django.handles.Turn.view_media>` has
+    ``cost`` are set once :meth:`Turn.view_media <turnkit_django.api.handles.Turn.view_media>` has
     recorded it.
     """
 

@@ -35,6 +35,7 @@ from typing import Literal
 
 import httpx
 
+from ..base.serialization import JsonMapping, JsonObject
 from ..exceptions import ModelAccessError, ModelError
 from ..messages import (
     ChatMessage,
@@ -45,7 +46,6 @@ from ..messages import (
     ThinkingPart,
     ToolCallPart,
 )
-from ..serialization import JsonMapping, JsonObject
 from . import _wire, openai_media
 from ._http import (
     check_options,

@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
+from ..base.serialization import JsonObject, JsonValue
 from ..exceptions import EvaluationError, ModelAccessError, ModelError
-from ..serialization import JsonObject, JsonValue
 from . import _wire
 from ._http import (
     content_text,

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, TypedDict
 
 import httpx
 
+from ..base.serialization import JsonMapping, JsonObject
 from ..exceptions import ModelAccessError, ModelError, ModelRateLimited
-from ..serialization import JsonMapping, JsonObject
 from ._http import error_message, json_object, provider_error, redact, retry_after, safe_url
 
 logger = logging.getLogger("turnkit_django.clients.openai")

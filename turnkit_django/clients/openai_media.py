@@ -31,9 +31,9 @@ import json
 from functools import partial
 from typing import TYPE_CHECKING
 
+from ..base.serialization import JsonObject, JsonValue
 from ..exceptions import MediaError, ModelError
 from ..messages import ProviderPart
-from ..serialization import JsonObject, JsonValue
 from ._http import error_message, member, text_or_none
 from .base import Usage, json_int
 from .media import (

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ..deltas import ChunkCallback
+from ..base.serialization import JsonObject
+from ..conf.deltas import ChunkCallback
 from ..exceptions import ModelError, ModelRateLimited
-from ..serialization import JsonObject
 from . import _wire
 from ._http import content_text, error_message, member, members, provider_error, retry_after
 from .base import ModelRequest, ModelResponse

@@ -21,8 +21,8 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from ..base.serialization import json_value, unstorable
 from ..conf import MAX_COUNT, MAX_SECONDS
-from ..serialization import json_value, unstorable
 
 #: The longest age ``turnkit_prune --older-than`` takes: a century.
 MAX_DAYS = 36_500

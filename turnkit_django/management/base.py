@@ -10,8 +10,8 @@ database can even be asked about it.
 
 The commands print stored text (messages, arguments, results, errors, names) that a model, a
 user or a tool wrote: ``stdout`` and ``stderr`` (a ``CommandError`` too, as ``manage.py`` prints
-it) write every message through :func:`~turnkit_django.terminal.for_terminal`, before any colour
-is added, so an escape sequence in it is shown (``\\x1b[2K``), never obeyed.
+it) write every message through :func:`~turnkit_django.base.terminal.for_terminal`, before any
+colour is added, so an escape sequence in it is shown (``\\x1b[2K``), never obeyed.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
+from ..base.serialization import unstorable
+from ..base.terminal import for_terminal
 from ..exceptions import TurnkitError
-from ..serialization import unstorable
-from ..terminal import for_terminal
 
 
 class TerminalOutput(OutputWrapper):

@@ -6,7 +6,7 @@ from decimal import Decimal
 import django.db.models.deletion
 from django.db import migrations, models
 
-import turnkit_django.ids
+import turnkit_django.base.ids
 
 
 class Migration(migrations.Migration):
@@ -21,7 +21,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='ToolExecution',
             fields=[
-                ('id', models.CharField(default=functools.partial(turnkit_django.ids.new_id, *('tex',), **{}), editable=False, max_length=40, primary_key=True, serialize=False)),
+                ('id', models.CharField(default=functools.partial(turnkit_django.base.ids.new_id, *('tex',), **{}), editable=False, max_length=40, primary_key=True, serialize=False)),
                 ('tool_call_id', models.CharField(max_length=200)),
                 ('tool_name', models.CharField(max_length=200)),
                 ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('completed', 'Completed'), ('failed', 'Failed'), ('cancelled', 'Cancelled'), ('interrupted', 'Interrupted')], default='pending', max_length=16)),
@@ -43,7 +43,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Conversation',
             fields=[
-                ('id', models.CharField(default=functools.partial(turnkit_django.ids.new_id, *('conv',), **{}), editable=False, max_length=40, primary_key=True, serialize=False)),
+                ('id', models.CharField(default=functools.partial(turnkit_django.base.ids.new_id, *('conv',), **{}), editable=False, max_length=40, primary_key=True, serialize=False)),
                 ('agent_name', models.CharField(max_length=200)),
                 ('model', models.CharField(blank=True, default='', max_length=200)),
                 ('subject_id', models.CharField(blank=True, default='', max_length=255)),
@@ -65,7 +65,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Turn',
             fields=[
-                ('id', models.CharField(default=functools.partial(turnkit_django.ids.new_id, *('turn',), **{}), editable=False, max_length=40, primary_key=True, serialize=False)),
+                ('id', models.CharField(default=functools.partial(turnkit_django.base.ids.new_id, *('turn',), **{}), editable=False, max_length=40, primary_key=True, serialize=False)),
                 ('agent_name', models.CharField(max_length=200)),
                 ('depth', models.PositiveSmallIntegerField(default=0)),
                 ('status', models.CharField(choices=[('pending', 'Pending'), ('waiting', 'Waiting'), ('paused', 'Paused'), ('running', 'Running'), ('completed', 'Completed'), ('failed', 'Failed'), ('cancelled', 'Cancelled'), ('stale', 'Stale')], default='pending', max_length=16)),
@@ -113,7 +113,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Message',
             fields=[
-                ('id', models.CharField(default=functools.partial(turnkit_django.ids.new_id, *('msg',), **{}), editable=False, max_length=40, primary_key=True, serialize=False)),
+                ('id', models.CharField(default=functools.partial(turnkit_django.base.ids.new_id, *('msg',), **{}), editable=False, max_length=40, primary_key=True, serialize=False)),
                 ('sequence', models.PositiveBigIntegerField()),
                 ('role', models.CharField(max_length=16)),
                 ('kind', models.CharField(default='text', max_length=32)),
@@ -132,7 +132,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Delivery',
             fields=[
-                ('id', models.CharField(default=functools.partial(turnkit_django.ids.new_id, *('dlv',), **{}), editable=False, max_length=40, primary_key=True, serialize=False)),
+                ('id', models.CharField(default=functools.partial(turnkit_django.base.ids.new_id, *('dlv',), **{}), editable=False, max_length=40, primary_key=True, serialize=False)),
                 ('key', models.CharField(max_length=255, unique=True)),
                 ('payload', models.JSONField(default=dict)),
                 ('delivered_at', models.DateTimeField(blank=True, null=True)),

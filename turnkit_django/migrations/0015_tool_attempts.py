@@ -4,7 +4,7 @@ from the recorded attempt count."""
 
 from django.db import migrations
 
-import turnkit_django.fields
+import turnkit_django.base.fields
 
 
 class Migration(migrations.Migration):
@@ -17,6 +17,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='toolexecution',
             name='attempt_log',
-            field=turnkit_django.fields.StorableJSONField(blank=True, default=list),
+            field=turnkit_django.base.fields.StorableJSONField(blank=True, default=list),
         ),
     ]

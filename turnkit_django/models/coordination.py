@@ -12,17 +12,12 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from ..fields import StorableCharField, StorableJSONField
-from ..ids import new_id
+from ..base.fields import StorableCharField, StorableJSONField
+from ..base.ids import new_id
+from ..base.states import ToolStatus
 from ..messages import CALL_FIELD_LENGTH
-from ..querysets import (
-    DeliveryQuerySet,
-    ToolExecutionQuerySet,
-    UnorderedManager,
-    WaitQuerySet,
-)
-from ..states import ToolStatus
 from .core import Conversation, Message, Turn
+from .querysets import DeliveryQuerySet, ToolExecutionQuerySet, UnorderedManager, WaitQuerySet
 
 
 class ToolExecution(models.Model):

@@ -17,17 +17,12 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from ..fields import StorableJSONField, StorableTextField
-from ..ids import new_id
+from ..base.fields import StorableJSONField, StorableTextField
+from ..base.ids import new_id
+from ..base.serialization import JsonObject
+from ..base.states import TurnStatus
 from ..messages import MessageKind, MessageRole
-from ..querysets import (
-    ConversationQuerySet,
-    MessageQuerySet,
-    TurnQuerySet,
-    UnorderedManager,
-)
-from ..serialization import JsonObject
-from ..states import TurnStatus
+from .querysets import ConversationQuerySet, MessageQuerySet, TurnQuerySet, UnorderedManager
 
 
 def _where_set(prefix: str, *fields: str) -> list[models.Index]:

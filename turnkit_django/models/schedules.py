@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from ..cron import cron_problem
+from ..base.cron import cron_problem
 
 
 def validate_cron(value: object) -> None:

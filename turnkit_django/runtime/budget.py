@@ -20,7 +20,8 @@ from decimal import Decimal
 from typing import Any
 
 from ..exceptions import BudgetExceeded
-from ..limits import (
+from ..store import GRANTED, Ledger, LedgerDelta, Reservation, TurnState
+from ..store.limits import (
     DEPTH,
     ITERATIONS,
     MAX_COST,
@@ -31,7 +32,6 @@ from ..limits import (
     Limits,
     resolve_limits,
 )
-from ..store import GRANTED, Ledger, LedgerDelta, Reservation, TurnState
 
 logger = logging.getLogger("turnkit_django.cost")
 

@@ -12,14 +12,14 @@ from pydantic import BaseModel, ValidationError
 from ..agents import LOAD_SKILL, AgentDefinition
 from ..agents.skills import loaded_keys
 from ..agents.tool_policy import ToolCall, decide
-from ..authorization import is_allowed
-from ..error_records import ErrorRecord, invalid_arguments, not_authorized
+from ..base.error_records import ErrorRecord, invalid_arguments, not_authorized
+from ..base.serialization import JsonObject
+from ..base.states import ToolStatus
 from ..exceptions import BudgetExceeded
 from ..messages import MEDIA_KINDS, ToolCallPart
-from ..serialization import JsonObject
-from ..states import ToolStatus
 from ..store import Terminal
 from ..tools.base import NAME_LENGTH, Tool, validation_error
+from .authorization import is_allowed
 from .context import TurnContext
 from .sources import source_tools
 

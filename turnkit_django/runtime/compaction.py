@@ -21,9 +21,10 @@ from collections.abc import Sequence
 
 from django.utils import timezone
 
-from .. import failpoints
 from ..agents.compaction import CompactionOptions, options_for
 from ..agents.prompting import data_block, render_value
+from ..base import failpoints
+from ..base.serialization import JsonMapping, decimal_json
 from ..clients import ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded, CompactionError, LostClaim
 from ..messages import (
@@ -35,7 +36,6 @@ from ..messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from ..serialization import JsonMapping, decimal_json
 from . import internal
 from .context import TurnContext
 from .media_projection import describe

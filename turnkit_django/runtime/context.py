@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .. import shutdown
 from ..agents import AgentDefinition
+from ..base import shutdown
 from ..clients import Client
 from ..events import EventCallback, emit
 from ..messages import PRIVATE_MESSAGE_KINDS, ChatMessage

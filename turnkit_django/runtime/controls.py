@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from ..error_records import ErrorRecord, outcome_unknown
+from ..base.error_records import ErrorRecord, outcome_unknown
+from ..base.serialization import JsonObject
+from ..base.states import FINISHED_TOOL_STATUSES, TERMINAL_TURN_STATUSES, Phase, ToolStatus
 from ..messages import MessageKind, TextPart, ToolCallPart, ToolResultPart
-from ..serialization import JsonObject
-from ..states import FINISHED_TOOL_STATUSES, TERMINAL_TURN_STATUSES, Phase, ToolStatus
 from ..store import Ledger
 from ..store.controls import steering_receipts
 from ..store.events import stamp

@@ -13,16 +13,16 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..authorization import is_allowed
-from ..error_records import ErrorRecord, budget_exceeded, not_authorized
+from ..base.error_records import ErrorRecord, budget_exceeded, not_authorized
+from ..base.ids import new_id
+from ..base.states import ToolStatus
 from ..exceptions import AuthorizationError, BudgetExceeded, LostClaim, WaitError
-from ..ids import new_id
 from ..messages import ToolCallPart
-from ..states import ToolStatus
 from ..store.deliveries import TOOL_PREFIX, delivery_by_key
 from ..store.reads import conversation_by_id, turn_principals, turns_by_id
 from ..store.waits import add_edges
 from ..tools.coordination import CoordinationTool, LaunchAgent, SendMessage, WaitFor
+from .authorization import is_allowed
 from .calls import CallOutcome
 from .context import ControlPending, Suspended, TurnContext
 from .delegation import child_of, create_child, launch_refusal

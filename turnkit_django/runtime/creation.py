@@ -5,16 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import tracing
 from ..agents import AgentDefinition, schema_json
 from ..agents.compaction import check_options as check_compaction
 from ..agents.definition import Schema, check_thinking
 from ..agents.prompting import check_options
-from ..arguments import delta_callback, model_problem, require_subject
+from ..base.serialization import JsonMapping, JsonObject, JsonValue, json_value, snapshot
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError, InputError
 from ..messages import Part
-from ..serialization import JsonMapping, JsonObject, JsonValue, json_value, snapshot
+from ..observability import tracing
 from ..store import (
     Claim,
     Ledger,
@@ -26,6 +25,7 @@ from ..store import (
     create_turn,
     keyed_write,
 )
+from ..store.arguments import delta_callback, model_problem, require_subject
 from ..store.claims import Prepare
 from .submission import dispatch
 

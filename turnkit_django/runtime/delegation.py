@@ -10,16 +10,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..agents import AgentDefinition, SubAgentTool, get_agent
-from ..authorization import is_allowed
+from ..base.error_records import ErrorRecord, budget_exceeded, not_authorized
+from ..base.states import TERMINAL_TURN_STATUSES, ToolStatus, TurnStatus
 from ..clients import Client
-from ..error_records import ErrorRecord, budget_exceeded, not_authorized
 from ..exceptions import BudgetExceeded, ConfigurationError
 from ..messages import TextPart, ToolCallPart
-from ..states import TERMINAL_TURN_STATUSES, ToolStatus, TurnStatus
 from ..store.controls import steering_receipts
 from ..store.events import stamp
 from ..store.reads import agent_and_parent, child_turn, turn_controls
 from . import budget
+from .authorization import is_allowed
 from .calls import CallOutcome
 from .context import ControlPending, Suspended, TurnContext
 from .creation import new_turn

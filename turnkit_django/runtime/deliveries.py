@@ -36,17 +36,17 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from ..agents import get_agent
-from ..arguments import require_text
-from ..authorization import authorize, is_allowed
+from ..base.serialization import JsonMapping, json_value
+from ..base.states import TurnStatus
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
 from ..models import Conversation, Delivery, Message, Turn, Wait
-from ..serialization import JsonMapping, json_value
-from ..states import TurnStatus
 from ..store import deliveries, lock_conversation
+from ..store.arguments import require_text
 from ..store.compiled import CompiledRead
 from ..store.deliveries import COMPLETION_PREFIX
 from ..store.turns import set_options
+from .authorization import authorize, is_allowed
 from .creation import new_turn
 from .submission import dispatch
 

@@ -37,7 +37,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from ..authorization import is_allowed
+from ..base.serialization import (
+    JsonMapping,
+    JsonObject,
+    JsonValue,
+    canonical,
+    decimal_json,
+    decimal_text,
+    json_value,
+)
 from ..clients import Usage
 from ..clients.cost import compute_cost
 from ..clients.evaluation import (
@@ -52,17 +60,9 @@ from ..clients.evaluation import (
 )
 from ..conf import MAX_SECONDS
 from ..exceptions import AuthorizationError, EvaluationError
-from ..serialization import (
-    JsonMapping,
-    JsonObject,
-    JsonValue,
-    canonical,
-    decimal_json,
-    decimal_text,
-    json_value,
-)
 from ..store import Charge, LedgerDelta
 from . import budget, internal
+from .authorization import is_allowed
 from .context import TurnContext
 
 logger = logging.getLogger("turnkit_django.evaluations")

@@ -30,18 +30,19 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from .. import failpoints, tracing
 from ..agents import SubAgentTool
-from ..authorization import is_allowed
-from ..error_records import ErrorRecord, budget_exceeded, not_authorized, outcome_unknown
+from ..base import failpoints
+from ..base.error_records import ErrorRecord, budget_exceeded, not_authorized, outcome_unknown
+from ..base.ids import new_id
+from ..base.states import FINISHED_TOOL_STATUSES, ToolStatus
 from ..exceptions import BudgetExceeded
-from ..ids import new_id
-from ..limits import limit_of
 from ..messages import MessageKind, ToolCallPart, ToolResultPart
-from ..states import FINISHED_TOOL_STATUSES, ToolStatus
+from ..observability import tracing
+from ..store.limits import limit_of
 from ..store.reads import any_active, child_ids, children_by_execution
 from ..store.waits import add_edges
 from . import budget
+from .authorization import is_allowed
 from .calls import precheck
 from .context import Suspended, TurnContext
 from .delegation import child_outcome, child_task, create_child, launch_refusal

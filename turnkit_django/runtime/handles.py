@@ -3,7 +3,7 @@
 Tools (``ToolContext.turn``), output policies and context contributors receive the public
 :class:`turnkit_django.Turn` handle, so they can read the turn and act on it like application
 code. That class lives in the entry-point layer, above the runtime; it registers itself here when
-:mod:`turnkit_django.handles` is imported (the app config imports it in ``ready()``, so every
+:mod:`turnkit_django.api.handles` is imported (the app config imports it in ``ready()``, so every
 process has it).
 """
 

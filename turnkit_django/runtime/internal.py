@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from ..base.serialization import decimal_json
 from ..clients import ModelRequest, ModelResponse, Usage
 from ..clients.accounting import add_call
 from ..clients.cost import response_cost
 from ..conf import turnkit_settings
-from ..serialization import decimal_json
 from ..store import Charge, Ledger, LedgerDelta
 from . import budget, throttling
 from .context import TurnContext

@@ -21,19 +21,19 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import shutdown, tracing
 from ..agents import AgentDefinition, get_agent
-from ..arguments import delta_callback
+from ..base import shutdown
+from ..base.error_records import ErrorRecord
+from ..base.serialization import JsonObject
+from ..base.states import Phase, TurnStatus
 from ..clients import Client, ModelRequest, ModelResponse
 from ..conf import turnkit_settings
-from ..deltas import DeltaCallback
-from ..error_records import ErrorRecord
+from ..conf.deltas import DeltaCallback
 from ..events import EventCallback
 from ..exceptions import AtomicBlockError, BudgetExceeded, LostClaim, ModelError, TurnkitError
 from ..messages import Part
 from ..models import ToolExecution, Turn
-from ..serialization import JsonObject
-from ..states import Phase, TurnStatus
+from ..observability import tracing
 from ..store import (
     Claim,
     Fenced,
@@ -50,6 +50,7 @@ from ..store import (
     visible_history,
     worker_identity,
 )
+from ..store.arguments import delta_callback
 from . import budget, controls, sources
 from .calls import turn_tools
 from .context import ControlPending, HandBack, Suspended, TurnContext

@@ -47,6 +47,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..agents import AgentDefinition, schema_json
 from ..agents.definition import Schema
+from ..base.error_records import ErrorRecord
+from ..base.serialization import JsonObject, decimal_json
+from ..base.states import TERMINAL_TURN_STATUSES, Phase, TurnStatus
 from ..clients import AnthropicClient, ModelResponse, OpenAIClient
 from ..clients.base import BaseClient
 from ..clients.media import (
@@ -60,7 +63,6 @@ from ..clients.media import (
 )
 from ..clients.media_input import media_count, to_media, to_media_list
 from ..conf import turnkit_settings
-from ..error_records import ErrorRecord
 from ..events import EventCallback
 from ..exceptions import (
     BudgetExceeded,
@@ -70,8 +72,6 @@ from ..exceptions import (
     MediaError,
 )
 from ..messages import Part
-from ..serialization import JsonObject, decimal_json
-from ..states import TERMINAL_TURN_STATUSES, Phase, TurnStatus
 from ..store import (
     Charge,
     Ledger,

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..arguments import model_problem
+from ..base.serialization import JsonObject, json_value, unstorable
 from ..clients.media_input import byte_limit
 from ..exceptions import ConfigurationError, MediaError
-from ..serialization import JsonObject, json_value, unstorable
+from ..store.arguments import model_problem
 
 
 def required_text(value: object, operation: str, name: str) -> str:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
 
+from ..base.ids import new_id
+from ..base.serialization import JsonObject, JsonValue
 from ..clients.base import Usage
 from ..clients.media import (
     GeneratedImage,
@@ -24,9 +26,7 @@ from ..clients.media import (
     web_url,
 )
 from ..exceptions import MediaError, ModelError
-from ..ids import new_id
 from ..messages import ImagePart, MediaAnalysisPart, MessageKind, Part, load_parts
-from ..serialization import JsonObject, JsonValue
 from ..store.media import image_url, save_image
 
 if TYPE_CHECKING:

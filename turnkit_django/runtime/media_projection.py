@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from operator import attrgetter
 
+from ..base.serialization import JsonMapping
 from ..messages import (
     MEDIA_KINDS,
     ChatMessage,
@@ -32,7 +33,6 @@ from ..messages import (
     TextPart,
     ToolResultPart,
 )
-from ..serialization import JsonMapping
 
 
 def project_media(messages: Sequence[ChatMessage]) -> list[ChatMessage]:

@@ -15,14 +15,15 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from .. import failpoints, metrics, tracing
 from ..agents.prompting import Prompt
+from ..base import failpoints
+from ..base.serialization import decimal_json
+from ..base.states import Phase, TurnStatus
 from ..clients import ModelRequest, ModelResponse
 from ..conf import turnkit_settings
 from ..exceptions import BudgetExceeded
 from ..messages import MEDIA_KINDS, ChatMessage, MessageKind, distinct_call_ids
-from ..serialization import decimal_json
-from ..states import Phase, TurnStatus
+from ..observability import metrics, tracing
 from ..store import Candidate, Charge, Ledger, TurnState
 from . import budget, completion, dynamic_context, internal, throttling
 from .compaction import SUMMARY_KIND, auto_compact, project

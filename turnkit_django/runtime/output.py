@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Unpack
 
-from .. import failpoints
 from ..agents.jsonschema import problems
 from ..agents.policies import Audit, Policy, Violation, judge_request, revision_text, verdict
-from ..error_records import ErrorRecord
+from ..base import failpoints
+from ..base.error_records import ErrorRecord
+from ..base.serialization import JsonObject, JsonValue
+from ..base.states import Phase, TurnStatus
 from ..exceptions import LostClaim
 from ..messages import TextPart
-from ..serialization import JsonObject, JsonValue
-from ..states import Phase, TurnStatus
 from ..store import Charge, Ledger, LedgerDelta, TurnState, repair
 from ..store.fields import TerminalFields
 from . import budget, internal

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from ..agents import SubAgentTool
-from ..error_records import budget_exceeded, not_executed
+from ..base.error_records import budget_exceeded, not_executed
+from ..base.serialization import render_result
+from ..base.states import Phase, ToolStatus
 from ..exceptions import BudgetExceeded, LostClaim
-from ..limits import limit_of
 from ..messages import MessageKind, ToolCallPart, ToolResultPart
-from ..serialization import render_result
-from ..states import Phase, ToolStatus
 from ..store import Candidate, Ledger, LedgerDelta, Terminal, TurnState
+from ..store.limits import limit_of
 from . import budget, completion
 from .context import TurnContext
 

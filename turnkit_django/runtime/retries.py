@@ -13,8 +13,9 @@ attempt gives that attempt's error at once.
 Exhausted retries (or a next attempt the tree's deadline would come before) are the last
 error, with ``attempts``, as the result the model reads; an exception ``retry_on`` does not
 match is not retried. Each retry emits ``tool.retrying``. A background turn's worker asked to
-shut down during a backoff stops waiting and hands the turn back (:mod:`turnkit_django.shutdown`):
-the call goes back to ``pending`` and the next worker waits the rest of the backoff.
+shut down during a backoff stops waiting and hands the turn back
+(:mod:`turnkit_django.base.shutdown`): the call goes back to ``pending`` and the next worker
+waits the rest of the backoff.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
-from .. import failpoints, shutdown
-from ..error_records import ErrorRecord
+from ..base import failpoints, shutdown
+from ..base.error_records import ErrorRecord
+from ..base.serialization import JsonObject, JsonValue
 from ..exceptions import LostClaim
 from ..messages import ToolCallPart
-from ..serialization import JsonObject, JsonValue
 from ..store import record_attempt
 from ..tools.base import Tool
 from .context import TurnContext

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..base.serialization import JsonMapping, JsonObject
 from ..clients.evaluation import Evaluation, Evaluator, Question
 from ..exceptions import TurnkitError
-from ..serialization import JsonMapping, JsonObject
 from . import evaluations
 from .context import TurnContext
 

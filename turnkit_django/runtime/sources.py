@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping
 
 from ..agents import AgentDefinition
-from ..serialization import JsonObject
+from ..base.serialization import JsonObject
 from ..tools.base import Tool
 from .context import TurnContext
 

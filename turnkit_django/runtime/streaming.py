@@ -1,6 +1,6 @@
 """Live output: the chunks of a turn's model calls handed to ``on_delta=`` (inline) and
-published on the delta channel (:mod:`turnkit_django.delta_channel`, for ``run.stream()`` and
-the SSE view) as :class:`~turnkit_django.deltas.Delta` values while the call runs.
+published on the delta channel (:mod:`turnkit_django.conf.delta_channel`, for ``run.stream()`` and
+the SSE view) as :class:`~turnkit_django.conf.deltas.Delta` values while the call runs.
 
 The model call runs inside the turn's ``waiting_for`` (no transaction open, no database session
 held), and so does every ``on_delta`` call and every publish. A delta is stamped with the turn,
@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 from ..clients import Client, ModelRequest, ModelResponse
 from ..conf import turnkit_settings
-from ..delta_channel import Channel, LocalChannel, RedisChannel
-from ..deltas import Delta, DeltaCallback, DeltaKind
+from ..conf.delta_channel import Channel, LocalChannel, RedisChannel
+from ..conf.deltas import Delta, DeltaCallback, DeltaKind
 
 logger = logging.getLogger("turnkit_django.runtime")
 

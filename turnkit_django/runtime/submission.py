@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from ..authorization import authorize
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
 from ..store import tenants, turns
+from .authorization import authorize
 
 if TYPE_CHECKING:
     from ..models import Conversation, Turn

@@ -1,7 +1,7 @@
 """Every model call of a turn, within the provider limits every worker shares.
 
 ``TURNKIT['PROVIDER_LIMITS']`` maps a client's ``provider`` (or ``provider:model``, which wins
-over it) to a :class:`~turnkit_django.throttles.Quota`. :func:`complete` runs inside the turn's
+over it) to a :class:`~turnkit_django.base.throttles.Quota`. :func:`complete` runs inside the turn's
 ``waiting_for`` (no database session held, the heartbeat running): it takes a concurrency slot
 and a request (and an estimate of the input tokens, a character count over four) from the
 limiter, waiting with a backoff while none is free, calls the model and frees the slot. A wait
@@ -33,13 +33,13 @@ from typing import Any
 
 from django.core.signals import setting_changed
 
-from .. import metrics
+from ..base.throttles import Limiter, LocalLimiter, Quota, RedisLimiter
 from ..clients import ModelRequest, ModelResponse
 from ..conf import turnkit_settings
 from ..exceptions import BudgetExceeded, ModelRateLimited
-from ..limits import TIMEOUT
+from ..observability import metrics
 from ..store import provider_waits, release_session
-from ..throttles import Limiter, LocalLimiter, Quota, RedisLimiter
+from ..store.limits import TIMEOUT
 from .context import TurnContext
 from .streaming import model_call
 

@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
-from .. import failpoints, tracing
 from ..agents import LOAD_SKILL, SubAgentTool
+from ..base import failpoints
+from ..base.error_records import ErrorRecord, outcome_unknown
+from ..base.serialization import JsonValue, to_json
+from ..base.states import FINISHED_TOOL_STATUSES, Phase, ToolStatus
 from ..conf import turnkit_settings
-from ..error_records import ErrorRecord, outcome_unknown
 from ..messages import ToolCallPart
-from ..serialization import JsonValue, to_json
-from ..states import FINISHED_TOOL_STATUSES, Phase, ToolStatus
+from ..observability import tracing
 from ..store import LedgerDelta, Terminal
 from ..store.reads import executions_by_call
 from ..tools.base import Tool, ToolContext

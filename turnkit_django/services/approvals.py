@@ -25,16 +25,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..agents import get_agent
-from ..arguments import optional_text
-from ..authorization import authorize, is_allowed
+from ..base.serialization import JsonObject, json_value, unstorable
 from ..conf import turnkit_settings
 from ..events import emit
 from ..exceptions import ApprovalError, ConfigurationError, InputError
 from ..models import ToolExecution, Turn
+from ..runtime.authorization import authorize, is_allowed
 from ..runtime.calls import turn_tools
 from ..runtime.submission import dispatch
-from ..serialization import JsonObject, json_value, unstorable
 from ..store import AlreadyDecided, TurnState, database_now, decide_approval
+from ..store.arguments import optional_text
 from ..store.events import stamp
 from ..store.interventions import awaiting_approval
 

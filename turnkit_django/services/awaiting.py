@@ -3,7 +3,7 @@
 A run has settled once it is terminal or paused for a person (an approval, a pause, an inline
 sub-agent that stopped): nothing more happens until someone acts. The caller polls the run's
 row: each check is one short read after which the thread's connections are closed (returned to
-the pool) by :func:`~turnkit_django.databases.unit`, so a waiting caller holds no database
+the pool) by :func:`~turnkit_django.base.databases.unit`, so a waiting caller holds no database
 session while it sleeps; the sleeps grow from 50 ms to 1 s. The timeout is the caller's, on
 the monotonic clock (the database clock decides leases and deadlines, not how long a caller
 waits). Inside ``transaction.atomic()`` ``wait()`` is refused: its reads would be the block's,
@@ -20,11 +20,11 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from ..databases import unit
+from ..base.databases import unit
+from ..base.states import TERMINAL_TURN_STATUSES, TurnStatus
 from ..exceptions import AtomicBlockError, InputError, RunTimeout
 from ..models import Turn
 from ..runtime import refuse_atomic_block
-from ..states import TERMINAL_TURN_STATUSES, TurnStatus
 from ..store import reload
 
 #: Statuses after which a run changes only when someone acts on it.

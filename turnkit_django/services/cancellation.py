@@ -38,13 +38,13 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
-from ..arguments import flag
-from ..authorization import authorize
+from ..base.serialization import unstorable
 from ..conf import turnkit_settings
 from ..models import Turn
+from ..runtime.authorization import authorize
 from ..runtime.deliveries import callback_decision, completion_callback, deliver, hand_on
-from ..serialization import unstorable
 from ..store import Newcomers, cancel_plan, cancel_tree, sweep_tree
+from ..store.arguments import flag
 
 logger = logging.getLogger("turnkit_django.cancel")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..agents import AgentDefinition
 from ..agents.compaction import merged_options
-from ..arguments import optional_count, optional_text
+from ..base.serialization import decimal_json
 from ..clients import Client
 from ..clients.cost import response_cost
 from ..exceptions import CompactionError
@@ -17,8 +17,8 @@ from ..runtime.compaction import (
     summary_request,
     summary_text,
 )
-from ..serialization import decimal_json
 from ..store import NewMessage, append_summary, refuse_if_busy, to_chat
+from ..store.arguments import optional_count, optional_text
 
 
 def compact_conversation(conversation_id: str, agent: AgentDefinition, *,

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..arguments import flag, idempotency_key, require_text
-from ..authorization import authorize
+from ..base.serialization import JsonObject, json_value
+from ..base.states import ACTIVE_TURN_STATUSES, TurnStatus
 from ..conf import turnkit_settings
 from ..events import emit
 from ..exceptions import InvalidTransition
 from ..models import Turn
+from ..runtime.authorization import authorize
 from ..runtime.submission import dispatch
-from ..serialization import JsonObject, json_value
-from ..states import ACTIVE_TURN_STATUSES, TurnStatus
 from ..store import controls, interventions
+from ..store.arguments import flag, idempotency_key, require_text
 
 
 def selected(target: Turn, *, cascade: bool) -> list[Turn]:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TypedDict, cast
 
+from ..base.serialization import JsonMapping, JsonObject, decimal_text
 from ..clients import Usage
 from ..clients.accounting import ModelCost, by_model
 from ..models import Turn
-from ..serialization import JsonMapping, JsonObject, decimal_text
 
 _FIELDS = ("pk", "agent_name", "model", "depth", "parent_turn_id", "usage", "cost",
            "cost_unknown")

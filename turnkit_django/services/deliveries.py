@@ -6,11 +6,11 @@ application's :func:`send_message` refuses the keys of turnkit's own namespaces 
 
 from __future__ import annotations
 
-from ..arguments import idempotency_key
 from ..exceptions import InputError
 from ..models import Conversation, Delivery, Turn
 from ..runtime import deliveries
 from ..runtime.deliveries import deliver, wake
+from ..store.arguments import idempotency_key
 from ..store.deliveries import RESERVED_PREFIXES
 
 #: What the ``Delivery.key`` column holds: an application's key is stored as given.

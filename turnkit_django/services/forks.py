@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..agents import AgentDefinition
-from ..authorization import authorize
+from ..base.serialization import JsonValue, json_value
+from ..base.states import TurnStatus
 from ..exceptions import InputError, InvalidTransition
 from ..messages import load_parts
 from ..models import Conversation, Message, Turn
 from ..runtime import execute, refuse_atomic_block
+from ..runtime.authorization import authorize
 from ..runtime.creation import new_turn
-from ..serialization import JsonValue, json_value
-from ..states import TurnStatus
 from ..store import reload
 from ..store.forks import fork_conversation, retry_copy
 

@@ -14,14 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..arguments import idempotency_key
-from ..authorization import authorize
+from ..base.serialization import JsonMapping
 from ..exceptions import DeliveryConflict, InputNotFound, KeyConflict
 from ..messages import Part, TextPart, text_of
 from ..models import Conversation, Delivery, Message, Turn
+from ..runtime.authorization import authorize
 from ..runtime.deliveries import send_message
-from ..serialization import JsonMapping
 from ..store import InputKeyTaken, append_input
+from ..store.arguments import idempotency_key
 from ..store.deliveries import POST_PREFIX
 from ..store.transcript import to_chat
 

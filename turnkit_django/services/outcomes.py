@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from ..base.states import TurnStatus
 from ..models import Turn
 from ..runtime.loop import Executed
-from ..states import TurnStatus
 
 logger = logging.getLogger("turnkit_django.worker")
 

@@ -25,10 +25,10 @@ from typing import Any
 
 from django.db.models import Min, OuterRef, Q, QuerySet, Subquery
 
-from ..authorization import is_allowed
 from ..conf import turnkit_settings
 from ..exceptions import AuthorizationError
 from ..models import Message, Turn
+from ..runtime.authorization import is_allowed
 
 
 @dataclass

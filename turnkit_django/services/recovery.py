@@ -14,12 +14,12 @@ from datetime import timedelta
 from django.db import transaction
 from django.db.models import Subquery
 
-from .. import metrics
 from ..agents import get_agent
 from ..conf import turnkit_settings
 from ..events import emit
 from ..exceptions import ConfigurationError
 from ..models import Turn, Wait
+from ..observability import metrics
 from ..runtime.deliveries import callback_decision, deliver_pending, finished
 from ..runtime.sources import source_tools
 from ..runtime.submission import dispatch

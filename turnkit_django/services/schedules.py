@@ -4,8 +4,8 @@ Beat sends ``turnkit.schedules`` every ``RECONCILE_INTERVAL`` seconds; the tick 
 database clock, so beats and workers on hosts with skewed clocks agree on what is due.
 
 For each schedule the tick considers its firings after the later of its creation and its
-``last_fired_at``, up to now: cron firings (:mod:`turnkit_django.cron`) or interval ones
-(:mod:`turnkit_django.intervals`). Every firing the tick sees within the grace (``grace()``:
+``last_fired_at``, up to now: cron firings (:mod:`turnkit_django.base.cron`) or interval ones
+(:mod:`turnkit_django.base.intervals`). Every firing the tick sees within the grace (``grace()``:
 twice ``RECONCILE_INTERVAL``, at least a minute) of its time is on time and starts a run, oldest
 first, however many a late tick finds (an every-second schedule misses none while beat runs,
 whatever beat's period). Older ones were missed (beat, or every worker, was down when they came):
@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from .. import cron, intervals
 from ..agents import AgentDefinition, get_agent
+from ..base import cron, intervals
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
 from ..messages import TextPart

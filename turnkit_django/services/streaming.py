@@ -1,12 +1,12 @@
 """Reading a run live: ``run.stream(after=, timeout=)`` and ``run.astream(...)``.
 
 The stream yields the tree's durable :class:`~turnkit_django.models.Event` rows after the
-cursor (as ``run.events()`` does) and, between them, the :class:`~turnkit_django.deltas.Delta`
+cursor (as ``run.events()`` does) and, between them, the :class:`~turnkit_django.conf.deltas.Delta`
 chunks the delta channel carries while a model call streams. It subscribes to the channel
 BEFORE its first read of the events, so no delta published after that read is lost.
 
 Each read is one short unit of database work after which the thread's connections are closed
-(:func:`~turnkit_django.databases.unit`): nothing is held while the stream waits. Between reads
+(:func:`~turnkit_django.base.databases.unit`): nothing is held while the stream waits. Between reads
 it waits on the channel, so a delta is handed on as it arrives; the reads are 50 ms apart at
 first, up to 1 s while nothing happens.
 
@@ -26,9 +26,9 @@ from collections.abc import AsyncIterator, Generator, Iterable, Iterator
 
 from asgiref.sync import sync_to_async
 
-from ..databases import unit
-from ..delta_channel import Subscription
-from ..deltas import Delta
+from ..base.databases import unit
+from ..conf.delta_channel import Subscription
+from ..conf.deltas import Delta
 from ..exceptions import AtomicBlockError, RunTimeout
 from ..models import Event, Turn
 from ..runtime import refuse_atomic_block

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..authorization import authorize
+from ..base.serialization import unstorable
 from ..exceptions import WaitError
 from ..models import Turn
-from ..serialization import unstorable
+from ..runtime.authorization import authorize
 from ..store import attach_waits, join_inline
 
 _UNSET: Any = object()

@@ -11,10 +11,10 @@ from __future__ import annotations
 from django.db.models import F
 from django.db.models.functions import Now
 
+from ..base.serialization import JsonObject, JsonValue
+from ..base.states import ToolStatus
 from ..exceptions import LostClaim
 from ..models import ToolExecution
-from ..serialization import JsonObject, JsonValue
-from ..states import ToolStatus
 from .claims import Claim
 
 

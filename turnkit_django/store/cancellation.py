@@ -19,11 +19,11 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from ..error_records import ErrorRecord
+from ..base.error_records import ErrorRecord
+from ..base.serialization import json_safe
+from ..base.states import ACTIVE_TURN_STATUSES, TurnStatus
 from ..events import emit
 from ..models import Delivery, Turn
-from ..serialization import json_safe
-from ..states import ACTIVE_TURN_STATUSES, TurnStatus
 from . import controls
 from .deliveries import COMPLETION_PREFIX
 from .events import record_event

@@ -24,17 +24,17 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from ..base.serialization import JsonObject
+from ..base.states import TERMINAL_TURN_STATUSES, TurnStatus
 from ..conf import turnkit_settings
 from ..exceptions import LostClaim
-from ..limits import Limits
 from ..messages import Part
 from ..models import Conversation, Event, Lease, Message, Turn
-from ..serialization import JsonObject
-from ..states import TERMINAL_TURN_STATUSES, TurnStatus
 from . import steps
 from .compiled import CompiledRead
 from .events import message_events
 from .fields import TurnFields
+from .limits import Limits
 from .locks import (
     LEDGER_FIELDS,
     Ledger,

@@ -12,9 +12,9 @@ from datetime import datetime, timedelta
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
+from ..base.serialization import JsonMapping, JsonObject
+from ..base.states import ACTIVE_TURN_STATUSES, TurnStatus
 from ..models import ToolExecution, Turn
-from ..serialization import JsonMapping, JsonObject
-from ..states import ACTIVE_TURN_STATUSES, TurnStatus
 from .events import record_event, stamp
 from .turns import apply_transition
 

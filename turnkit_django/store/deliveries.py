@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from ..base.serialization import JsonMapping, JsonObject, canonical
 from ..events import emit
 from ..exceptions import DeliveryConflict
 from ..messages import TextPart
 from ..models import Conversation, Delivery, Message, Turn
-from ..serialization import JsonMapping, JsonObject, canonical
 from .locks import lock_conversation
 from .transcript import NewMessage, insert_messages
 

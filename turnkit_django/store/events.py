@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import NotRequired, TypedDict
 
+from ..base.serialization import JsonMapping, json_safe
 from ..messages import PRIVATE_MESSAGE_KINDS
 from ..models import Event, Message
-from ..serialization import JsonMapping, json_safe
 from .rows import new_row
 
 #: How much of a message's text an event carries (the transcript holds the rest).

@@ -19,11 +19,11 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
+from ..base.serialization import JsonMapping, JsonObject, JsonValue
+from ..base.states import TRANSITIONS, ToolStatus, TurnStatus
 from ..exceptions import LostClaim
 from ..messages import MessageKind, Part, ToolCallPart
 from ..models import Conversation, Event, Message, ToolExecution, Turn
-from ..serialization import JsonMapping, JsonObject, JsonValue
-from ..states import TRANSITIONS, ToolStatus, TurnStatus
 from . import steps
 from .claims import Claim
 from .events import TRANSITION_EVENTS, build_event, message_events

@@ -16,7 +16,7 @@ from django.db.models import F
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
 
-from ..serialization import JsonMapping, JsonObject, JsonValue
+from ..base.serialization import JsonMapping, JsonObject, JsonValue
 
 
 class TerminalFields(TypedDict, total=False):

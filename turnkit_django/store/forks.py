@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 
 from django.db import transaction
 
+from ..base.serialization import JsonValue
 from ..models import Conversation, Message, Turn
-from ..serialization import JsonValue
 from .rows import new_row
 
 

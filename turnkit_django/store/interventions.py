@@ -13,11 +13,11 @@ from datetime import timedelta
 
 from django.db import transaction
 
+from ..base.ids import new_id
+from ..base.serialization import JsonObject, JsonValue, json_safe
+from ..base.states import TERMINAL_TURN_STATUSES, TurnStatus
 from ..exceptions import ApprovalError, InvalidTransition, KeyConflict
-from ..ids import new_id
 from ..models import ToolExecution, Turn
-from ..serialization import JsonObject, JsonValue, json_safe
-from ..states import TERMINAL_TURN_STATUSES, TurnStatus
 from . import controls
 from .events import stamp
 from .locks import lock_tree

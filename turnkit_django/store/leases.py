@@ -10,8 +10,8 @@ before this rule.
 
 from __future__ import annotations
 
+from ..base.states import TERMINAL_TURN_STATUSES, TRANSITIONS
 from ..models import Lease
-from ..states import TERMINAL_TURN_STATUSES, TRANSITIONS
 from . import sql
 
 #: The transitions that end a turn (their target is a terminal status).

@@ -23,13 +23,13 @@ from django.db.models import Exists, F, OuterRef, Subquery
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from ..base.serialization import JsonObject, JsonValue
+from ..base.states import TurnStatus
 from ..exceptions import ConfigurationError
-from ..limits import Limits
 from ..models import Conversation, Turn
-from ..serialization import JsonObject, JsonValue
-from ..states import TurnStatus
 from .compiled import CompiledRead
 from .fields import TurnFields
+from .limits import Limits
 
 #: The advisory lock key of the wait graph (one key for the whole database).
 GRAPH_LOCK_KEY = zlib.crc32(b"turnkit.wait_graph")

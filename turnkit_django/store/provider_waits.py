@@ -13,8 +13,8 @@ from datetime import datetime
 from django.db.models import Count, QuerySet
 from django.db.models.functions import Now
 
+from ..base.states import TurnStatus
 from ..models import Lease
-from ..states import TurnStatus
 from .claims import Claim
 
 

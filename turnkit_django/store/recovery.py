@@ -17,12 +17,13 @@ from datetime import datetime
 
 from django.db import transaction
 
-from .. import failpoints, metrics
-from ..error_records import ErrorRecord
+from ..base import failpoints
+from ..base.error_records import ErrorRecord
+from ..base.serialization import JsonObject
+from ..base.states import TurnStatus
 from ..events import emit
 from ..models import Turn, Wait
-from ..serialization import JsonObject
-from ..states import TurnStatus
+from ..observability import metrics
 from .claims import lease_of
 from .locks import lock_tree
 from .transcript import ClosedCall, interrupt_running

@@ -19,8 +19,8 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import F, Q
 
+from ..base.states import ACTIVE_TURN_STATUSES
 from ..models import Conversation, Delivery, Event, ToolExecution, Turn, Wait
-from ..states import ACTIVE_TURN_STATUSES
 
 #: Where a pass stopped: the (updated_at, id) of the last candidate it looked at.
 Cursor = tuple[datetime, str]

@@ -16,8 +16,8 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from ..base.serialization import JsonValue
 from ..models import Schedule, ScheduleFiring, Turn
-from ..serialization import JsonValue
 
 
 def save_schedule(key: str, *, agent_name: str, cron: str, every: int | None, task: str,

@@ -17,9 +17,9 @@ from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from ..fields import is_storable_field
+from ..base.fields import is_storable_field
+from ..base.serialization import maybe_unstorable, storable
 from ..models import Event
-from ..serialization import maybe_unstorable, storable
 
 
 class Unsupported(Exception):
@@ -95,7 +95,7 @@ class _Column:
     name: str  # the model field's name
     to_json: Callable[[Any], Any]
     stamped: bool  # auto_now or auto_now_add: the insert's time
-    clean: bool  # a storable field (turnkit_django.fields): its value is cleaned on the way in
+    clean: bool  # a storable field (turnkit_django.base.fields): its value is cleaned on the way in
 
 
 def _json_of(field: Field[Any, Any]) -> Callable[[Any], Any]:

@@ -32,8 +32,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Subquery
 from django.db.models.functions import Now
 
+from ..base.states import TRANSITIONS, TurnStatus
 from ..models import Conversation, Event, Lease, Message, ToolExecution, Turn, Wait
-from ..states import TRANSITIONS, TurnStatus
 from . import leases, sql
 from .compiled import CompiledRead
 from .cursors import server_cursor

@@ -20,11 +20,11 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from ..error_records import not_executed, outcome_unknown
+from ..base.error_records import not_executed, outcome_unknown
+from ..base.serialization import JsonMapping, JsonObject, JsonValue
+from ..base.states import ToolStatus
 from ..messages import ChatMessage, MessageKind, Part, ToolResultPart, dump_parts, load_parts
 from ..models import Conversation, Message, ToolExecution, Turn
-from ..serialization import JsonMapping, JsonObject, JsonValue
-from ..states import ToolStatus
 from .compiled import CompiledRead
 from .events import record_event, stamp
 from .locks import database_now

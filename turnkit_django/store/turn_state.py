@@ -14,9 +14,9 @@ from typing import Annotated, Any
 from pydantic import Field, GetCoreSchemaHandler, TypeAdapter
 from pydantic_core import core_schema
 
+from ..base.serialization import JsonObject, JsonValue
+from ..base.states import Phase
 from ..exceptions import BudgetExceeded
-from ..serialization import JsonObject, JsonValue
-from ..states import Phase
 from .rows import copied
 
 

@@ -1,7 +1,7 @@
 """Creating conversations and turns, and the named transitions that change a turn's status.
 
 :func:`apply_transition` is the only statement that changes ``Turn.status``: a compare-and-set
-from the transition's source statuses (:data:`turnkit_django.states.TRANSITIONS`); a turn in
+from the transition's source statuses (:data:`turnkit_django.base.states.TRANSITIONS`); a turn in
 any other status raises :class:`InvalidTransition` and nothing is written.
 """
 
@@ -19,18 +19,18 @@ from django.db import connection, transaction
 from django.db.models import Exists, Field, Model, OuterRef, QuerySet
 from django.db.models.functions import Now
 
+from ..base.ids import new_id
+from ..base.serialization import JsonMapping, JsonObject, JsonValue
+from ..base.states import TRANSITIONS, TurnStatus
 from ..exceptions import InvalidTransition
-from ..ids import new_id
-from ..limits import Limits
 from ..messages import Part
 from ..models import Conversation, Event, ToolExecution, Turn, Wait
-from ..serialization import JsonMapping, JsonObject, JsonValue
-from ..states import TRANSITIONS, TurnStatus
 from . import leases, steps
 from .compiled import CompiledRead
 from .cursors import hot_cursor
 from .events import message_events
 from .fields import TurnFields
+from .limits import Limits
 from .locks import database_now, lock_tree
 from .sql import Unsupported
 from .transcript import ClosedCall, NewMessage, build_messages, insert_rows, repair

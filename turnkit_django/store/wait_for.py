@@ -11,10 +11,10 @@ from collections.abc import Sequence
 
 from django.db import transaction
 
+from ..base.states import ACTIVE_TURN_STATUSES, TurnStatus
 from ..events import emit
 from ..exceptions import InvalidTransition, WaitError
 from ..models import Turn, Wait
-from ..states import ACTIVE_TURN_STATUSES, TurnStatus
 from .locks import lock_tree
 from .turns import apply_transition
 from .waits import add_edges, join, unmet

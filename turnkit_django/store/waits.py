@@ -26,10 +26,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from ..base.states import TERMINAL_TURN_STATUSES, TurnStatus
 from ..exceptions import WaitError
 from ..messages import TextPart
 from ..models import Message, Turn, Wait
-from ..states import TERMINAL_TURN_STATUSES, TurnStatus
 from .locks import graph_lock
 from .transcript import NewMessage, insert_messages
 from .turn_state import TurnState

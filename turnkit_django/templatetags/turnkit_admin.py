@@ -7,11 +7,10 @@ from datetime import datetime
 from decimal import Decimal
 
 from django import template
-from django.utils import timezone
 from django.utils.translation import gettext
 
+from ..console.formatting import format_cost, format_when, ran_seconds, seconds_between
 from ..models import Turn
-from ..timeline import format_cost, ran_seconds, seconds_between
 
 register = template.Library()
 
@@ -19,11 +18,7 @@ register = template.Library()
 @register.filter
 def when(value: datetime | None) -> str:
     """A timestamp to the second in the current time zone; ``—`` when unset."""
-    if value is None:
-        return "—"
-    if timezone.is_aware(value):
-        value = timezone.localtime(value)
-    return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    return format_when(value)
 
 
 @register.filter

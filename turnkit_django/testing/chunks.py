@@ -12,7 +12,7 @@ import json
 import time
 
 from ..clients.base import ModelRequest, ModelResponse
-from ..deltas import ChunkCallback
+from ..conf.deltas import ChunkCallback
 from ..messages import ToolCallPart
 
 #: A scripted answer: the response, the number of text chunks, the seconds between chunks.

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..serialization import JsonObject, JsonValue
-from ..states import TERMINAL_TURN_STATUSES
+from ..base.serialization import JsonObject, JsonValue
+from ..base.states import TERMINAL_TURN_STATUSES
 
 _TERMINAL = frozenset(str(s) for s in TERMINAL_TURN_STATUSES)
 

@@ -56,9 +56,9 @@ from typing import TypeVar
 
 from django.db.models import Q, QuerySet
 
+from ..base.states import FINISHED_TOOL_STATUSES, Phase, TurnStatus
 from ..messages import MEDIA_KINDS
 from ..models import Conversation, Delivery, Message, ToolExecution, Turn
-from ..states import FINISHED_TOOL_STATUSES, Phase, TurnStatus
 from .report import Report, Violation
 from .rows import DeliveryRow, ExecutionRow, MessageRow, TurnRow
 from .verify_graph import check_graph

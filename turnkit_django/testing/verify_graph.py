@@ -22,9 +22,9 @@ from collections import defaultdict
 
 from django.db.models import Exists, F, OuterRef, QuerySet
 
+from ..base.states import TurnStatus
 from ..models import Conversation, Turn, Wait
-from ..querysets import TurnQuerySet
-from ..states import TurnStatus
+from ..models.querysets import TurnQuerySet
 from .report import Report
 
 #: The conversations to check (any queryset of them: rows or values), None for all.

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_type_hints, overlo
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from ..base.error_records import ErrorRecord
+from ..base.serialization import JsonMapping, JsonObject, JsonValue, render_result
 from ..clients.base import ToolSpec
-from ..error_records import ErrorRecord
 from ..exceptions import ConfigurationError, ToolError
-from ..serialization import JsonMapping, JsonObject, JsonValue, render_result
 
 if TYPE_CHECKING:
-    from ..handles import TurnHandle
+    from ..api.handles import TurnHandle
 
 Recovery = Literal["unknown", "replay_safe"]
 Terminal = bool | str | Callable[[Any], str]

@@ -15,7 +15,7 @@ agent's ``tools``. The runtime executes them itself (they write through the turn
 * ``send_message(conversation_id, text)`` sends a durable message to another conversation. Its
   delivery key is derived from the tool execution, so a replay never sends twice.
 
-An id longer than any id column (:data:`~turnkit_django.ids.ID_LENGTH`) or an agent name over
+An id longer than any id column (:data:`~turnkit_django.base.ids.ID_LENGTH`) or an agent name over
 64 characters names nothing: it is refused as invalid arguments, never echoed back.
 
 Every one of them acts for the turn's principal, never for anything the model puts in its
@@ -29,7 +29,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..ids import ID_LENGTH
+from ..base.ids import ID_LENGTH
 from .base import NAME_LENGTH, Tool, ToolContext
 
 #: The most turns one ``wait_for`` call may name: each is checked for a cycle under the

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..base.serialization import JsonObject, JsonValue
 from ..exceptions import ConfigurationError, ToolError
-from ..serialization import JsonObject, JsonValue
 from .base import Tool, ToolContext
 
 MAX_BYTES = 100_000

@@ -37,9 +37,9 @@ from urllib.parse import quote, urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..base.serialization import JsonObject, JsonValue
 from ..clients._http import as_object, member, members
 from ..exceptions import ConfigurationError, ToolError
-from ..serialization import JsonObject, JsonValue
 from .base import ToolContext
 from .files import MAX_BYTES, ReadOnlyTool, positive_int, text_prefix
 

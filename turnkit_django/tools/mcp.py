@@ -33,10 +33,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from ..base.serialization import JsonObject, JsonValue
 from ..clients._http import client_secrets, redact, safe_url
 from ..clients.base import ToolSpec
 from ..exceptions import ConfigurationError, ToolError
-from ..serialization import JsonObject, JsonValue
 from . import mcp_session
 from .base import NAME_LENGTH, Recovery, Tool, ToolContext
 from .sources import ToolSource

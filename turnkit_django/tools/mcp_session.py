@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from ..base.serialization import JsonObject, JsonValue
 from ..exceptions import ConfigurationError
-from ..serialization import JsonObject, JsonValue
 
 if TYPE_CHECKING:
     from mcp import Client

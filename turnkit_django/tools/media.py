@@ -31,13 +31,13 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..base.serialization import JsonMapping, JsonObject
 from ..clients._http import members
 from ..clients.media import ImageResult, MediaAnalysis, MediaInput, web_url
 from ..clients.media_input import MAX_MEDIA_ITEMS, to_media
 from ..exceptions import ConfigurationError, MediaError, ToolError
 from ..messages import ImagePart, MessageKind, load_parts
 from ..models import Message
-from ..serialization import JsonMapping, JsonObject
 from ..store.media import open_image
 from .base import Tool, ToolContext
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..serialization import JsonObject
+from ..base.serialization import JsonObject
 from .base import Tool
 
 

@@ -8,19 +8,19 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from ...handles import Run
-from ...models import Conversation, Turn
-from ...store import provider_waits
-from ...store.events import stamp
-from ...terminal import json_for_terminal
-from ...timeline import (
+from ...api.handles import Run
+from ...base.terminal import json_for_terminal
+from ...console.formatting import format_cost
+from ...console.timeline import (
     conversation_transcript,
-    format_cost,
     load_tree,
     turn_summary,
     turn_transcript,
 )
-from ...transcript import render, transcript, tree_lines
+from ...console.transcript import render, transcript, tree_lines
+from ...models import Conversation, Turn
+from ...store import provider_waits
+from ...store.events import stamp
 from ..base import TurnkitCommand, id_hint, unstorable_id
 
 

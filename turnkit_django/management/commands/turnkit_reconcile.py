@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 from django.db import close_old_connections
 
-from ... import failpoints
+from ...base import failpoints
 from ...conf import turnkit_settings
 from ...services import cancel_sweep, reconcile
 from ..arguments import COUNT, SECONDS

@@ -17,12 +17,12 @@ from django.db.models import BigIntegerField, Count, Q, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 
-from ...metrics import live_turns
+from ...base.states import ACTIVE_TURN_STATUSES
+from ...base.terminal import json_for_terminal
+from ...console.formatting import format_cost
 from ...models import Turn
-from ...states import ACTIVE_TURN_STATUSES
+from ...observability.metrics import live_turns
 from ...store import database_now, provider_waits
-from ...terminal import json_for_terminal
-from ...timeline import format_cost
 from ..arguments import SECONDS
 from ..base import TurnkitCommand
 

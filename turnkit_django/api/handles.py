@@ -1,0 +1,419 @@
+"""The objects applications hold: ``Agent``, ``Run``, ``Turn`` and ``Conversation``.
+
+Handles wrap rows and call services; they hold no state the database does not have, so
+``refresh()`` is always safe and two handles on one turn agree after refreshing. Inside the
+package the handle classes are ``TurnHandle`` and ``ConversationHandle`` (the models are
+``Turn`` and ``Conversation``); the package exports them as ``Turn`` and ``Conversation``.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Self, Unpack
+
+from django.db.models import QuerySet
+
+from .. import services
+from ..agents import AgentDefinition, Audit, get_agent
+from ..base.ids import new_id
+from ..base.serialization import JsonObject, json_value, snapshot
+from ..base.states import TERMINAL_TURN_STATUSES, TurnStatus
+from ..clients import ModelRequest, Usage
+from ..events import EventCallback
+from ..exceptions import InvalidTransition
+from ..messages import Part
+from ..models import Conversation, Delivery, Message, ToolExecution, Turn
+from ..runtime import execute, execute_new, preview, refuse_atomic_block
+from ..runtime.authorization import authorize
+from ..runtime.context import ToolBinding
+from ..runtime.handles import provide
+from ..runtime.running import RunningTurn
+from ..runtime.submission import authorize_callback
+from ..services.costs import CostBreakdown
+from ..store import arguments, reload
+from .interactive import AsyncRuns, ConversationInputs, TreeControls, TurnControls
+from .media import MediaMethods
+from .options import ConversationOptions, RunOptions, TurnOptions, task_parts
+from .options import only as _only
+
+_UNSET: Any = object()
+
+
+def _agent_for(row: Turn, agent: AgentDefinition | None) -> AgentDefinition:
+    if agent is not None and agent.name == row.agent_name:
+        return agent
+    return get_agent(row.agent_name)
+
+
+def _authorize_read(conversation: Conversation, principal: Any) -> None:
+    if principal is not _UNSET:
+        authorize("read_messages", principal=principal, conversation_id=conversation.pk,
+                  conversation_principal=conversation.principal)
+
+
+class Agent(AsyncRuns, AgentDefinition):
+    """A named agent: instructions, model, tools, sub-agents and limits, and how to use it.
+
+    Agents are definitions, not state: create them at import time in ``<app>/agents.py`` and
+    ``register()`` them so every process can rebuild their turns by name.
+    """
+
+    def run(self, task: str, **options: Unpack[RunOptions]) -> Run:
+        """Run a bounded task inline, in this process, and return the finished Run."""
+        _only("run", options, RunOptions)
+        refuse_atomic_block("agent.run()")
+        return Run.start(self, task, **options)
+
+    def prepare(self, task: str, **options: Unpack[RunOptions]) -> Run:
+        """Create a pending run without executing or submitting it."""
+        _only("prepare", options, RunOptions)
+        return Run.create(self, task, **options)
+
+    def submit(self, task: str, *, callback: Any = None, **options: Unpack[RunOptions]) -> Run:
+        """Create a run and hand it to background execution; returns at once."""
+        _only("submit", options, RunOptions)
+        arguments.event_callback(options.get("on_event"), inline=False)
+        if callback is None:  # created submitted: one write
+            return Run.create(self, task, _submitted=True, **options)
+        target = arguments.conversation_row(callback, "submit(callback=...)")  # before the run
+        turn_id = new_id("turn")  # the callback is asked before the run exists too
+        authorize_callback(turn_id, json_value(options.get("principal"), "principal"), target)
+        run = Run.create(self, task, _turn_id=turn_id, **options)
+        run.row = services.submit(run.row, callback=target, callback_authorized=True)
+        return run
+
+    def conversation(self, **options: Unpack[ConversationOptions]) -> ConversationHandle:
+        """Start a conversation with this agent."""
+        _only("conversation", options, ConversationOptions)
+        return ConversationHandle.create(self, **options)
+
+    def cost_breakdown(self) -> CostBreakdown:
+        """Usage and cost of every turn this agent ran, per model and per turn."""
+        return services.cost_breakdown(agent_name=self.name)
+
+
+class TurnHandle(TurnControls, RunningTurn, MediaMethods):
+    """A turn of a conversation: one unit of agent work with its own status and output."""
+
+    def __init__(self, row: Turn, agent: AgentDefinition | None = None,
+                 running: Any = None, *, binding: ToolBinding | None = None) -> None:
+        self.row = row
+        self._agent = agent
+        self._running = running  # the claimed turn's context, in tools and output policies
+        self._on_event: EventCallback | None = None
+        #: Set on the handle a tool gets (``ctx.turn``): media calls write under its claim.
+        self.binding = binding
+
+    @property
+    def id(self) -> str:
+        return self.row.pk
+
+    @property
+    def status(self) -> str:
+        return self.row.status
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.row.status in TERMINAL_TURN_STATUSES
+
+    @property
+    def agent(self) -> AgentDefinition:
+        self._agent = _agent_for(self.row, self._agent)
+        return self._agent
+
+    @property
+    def conversation_id(self) -> str:
+        return self.row.conversation_id
+
+    @property
+    def output_text(self) -> str:
+        return self.row.output_text
+
+    @property
+    def output_data(self) -> Any:
+        return self.row.output_data
+
+    @property
+    def error(self) -> JsonObject | None:
+        return self.row.error
+
+    @property
+    def usage(self) -> Usage:
+        return Usage.from_dict(self.row.usage)
+
+    @property
+    def cost(self) -> Decimal | None:
+        return None if self.row.cost_unknown else self.row.cost
+
+    @property
+    def audit(self) -> Audit | None:
+        """The output policies' verdict, when the agent has output policies."""
+        return None if self.row.audit is None else Audit.from_json(self.row.audit)
+
+    def cost_breakdown(self) -> CostBreakdown:
+        """Usage and cost per model (a run's: per model and per turn of its tree)."""
+        return services.cost_breakdown(turn_id=self.row.pk)
+
+    def refresh(self) -> Self:
+        """Read the turn's row again (its status, output, usage...)."""
+        reload(self.row)
+        return self
+
+    def messages(self) -> QuerySet[Message]:
+        """The turn's input and its own messages, in sequence order."""
+        return Message.objects.visible_to(self.row)
+
+    def tool_executions(self) -> QuerySet[ToolExecution]:
+        return ToolExecution.objects.filter(turn_id=self.row.pk).order_by("created_at")
+
+    def preview(self) -> ModelRequest:
+        """The exact next model request, built without calling the model or writing anything."""
+        return preview(self.row.pk, self.agent)
+
+    def execute(self, *, on_event: EventCallback | None = None) -> Self:
+        """Execute the pending turn inline, in this process, and return it finished."""
+        arguments.event_callback(on_event)
+        refuse_atomic_block("turn.execute()")
+        self.refresh()
+        if self.row.status != TurnStatus.PENDING:
+            raise InvalidTransition(self.row.pk, self.row.status, "execute")
+        services.join_for_inline(self.row)
+        execute(self.row.pk, agent=self.agent, on_event=on_event or self._on_event,
+                root_id=self.row.root_turn_id)
+        return self.refresh()
+
+    def submit(self, callback: Any = None) -> Self:
+        """Hand the turn to background execution; returns at once."""
+        arguments.prepared_callback(self._on_event)
+        self.row = services.submit(self.row, callback=arguments.callback_row(callback))
+        return self
+
+    def wait_for(self, *targets: Any, principal: Any = _UNSET) -> Self:
+        """Run only after ``targets`` finish, given their results as input; call before submit."""
+        options = {} if principal is _UNSET else {"principal": principal}
+        self.row = services.add_wait(self.row, targets, **options)
+        return self
+
+    def cancel(self, cascade: bool = False, principal: Any = None) -> Self:
+        """Cancel the turn (and with ``cascade`` its descendants); a finished turn is unchanged."""
+        services.cancel(self.row, cascade=cascade, principal=principal)
+        return self.refresh()
+
+    def __repr__(self) -> str:
+        return f"<Turn {self.row.pk} {self.row.status}>"
+
+
+class Run(TreeControls, TurnHandle):
+    """One bounded task: the root turn of a tree; usage and cost aggregate the tree."""
+
+    @classmethod
+    def create(
+        cls,
+        agent: AgentDefinition,
+        task: str,
+        *,
+        input: Any = None,
+        on_event: EventCallback | None = None,
+        prompt_mode: str | None = None,
+        _submitted: bool = False,
+        _turn_id: str | None = None,
+        **options: Unpack[TurnOptions | ConversationOptions],  # type: ignore[misc]
+    ) -> Run:
+        _only("Run.create", {**options, "input": input, "on_event": on_event,
+                             "prompt_mode": prompt_mode}, RunOptions)
+        arguments.event_callback(on_event)
+        validated = agent.validate_input(input)
+        # Runs default to task mode unless the agent chose its own mode.
+        mode = prompt_mode or agent.prompt_mode or "task"
+        row = services.new_turn(agent, task_parts(task, validated), prompt_mode=mode,
+                                submit=_submitted, turn_id=_turn_id, **options)
+        run = cls(row, agent)
+        run._on_event = on_event
+        return run
+
+    @classmethod
+    def start(cls, agent: AgentDefinition, task: str, *, input: Any = None,
+              on_event: EventCallback | None = None, prompt_mode: str | None = None,
+              **options: Any) -> Run:
+        """Create the run claimed by this process and execute it inline (``agent.run``)."""
+        _only("Run.start", {**options, "input": input, "on_event": on_event,
+                            "prompt_mode": prompt_mode}, RunOptions)
+        arguments.event_callback(on_event)
+        parts = task_parts(task, agent.validate_input(input))
+        mode = prompt_mode or agent.prompt_mode or "task"
+        return cls(execute_new(agent, parts, on_event=on_event, prompt_mode=mode, **options),
+                   agent)
+
+    @property
+    def root_turn_id(self) -> str:
+        return self.row.root_turn_id
+
+    @property
+    def turn(self) -> TurnHandle:
+        """The root turn alone (``run.turn.paint(...)``, ``run.turn.messages()``)."""
+        turn = TurnHandle(self.row, self._agent)
+        turn._on_event = self._on_event
+        return turn
+
+    def turns(self) -> QuerySet[Turn]:
+        """The root and its descendants."""
+        return Turn.objects.tree(self.row.root_turn_id)
+
+    def messages(self, *, principal: Any = _UNSET) -> QuerySet[Message]:
+        """The tree's transcript: its turns' input and own messages; with ``principal=`` only
+        the conversations it may read (:func:`~turnkit_django.services.reading.tree_messages`)."""
+        return services.tree_messages(self.row, principal, check=principal is not _UNSET)
+
+    def tool_executions(self) -> QuerySet[ToolExecution]:
+        return ToolExecution.objects.filter(turn__root_turn_id=self.row.root_turn_id).order_by(
+            "created_at")
+
+    @property
+    def usage(self) -> Usage:
+        return self.cost_breakdown().usage
+
+    @property
+    def cost(self) -> Decimal | None:
+        return self.cost_breakdown().cost
+
+    def cost_breakdown(self) -> CostBreakdown:
+        return services.cost_breakdown(self.row.root_turn_id)
+
+    def __repr__(self) -> str:
+        return f"<Run {self.row.pk} {self.row.status}>"
+
+
+class ConversationHandle(ConversationInputs):
+    """A thread over time with one agent."""
+
+    def __init__(self, row: Conversation, agent: AgentDefinition | None = None) -> None:
+        self.row = row
+        self._agent = agent
+
+    @classmethod
+    def create(cls, agent: AgentDefinition,
+               **options: Unpack[ConversationOptions]) -> ConversationHandle:
+        _only("Conversation.create", options, ConversationOptions)
+        return cls(services.new_conversation(agent, **options), agent)
+
+    @property
+    def id(self) -> str:
+        return self.row.pk
+
+    @property
+    def agent(self) -> AgentDefinition:
+        if self._agent is None or self._agent.name != self.row.agent_name:
+            self._agent = get_agent(self.row.agent_name)
+        return self._agent
+
+    def say(self, text: str, *, metadata: JsonObject | None = None,
+            key: str | None = None) -> Message:
+        """Append a user message; run nothing. With ``key``, once per key."""
+        arguments.require_text(text, "the text of conv.say()")
+        metadata = None if metadata is None else snapshot(metadata, "metadata")
+        return services.say(self.row, text, metadata=metadata, key=key)
+
+    def prepare_turn(self, **options: Unpack[TurnOptions]) -> TurnHandle:
+        """Create a pending turn over the messages so far."""
+        _only("prepare_turn", options, TurnOptions)
+        row = services.new_turn(self.agent, conversation=self.row, **options)
+        return TurnHandle(row, self.agent)
+
+    def ask(self, text: str, *, submit: bool = False, on_event: EventCallback | None = None,
+            key: str | None = None, **options: Unpack[TurnOptions]) -> TurnHandle:
+        """Say ``text`` and answer it: inline by default, in the background with submit=True.
+
+        With ``key`` the input is idempotent: a retry returns the turn the first call started
+        (KeyConflict if the text differs), and appends nothing.
+        """
+        _only("ask", options, TurnOptions)
+        arguments.require_text(text, "the text of conv.ask()")
+        arguments.flag(submit, "conv.ask(): submit=")
+        arguments.event_callback(on_event, inline=not submit)
+        if not submit:
+            refuse_atomic_block("conversation.ask()")
+
+        def create(parts: list[Part], key: str | None) -> Turn:
+            if not submit:
+                return execute_new(self.agent, parts, conversation=self.row,
+                                   on_event=on_event, message_key=key, **options)
+            # The input and the turn handed to background execution, in one write.
+            return services.new_turn(self.agent, parts, conversation=self.row,
+                                     message_key=key, submit=True, **options)
+
+        return TurnHandle(services.answer_once(self.row, text, key, create), self.agent)
+
+    def messages(self, after: int = 0, *, principal: Any = _UNSET,
+                 include_private: bool = False) -> QuerySet[Message]:
+        """Messages with a sequence greater than ``after``, in order (a cursor read), without
+        thinking, provider-only parts and dynamic context unless ``include_private``.
+
+        With ``principal=`` the ``read_messages`` action is authorized first.
+        """
+        _authorize_read(self.row, principal)
+        rows = Message.objects.after(self.row.pk, arguments.cursor(after, "conv.messages()"))
+        return rows if include_private else rows.provider_safe()
+
+    def turns(self) -> QuerySet[Turn]:
+        return Turn.objects.filter(conversation_id=self.row.pk).order_by("created_at")
+
+    def cost_breakdown(self) -> CostBreakdown:
+        """Usage and cost of the conversation's turns (not their sub-agents'), per model."""
+        return services.cost_breakdown(conversation_id=self.row.pk)
+
+    def send_message(self, other: ConversationHandle | Conversation | str, text: str, *, key: str,
+                     principal: Any = None, source_turn: Any = None) -> Delivery:
+        """Send ``text`` to ``other`` durably, once per ``key`` (a retry returns the same one)."""
+        destination = arguments.conversation_row(other, "conv.send_message()")
+        turn = getattr(source_turn, "row", source_turn)
+        return services.send_message(self.row, destination, text, key=key, principal=principal,
+                                     source_turn=turn)
+
+    def inbox(self, *, principal: Any = _UNSET) -> QuerySet[Delivery]:
+        """Deliveries sent to this conversation, oldest first (pending ones included)."""
+        _authorize_read(self.row, principal)
+        return Delivery.objects.filter(destination_conversation_id=self.row.pk).order_by(
+            "created_at", "id")
+
+    def outbox(self, *, principal: Any = _UNSET) -> QuerySet[Delivery]:
+        """Deliveries this conversation sent, oldest first."""
+        _authorize_read(self.row, principal)
+        return Delivery.objects.filter(source_conversation_id=self.row.pk).order_by(
+            "created_at", "id")
+
+    def compact(self, focus: str | None = None, *, keep_last: int | None = None,
+                client: Any = None) -> Message:
+        """Summarise older messages now; later turns see the summary in their place.
+
+        Raises CompactionError when there is too little to compact, a turn is active, or the
+        summary comes back empty. Originals stay in the transcript.
+        """
+        return services.compact_conversation(self.row.pk, self.agent, focus=focus,
+                                             keep_last=keep_last, client=client)
+
+    def refresh(self) -> Self:
+        """Read the turn's row again (its status, output, usage...)."""
+        reload(self.row)
+        return self
+
+    def __repr__(self) -> str:
+        return f"<Conversation {self.row.pk} {self.row.agent_name}>"
+
+
+def load_turn(turn_id: str) -> TurnHandle:
+    return TurnHandle(arguments.turn_row(turn_id, "load_turn()"))
+
+
+def load_run(run_id: str) -> Run:
+    return Run(arguments.turn_row(run_id, "load_run()"))
+
+
+def load_conversation(conversation_id: str) -> ConversationHandle:
+    return ConversationHandle(arguments.conversation_by_id(conversation_id, "load_conversation()"))
+
+
+# Tools, output policies and context contributors receive these handles for the running turn.
+provide(TurnHandle)
+
+__all__ = ["Agent", "ConversationHandle", "ConversationOptions", "Run", "RunOptions",
+           "TurnHandle", "TurnOptions", "load_conversation", "load_run", "load_turn"]
