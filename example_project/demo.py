@@ -86,7 +86,7 @@ def refunds_for(order_id: str) -> int:
 
 def inline_demo() -> None:
     from example_project.support.agents import support
-    from turnkit_django.console.transcript import show
+    from turnkit_django.console.transcript_text import show
 
     heading("1. Inline run: look up, delegate to a sub-agent, refund (terminal tool)")
     task = "Refund order 42: the teapot arrived broken."
@@ -157,7 +157,7 @@ SHOWN = ("turn.", "tool_call.")
 
 def describe(entry: dict[str, Any]) -> str:
     """One timeline line's detail for an event; a value the event does not carry is left out."""
-    from turnkit_django.console.transcript import counted, result_text
+    from turnkit_django.console.transcript_text import counted, result_text
 
     kind, payload, row = entry["type"], entry["payload"], entry["row"]
     agent = str(row.get("agent_name"))
@@ -194,7 +194,7 @@ class Timeline:
         self.refunds = refunds_for(order_id)
 
     def say(self, actor: str, what: str, detail: str = "", *, at: float | None = None) -> None:
-        from turnkit_django.console.transcript import WIDTH, clip
+        from turnkit_django.console.transcript_text import WIDTH, clip
 
         elapsed = (time.time() if at is None else at) - self.started
         prefix = f"  {elapsed:5.2f}s  {actor:<12}{what:<20} "
@@ -253,7 +253,7 @@ def start_worker(timeline: Timeline, number: int) -> Process:
 
 def background_demo() -> None:
     from example_project.support.agents import support
-    from turnkit_django.console.transcript import show
+    from turnkit_django.console.transcript_text import show
 
     heading("2. Background run: SIGKILL the Celery worker mid-refund, recover, finish")
     print(f"  broker    file system under {DEMO_VAR.relative_to(ROOT)}/broker, no server")
@@ -313,7 +313,7 @@ def media_demo() -> None:
 
     from example_project.support.studio import CREDITS, studio
     from turnkit_django.api.media import image_url
-    from turnkit_django.console.transcript import show
+    from turnkit_django.console.transcript_text import show
     from turnkit_django.messages import ImagePart, load_parts
     from turnkit_django.models import Message
 

@@ -16,7 +16,7 @@ from tests.dispatch import override_turnkit
 from tests.helpers import expire_lease
 from turnkit_django import Agent, services, tool
 from turnkit_django.base import failpoints
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.messages import load_parts
 from turnkit_django.models import Conversation, Delivery, Message, ToolExecution, Turn, Wait
 from turnkit_django.testing import Entry, FunctionClient, call, reply

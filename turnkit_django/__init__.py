@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from .api.schedules import schedule
     from .clients.evaluation import Choice, Evaluation, Score, YesNo
     from .services import drain, pending_approvals, reconcile
-    from .tools.base import Tool, ToolContext, tool
     from .tools.media import ImageTool, ViewMediaTool
+    from .tools.tool import Tool, ToolContext, tool
 
 __version__ = "0.1.0.dev0"
 
@@ -56,9 +56,9 @@ _install_moved_paths()
 # ``import turnkit_django`` works in settings files and before ``django.setup()``.
 _LAZY = {
     "Agent": ("api.handles", "Agent"),
-    "Tool": ("tools.base", "Tool"),
-    "ToolContext": ("tools.base", "ToolContext"),
-    "tool": ("tools.base", "tool"),
+    "Tool": ("tools.tool", "Tool"),
+    "ToolContext": ("tools.tool", "ToolContext"),
+    "tool": ("tools.tool", "tool"),
     "ImageTool": ("tools.media", "ImageTool"),
     "ViewMediaTool": ("tools.media", "ViewMediaTool"),
     "register": ("agents", "register"),

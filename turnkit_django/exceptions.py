@@ -117,9 +117,9 @@ class InputError(TurnkitError, ValueError):
 class NotFound(TurnkitError, ObjectDoesNotExist):
     """No turn or conversation has the given id.
 
-    ``load_turn``/``load_run`` raise :class:`~turnkit_django.store.arguments.TurnNotFound` (also a
-    ``Turn.DoesNotExist``); ``load_conversation``, and the methods taking a conversation id,
-    raise :class:`~turnkit_django.store.arguments.ConversationNotFound` (also a
+    ``load_turn``/``load_run`` raise :class:`~turnkit_django.store.input_checks.TurnNotFound`
+    (also a ``Turn.DoesNotExist``); ``load_conversation``, and the methods taking a conversation id,
+    raise :class:`~turnkit_django.store.input_checks.ConversationNotFound` (also a
     ``Conversation.DoesNotExist``), so code catching the model's ``DoesNotExist`` keeps working.
     ``input_status`` of a key no input has raises :class:`InputNotFound`.
     """

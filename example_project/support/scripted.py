@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.messages import ToolResultPart
 from turnkit_django.testing import Entry, FunctionClient, call, reply
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.concurrency.threads import Worker
 from turnkit_django import Agent, services, tool
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.models import Message, ToolExecution, Turn
 from turnkit_django.testing import Entry, FunctionClient, call, reply
 

@@ -17,7 +17,7 @@ from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from tests.orchestration import answering
 from turnkit_django import Agent, services, tool
 from turnkit_django.api.handles import Run
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.messages import TextPart
 from turnkit_django.models import Message, Turn
 from turnkit_django.testing import Entry, FunctionClient, call

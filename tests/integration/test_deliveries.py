@@ -23,7 +23,7 @@ from turnkit_django import (
     services,
     tool,
 )
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.events import delivery_delivered
 from turnkit_django.messages import load_parts
 from turnkit_django.models import Delivery, Message, Turn

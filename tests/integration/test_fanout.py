@@ -19,7 +19,7 @@ from tests.orchestration import crash_at, policy, policy_calls, recover, tool_re
 from turnkit_django import Agent, LostClaim, ModelError, services, store, tool
 from turnkit_django.api.handles import Run
 from turnkit_django.base import failpoints
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.events import turn_started
 from turnkit_django.models import ToolExecution, Turn, Wait
 from turnkit_django.testing import Entry, FunctionClient, call, reply

@@ -17,7 +17,7 @@ from django.utils import timezone
 from tests.dispatch import background
 from tests.helpers import _disarm_failpoints, registered, verify_after_test
 from turnkit_django import Agent, services
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.models import Turn
 from turnkit_django.testing import Entry, FunctionClient, call, reply
 

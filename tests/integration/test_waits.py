@@ -25,7 +25,7 @@ from turnkit_django import (
     services,
 )
 from turnkit_django.api.handles import Run
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.models import Message, Turn, Wait
 from turnkit_django.testing import FunctionClient, reply
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from turnkit_django import Agent, ModelError, ToolContext, register, tool
 from turnkit_django.clients import OpenAIClient
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.events import Event
 from turnkit_django.events import event as any_event
 from turnkit_django.testing import Entry, FunctionClient, call, reply

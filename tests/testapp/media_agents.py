@@ -20,7 +20,7 @@ import httpx
 
 from turnkit_django import Agent, ToolContext, register, tool
 from turnkit_django.clients import OpenAIClient
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.messages import MEDIA_KINDS
 from turnkit_django.testing import PNG, Entry, FunctionClient, call, reply
 

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from turnkit_django import Agent, register
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.messages import ChatMessage
 from turnkit_django.testing import Entry, FunctionClient, call, reply
 from turnkit_django.tools import launch_agent, send_message, wait_for

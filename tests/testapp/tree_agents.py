@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from turnkit_django import Agent, register
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.testing import Entry, FunctionClient, call, reply
 from turnkit_django.tools import launch_agent, wait_for
 

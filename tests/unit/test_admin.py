@@ -21,7 +21,7 @@ from tests.browser.scenario import RATES, active_tree, console_agents, finished_
 from tests.dispatch import override_turnkit
 from turnkit_django import Agent, services
 from turnkit_django.console.timeline import load_tree, turn_summary
-from turnkit_django.console.transcript import tree_lines
+from turnkit_django.console.transcript_text import tree_lines
 from turnkit_django.messages import TextPart
 from turnkit_django.models import Conversation, Delivery, ToolExecution, Turn, Wait
 from turnkit_django.testing import FunctionClient, reply

@@ -21,9 +21,9 @@ from django.test import Client
 from django.urls import reverse
 
 from turnkit_django import Agent, tool
-from turnkit_django.clients.base import Usage
 from turnkit_django.clients.media import GeneratedImage, ImageResult
-from turnkit_django.console.transcript import render
+from turnkit_django.clients.protocol import Usage
+from turnkit_django.console.transcript_text import render
 from turnkit_django.models import Message, ToolExecution
 from turnkit_django.testing import PNG, FunctionClient, FunctionMediaClient, call, reply
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 from tests.dispatch import override_turnkit
 from tests.helpers import crash_and_resume
 from turnkit_django import Agent, ConfigurationError, tool
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.models import Turn
 from turnkit_django.store.limits import SPEND, TIMEOUT
 from turnkit_django.testing import FunctionClient, ScriptedClient, call

@@ -20,7 +20,7 @@ from tests.unit.fixtures.sse_server import (
 )
 from tests.unit.fixtures.wire import LOOKUP, allow_network, user
 from turnkit_django.clients import AnthropicClient, ModelRequest, OpenAIClient
-from turnkit_django.clients.base import BaseClient
+from turnkit_django.clients.protocol import BaseClient
 from turnkit_django.exceptions import ModelError
 from turnkit_django.messages import TextPart, ToolCallPart
 

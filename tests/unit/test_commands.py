@@ -16,7 +16,7 @@ from turnkit_django import Agent, services
 from turnkit_django.messages import TextPart
 from turnkit_django.models import Conversation, Message, Turn
 from turnkit_django.testing import ScriptedClient, call, reply
-from turnkit_django.tools.base import tool
+from turnkit_django.tools.tool import tool
 
 pytestmark = pytest.mark.django_db
 

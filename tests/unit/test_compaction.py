@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from tests.helpers import crash_and_resume
 from turnkit_django import Agent, CompactionError, ConfigurationError, tool
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.models import Message, Turn
 from turnkit_django.testing import Entry, FunctionClient, ScriptedClient, call, reply
 

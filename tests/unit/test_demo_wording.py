@@ -13,7 +13,7 @@ import pytest
 
 from example_project.demo import describe
 from turnkit_django import Agent
-from turnkit_django.console.transcript import summary
+from turnkit_django.console.transcript_text import summary
 from turnkit_django.testing import FunctionClient, reply
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from turnkit_django import Agent, tool
-from turnkit_django.clients.base import ModelResponse, Usage
+from turnkit_django.clients.protocol import ModelResponse, Usage
 from turnkit_django.messages import ToolCallPart
 from turnkit_django.models import ToolExecution
 from turnkit_django.testing import ScriptedClient, reply

@@ -18,7 +18,7 @@ import uvicorn
 
 from tests.mcp_files_server import server
 from turnkit_django import Agent, events
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.models import Message
 from turnkit_django.testing import FunctionClient, call, reply
 from turnkit_django.tools import MCPServer

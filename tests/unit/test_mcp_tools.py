@@ -15,7 +15,7 @@ from tests.helpers import expire_lease
 from turnkit_django import Agent, reconcile, services
 from turnkit_django.base import failpoints
 from turnkit_django.base.failpoints import SimulatedCrash
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.exceptions import ConfigurationError
 from turnkit_django.models import ToolExecution, Turn
 from turnkit_django.testing import FunctionClient, call, reply

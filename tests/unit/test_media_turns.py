@@ -19,8 +19,8 @@ from turnkit_django import Agent, InvalidTransition, reconcile, services, tool
 from turnkit_django.base import failpoints
 from turnkit_django.base.error_records import unknown_result
 from turnkit_django.base.failpoints import SimulatedCrash
-from turnkit_django.clients.base import ModelRequest, Usage
 from turnkit_django.clients.media import GeneratedImage, ImageResult, MediaAnalysis
+from turnkit_django.clients.protocol import ModelRequest, Usage
 from turnkit_django.events import Event
 from turnkit_django.events import event as any_event
 from turnkit_django.exceptions import (

@@ -17,8 +17,8 @@ import pytest
 from tests.unit.fixtures.wire import Wire, allow_network, anthropic_httpx, payloads
 from turnkit_django import Agent, tool
 from turnkit_django.clients import AnthropicClient, ModelRequest, OpenAIClient
-from turnkit_django.clients.base import ModelResponse, Usage
 from turnkit_django.clients.cost import response_cost
+from turnkit_django.clients.protocol import ModelResponse, Usage
 from turnkit_django.console.formatting import format_cost
 from turnkit_django.messages import ChatMessage, TextPart
 

@@ -21,7 +21,7 @@ from turnkit_django import Agent, services, tool
 from turnkit_django.base import failpoints
 from turnkit_django.base.error_records import unknown_result
 from turnkit_django.base.failpoints import SimulatedCrash
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.models import Message, ToolExecution, Turn
 from turnkit_django.testing import FunctionClient, call, reply
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.unit.test_resume import Ledger, billing_agent, crash, submitted
 from turnkit_django import Agent, services
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.models import ToolExecution, Turn
 from turnkit_django.testing import FunctionClient, call, reply
 

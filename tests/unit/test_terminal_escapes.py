@@ -14,7 +14,7 @@ from django.core.management import call_command, load_command_class
 from turnkit_django import Agent, ToolError
 from turnkit_django.base.terminal import for_terminal
 from turnkit_django.testing import ScriptedClient, call, reply
-from turnkit_django.tools.base import tool
+from turnkit_django.tools.tool import tool
 
 ERASE = "\x1b[2K\x1b[1A"
 LINK = "\x1b]8;;https://evil.example/\x1b\\click here\x1b]8;;\x1b\\"

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from tests.orchestration import fan_out_and_join
 from turnkit_django import Agent, ConfigurationError, SubAgentTool, register
 from turnkit_django.agents.registry import get_agent, unregister
-from turnkit_django.clients.base import ModelRequest
+from turnkit_django.clients.protocol import ModelRequest
 from turnkit_django.messages import ToolResultPart, load_parts
 from turnkit_django.models import Turn
 from turnkit_django.testing import Entry, FunctionClient, ScriptedClient, call, reply

@@ -8,7 +8,7 @@ from typing import TypedDict
 
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
-from ..store.arguments import model_problem
+from ..store.input_checks import model_problem
 
 
 class CompactionOptions(TypedDict):

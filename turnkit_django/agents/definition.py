@@ -20,10 +20,10 @@ from ..base.serialization import JsonObject
 from ..clients import Client, default_client
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError, InputError
-from ..store.arguments import model_problem
+from ..store.input_checks import model_problem
 from ..store.limits import Limits, check_limits, resolve_limits
-from ..tools.base import Tool
 from ..tools.sources import ToolSource
+from ..tools.tool import Tool
 from . import policies, prompting
 from .compaction import check_options as check_compaction
 from .jsonschema import problems

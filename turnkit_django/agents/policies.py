@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..base.serialization import JsonMapping, JsonObject
-from ..clients.base import Client, ModelRequest, ModelResponse
+from ..clients.protocol import Client, ModelRequest, ModelResponse
 from ..exceptions import BudgetExceeded, ConfigurationError, LostClaim
 from ..messages import ChatMessage, TextPart
 from .prompting import data_block, escape, render_value

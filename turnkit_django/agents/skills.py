@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..exceptions import ConfigurationError, ToolError
 from ..models import ToolExecution
-from ..tools.base import Tool, ToolContext
+from ..tools.tool import Tool, ToolContext
 
 LOAD_SKILL = "load_skill"
 SKILL_SUFFIXES = (".md", ".markdown")

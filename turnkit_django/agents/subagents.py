@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..exceptions import ConfigurationError
-from ..tools.base import Tool, ToolContext
+from ..tools.tool import Tool, ToolContext
 
 if TYPE_CHECKING:
     from .definition import AgentDefinition

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from ..base.error_records import ErrorRecord
 from ..base.serialization import JsonObject
 from ..exceptions import ConfigurationError
-from ..tools.base import Tool
+from ..tools.tool import Tool
 
 if TYPE_CHECKING:
     from ..api.handles import TurnHandle

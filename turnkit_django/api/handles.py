@@ -26,11 +26,11 @@ from ..models import Conversation, Delivery, Message, ToolExecution, Turn
 from ..runtime import execute, execute_new, preview, refuse_atomic_block
 from ..runtime.authorization import authorize
 from ..runtime.context import ToolBinding
-from ..runtime.handles import provide
+from ..runtime.current_turn import provide
 from ..runtime.running import RunningTurn
 from ..runtime.submission import authorize_callback
 from ..services.costs import CostBreakdown
-from ..store import arguments, reload
+from ..store import input_checks, reload
 from .interactive import AsyncRuns, ConversationInputs, TreeControls, TurnControls
 from .media import MediaMethods
 from .options import ConversationOptions, RunOptions, TurnOptions, task_parts
@@ -72,10 +72,10 @@ class Agent(AsyncRuns, AgentDefinition):
     def submit(self, task: str, *, callback: Any = None, **options: Unpack[RunOptions]) -> Run:
         """Create a run and hand it to background execution; returns at once."""
         _only("submit", options, RunOptions)
-        arguments.event_callback(options.get("on_event"), inline=False)
+        input_checks.event_callback(options.get("on_event"), inline=False)
         if callback is None:  # created submitted: one write
             return Run.create(self, task, _submitted=True, **options)
-        target = arguments.conversation_row(callback, "submit(callback=...)")  # before the run
+        target = input_checks.conversation_row(callback, "submit(callback=...)")  # before the run
         turn_id = new_id("turn")  # the callback is asked before the run exists too
         authorize_callback(turn_id, json_value(options.get("principal"), "principal"), target)
         run = Run.create(self, task, _turn_id=turn_id, **options)
@@ -172,7 +172,7 @@ class TurnHandle(TurnControls, RunningTurn, MediaMethods):
 
     def execute(self, *, on_event: EventCallback | None = None) -> Self:
         """Execute the pending turn inline, in this process, and return it finished."""
-        arguments.event_callback(on_event)
+        input_checks.event_callback(on_event)
         refuse_atomic_block("turn.execute()")
         self.refresh()
         if self.row.status != TurnStatus.PENDING:
@@ -184,8 +184,8 @@ class TurnHandle(TurnControls, RunningTurn, MediaMethods):
 
     def submit(self, callback: Any = None) -> Self:
         """Hand the turn to background execution; returns at once."""
-        arguments.prepared_callback(self._on_event)
-        self.row = services.submit(self.row, callback=arguments.callback_row(callback))
+        input_checks.prepared_callback(self._on_event)
+        self.row = services.submit(self.row, callback=input_checks.callback_row(callback))
         return self
 
     def wait_for(self, *targets: Any, principal: Any = _UNSET) -> Self:
@@ -221,7 +221,7 @@ class Run(TreeControls, TurnHandle):
     ) -> Run:
         _only("Run.create", {**options, "input": input, "on_event": on_event,
                              "prompt_mode": prompt_mode}, RunOptions)
-        arguments.event_callback(on_event)
+        input_checks.event_callback(on_event)
         validated = agent.validate_input(input)
         # Runs default to task mode unless the agent chose its own mode.
         mode = prompt_mode or agent.prompt_mode or "task"
@@ -238,7 +238,7 @@ class Run(TreeControls, TurnHandle):
         """Create the run claimed by this process and execute it inline (``agent.run``)."""
         _only("Run.start", {**options, "input": input, "on_event": on_event,
                             "prompt_mode": prompt_mode}, RunOptions)
-        arguments.event_callback(on_event)
+        input_checks.event_callback(on_event)
         parts = task_parts(task, agent.validate_input(input))
         mode = prompt_mode or agent.prompt_mode or "task"
         return cls(execute_new(agent, parts, on_event=on_event, prompt_mode=mode, **options),
@@ -309,7 +309,7 @@ class ConversationHandle(ConversationInputs):
     def say(self, text: str, *, metadata: JsonObject | None = None,
             key: str | None = None) -> Message:
         """Append a user message; run nothing. With ``key``, once per key."""
-        arguments.require_text(text, "the text of conv.say()")
+        input_checks.require_text(text, "the text of conv.say()")
         metadata = None if metadata is None else snapshot(metadata, "metadata")
         return services.say(self.row, text, metadata=metadata, key=key)
 
@@ -327,9 +327,9 @@ class ConversationHandle(ConversationInputs):
         (KeyConflict if the text differs), and appends nothing.
         """
         _only("ask", options, TurnOptions)
-        arguments.require_text(text, "the text of conv.ask()")
-        arguments.flag(submit, "conv.ask(): submit=")
-        arguments.event_callback(on_event, inline=not submit)
+        input_checks.require_text(text, "the text of conv.ask()")
+        input_checks.flag(submit, "conv.ask(): submit=")
+        input_checks.event_callback(on_event, inline=not submit)
         if not submit:
             refuse_atomic_block("conversation.ask()")
 
@@ -351,7 +351,7 @@ class ConversationHandle(ConversationInputs):
         With ``principal=`` the ``read_messages`` action is authorized first.
         """
         _authorize_read(self.row, principal)
-        rows = Message.objects.after(self.row.pk, arguments.cursor(after, "conv.messages()"))
+        rows = Message.objects.after(self.row.pk, input_checks.cursor(after, "conv.messages()"))
         return rows if include_private else rows.provider_safe()
 
     def turns(self) -> QuerySet[Turn]:
@@ -364,7 +364,7 @@ class ConversationHandle(ConversationInputs):
     def send_message(self, other: ConversationHandle | Conversation | str, text: str, *, key: str,
                      principal: Any = None, source_turn: Any = None) -> Delivery:
         """Send ``text`` to ``other`` durably, once per ``key`` (a retry returns the same one)."""
-        destination = arguments.conversation_row(other, "conv.send_message()")
+        destination = input_checks.conversation_row(other, "conv.send_message()")
         turn = getattr(source_turn, "row", source_turn)
         return services.send_message(self.row, destination, text, key=key, principal=principal,
                                      source_turn=turn)
@@ -401,15 +401,16 @@ class ConversationHandle(ConversationInputs):
 
 
 def load_turn(turn_id: str) -> TurnHandle:
-    return TurnHandle(arguments.turn_row(turn_id, "load_turn()"))
+    return TurnHandle(input_checks.turn_row(turn_id, "load_turn()"))
 
 
 def load_run(run_id: str) -> Run:
-    return Run(arguments.turn_row(run_id, "load_run()"))
+    return Run(input_checks.turn_row(run_id, "load_run()"))
 
 
 def load_conversation(conversation_id: str) -> ConversationHandle:
-    return ConversationHandle(arguments.conversation_by_id(conversation_id, "load_conversation()"))
+    row = input_checks.conversation_by_id(conversation_id, "load_conversation()")
+    return ConversationHandle(row)
 
 
 # Tools, output policies and context contributors receive these handles for the running turn.

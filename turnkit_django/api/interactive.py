@@ -25,7 +25,7 @@ from ..services import approvals, awaiting, controls, forks, inputs, streaming
 from ..services.inputs import InputStatus
 from ..services.reading import readable_conversations
 from ..store import reload
-from ..store.arguments import cursor, optional_count
+from ..store.input_checks import cursor, optional_count
 
 _UNSET: object = object()
 #: The largest LIMIT every database takes (a bigint).

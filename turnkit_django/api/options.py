@@ -17,7 +17,7 @@ from ..base.serialization import JsonObject
 from ..conf.deltas import DeltaCallback
 from ..events import EventCallback
 from ..messages import TextPart
-from ..store.arguments import require_text
+from ..store.input_checks import require_text
 
 
 class ConversationOptions(TypedDict, total=False):

@@ -14,7 +14,7 @@ from ..base.intervals import every_seconds
 from ..base.serialization import json_value
 from ..exceptions import InputError
 from ..models.schedules import Missed, Schedule
-from ..store import arguments
+from ..store import input_checks
 from ..store.schedules import save_schedule
 
 MAX_KEY = 200
@@ -35,12 +35,12 @@ def schedule(agent: AgentDefinition | str, *, task: str, key: str, cron: str | N
     name = agent if isinstance(agent, str) else getattr(agent, "name", None)
     if not isinstance(name, str) or not name:
         raise InputError(f"schedule() takes an Agent or an agent's name; got {agent!r}.")
-    arguments.idempotency_key(key, "the key of schedule() (it names the schedule)",
+    input_checks.idempotency_key(key, "the key of schedule() (it names the schedule)",
                               length=MAX_KEY)
-    arguments.require_text(task, "the task of schedule()")
+    input_checks.require_text(task, "the task of schedule()")
     if missed not in Missed.values:
         raise InputError(f"schedule(missed=...) must be 'skip' or 'catch_up'; got {missed!r}.")
-    arguments.flag(enabled, "schedule(): enabled=")
+    input_checks.flag(enabled, "schedule(): enabled=")
     if (cron is None) == (every is None):
         raise InputError("schedule() takes exactly one of cron= or every=, such as "
                          "cron='0 9 * * 1-5' or every=30 (seconds).")

@@ -30,10 +30,10 @@ import httpx
 from ..agents.skills import as_skills
 from ..base.serialization import JsonObject
 from ..exceptions import ConfigurationError
-from ..tools.base import Tool
 from ..tools.files import MAX_BYTES, ReadFile
 from ..tools.github import GitHubTool
 from ..tools.media import Gate, PaintImage, Resolver
+from ..tools.tool import Tool
 from .handles import Agent
 
 ORACLE_INSTRUCTIONS = (

@@ -21,7 +21,7 @@ MOVED: dict[str, str] = {
     "turnkit_django.admin_lists": "turnkit_django.admin.lists",
     "turnkit_django.admin_schedules": "turnkit_django.admin.schedules",
     "turnkit_django.admin_views": "turnkit_django.console.admin_views",
-    "turnkit_django.arguments": "turnkit_django.store.arguments",
+    "turnkit_django.arguments": "turnkit_django.store.input_checks",
     "turnkit_django.authorization": "turnkit_django.runtime.authorization",
     "turnkit_django.beat": "turnkit_django.base.beat",
     "turnkit_django.brokers": "turnkit_django.base.brokers",
@@ -54,8 +54,18 @@ MOVED: dict[str, str] = {
     "turnkit_django.timeline_media": "turnkit_django.console.timeline_media",
     "turnkit_django.trace_settings": "turnkit_django.conf.trace_settings",
     "turnkit_django.tracing": "turnkit_django.observability.tracing",
-    "turnkit_django.transcript": "turnkit_django.console.transcript",
+    "turnkit_django.transcript": "turnkit_django.console.transcript_text",
     "turnkit_django.views": "turnkit_django.console.views",
+    # Renamed inside their package (a file name names one thing).
+    "turnkit_django.clients.base": "turnkit_django.clients.protocol",
+    "turnkit_django.console.transcript": "turnkit_django.console.transcript_text",
+    "turnkit_django.management.base": "turnkit_django.management.command",
+    "turnkit_django.models.coordination": "turnkit_django.models.activity",
+    "turnkit_django.runtime.handles": "turnkit_django.runtime.current_turn",
+    "turnkit_django.store.arguments": "turnkit_django.store.input_checks",
+    "turnkit_django.store.fields": "turnkit_django.store.turn_columns",
+    "turnkit_django.testing.rows": "turnkit_django.testing.snapshots",
+    "turnkit_django.tools.base": "turnkit_django.tools.tool",
 }
 
 

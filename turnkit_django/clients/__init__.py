@@ -9,10 +9,10 @@ from django.core.signals import setting_changed
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
 from .anthropic import AnthropicClient
-from .base import BaseClient, Client, ModelRequest, ModelResponse, ToolSpec, Usage
 from .evaluation import EvaluationRequest, Evaluator, EvaluatorReply
 from .openai import OpenAIClient
 from .openai_evaluator import OpenAIEvaluator
+from .protocol import BaseClient, Client, ModelRequest, ModelResponse, ToolSpec, Usage
 
 _lock = threading.Lock()
 _default: Client | None = None

@@ -16,7 +16,7 @@ import httpx
 
 from ..base.serialization import JsonMapping, JsonObject, JsonValue
 from ..exceptions import ConfigurationError, ModelError
-from .base import ModelRequest
+from .protocol import ModelRequest
 
 #: Longest provider error message copied into a ``ModelError``; provider bodies can be large.
 MAX_PROVIDER_MESSAGE = 500

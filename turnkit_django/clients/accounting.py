@@ -14,7 +14,7 @@ from decimal import Decimal
 
 from ..base.serialization import JsonMapping, JsonObject, decimal_text
 from ._http import member
-from .base import Usage, json_int
+from .protocol import Usage, json_int
 
 BY_MODEL = "by_model"
 

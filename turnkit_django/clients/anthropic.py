@@ -59,8 +59,8 @@ from ._http import (
 )
 from .anthropic_media import media_block
 from .anthropic_stream import AnthropicStreaming, sdk_arguments
-from .base import BaseClient, ModelRequest, ModelResponse, Usage, json_int
 from .media import MediaAnalysis, MediaRequest, analysis_from, analysis_request
+from .protocol import BaseClient, ModelRequest, ModelResponse, Usage, json_int
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 PROVIDER = "anthropic"

@@ -18,7 +18,7 @@ from ..conf.deltas import ChunkCallback
 from ..exceptions import ModelError
 from . import _wire
 from ._http import client_secrets, provider_error, redact
-from .base import ModelRequest, ModelResponse
+from .protocol import ModelRequest, ModelResponse
 
 #: Parameters every supported SDK version accepts as keywords; newer ones go through extra_body.
 SDK_KEYWORDS = frozenset({"model", "max_tokens", "messages", "system", "tools", "thinking"})

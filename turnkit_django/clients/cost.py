@@ -30,7 +30,7 @@ from ..base.serialization import JsonMapping
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
 from ..store.limits import MAX_COST
-from .base import ModelResponse, Usage
+from .protocol import ModelResponse, Usage
 
 logger = logging.getLogger("turnkit_django.cost")
 

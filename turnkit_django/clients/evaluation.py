@@ -29,7 +29,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 from ..base.serialization import JsonMapping, JsonObject, JsonValue
 from ._http import member
-from .base import Usage
+from .protocol import Usage
 
 _KEY = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 #: How far a distribution's sum may be from 1 before it is malformed (it is then normalised).

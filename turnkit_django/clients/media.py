@@ -1,6 +1,6 @@
 """What crosses the client boundary for media: image requests and results, analyses.
 
-A client declares what it can do with flags on :class:`~turnkit_django.clients.base.BaseClient`:
+A client declares what it can do with flags on :class:`~turnkit_django.clients.protocol.BaseClient`:
 
 * ``supports_paint``: ``paint(ImageRequest) -> ImageResult`` generates images from a prompt, or
   edits ``input_images`` (with an optional ``mask``) when there are any;
@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ..base.serialization import JsonObject, JsonValue, decimal_json
 from ..exceptions import ConfigurationError, MediaError
 from ..messages import ChatMessage, Part, TextPart
-from .base import ModelRequest, ModelResponse, Usage
+from .protocol import ModelRequest, ModelResponse, Usage
 
 Capability = Literal["paint", "view_media"]
 Source = Literal["path", "url", "bytes", "file"]

@@ -65,10 +65,10 @@ from ._http import (
     split_userinfo,
     text_or_none,
 )
-from .base import BaseClient, ModelRequest, ModelResponse, Usage, json_int
 from .media import ImageRequest, ImageResult, MediaAnalysis, MediaRequest
 from .openai_http import API_KEY_ENV, OpenAIHTTP
 from .openai_stream import OpenAIStreaming
+from .protocol import BaseClient, ModelRequest, ModelResponse, Usage, json_int
 
 PROVIDER = "openai"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

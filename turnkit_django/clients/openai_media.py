@@ -35,7 +35,6 @@ from ..base.serialization import JsonObject, JsonValue
 from ..exceptions import MediaError, ModelError
 from ..messages import ProviderPart
 from ._http import error_message, member, text_or_none
-from .base import Usage, json_int
 from .media import (
     GeneratedImage,
     ImageRequest,
@@ -46,6 +45,7 @@ from .media import (
     analysis_from,
     analysis_request,
 )
+from .protocol import Usage, json_int
 
 if TYPE_CHECKING:
     from .openai import OpenAIClient

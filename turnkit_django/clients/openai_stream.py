@@ -26,7 +26,7 @@ from ..conf.deltas import ChunkCallback
 from ..exceptions import ModelError, ModelRateLimited
 from . import _wire
 from ._http import content_text, error_message, member, members, provider_error, retry_after
-from .base import ModelRequest, ModelResponse
+from .protocol import ModelRequest, ModelResponse
 
 _STREAM_OPTIONS = {"stream": True, "stream_options": {"include_usage": True}}
 

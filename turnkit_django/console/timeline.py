@@ -19,7 +19,7 @@ from django.db.models import Q
 from .. import messages as m
 from ..base.serialization import JsonObject, JsonValue, decimal_json, decimal_text
 from ..base.states import ACTIVE_TURN_STATUSES, ToolStatus
-from ..clients.base import Usage
+from ..clients.protocol import Usage
 from ..messages import ImagePart, MediaAnalysisPart, Part, ToolResultPart, load_parts
 from ..models import Conversation, Message, ToolExecution, Turn
 from .formatting import format_cost, pretty_json, ran_seconds

@@ -67,7 +67,7 @@ from ..models import Event, Turn
 from ..runtime.authorization import TRANSCRIPT_PERMISSION, is_allowed
 from ..services.reading import Readable, TreeConversation
 from ..services.streaming import FenceFilter, subscribe
-from ..store.arguments import cursor
+from ..store.input_checks import cursor
 
 
 def principal_of(request: HttpRequest) -> Any:
@@ -77,7 +77,7 @@ def principal_of(request: HttpRequest) -> Any:
 
 def _cursor(request: HttpRequest) -> int | None:
     """The event id the client read last (``Last-Event-ID``, else ``?after=``, else 0); None
-    when it is not one (:func:`~turnkit_django.store.arguments.cursor`): read as 0, it would send
+    when it is not one (:func:`~turnkit_django.store.input_checks.cursor`): read as 0, it would send
     every event again."""
     raw = (request.headers.get("Last-Event-ID") or request.GET.get("after") or "0").strip()
     try:

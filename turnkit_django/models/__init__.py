@@ -7,7 +7,7 @@ at most one submitted turn at a time. The turn and its conversation are in :mod:
 turn coordinates with in :mod:`.coordination`.
 """
 
-from .coordination import Delivery, Event, ToolExecution, Wait
+from .activity import Delivery, Event, ToolExecution, Wait
 from .core import Conversation, Lease, Message, Turn
 from .schedules import Schedule, ScheduleFiring
 

@@ -18,7 +18,7 @@ from ..base.states import ToolStatus
 from ..exceptions import BudgetExceeded
 from ..messages import MEDIA_KINDS, ToolCallPart
 from ..store import Terminal
-from ..tools.base import NAME_LENGTH, Tool, validation_error
+from ..tools.tool import NAME_LENGTH, Tool, validation_error
 from .authorization import is_allowed
 from .context import TurnContext
 from .sources import source_tools

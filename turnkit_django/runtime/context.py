@@ -15,8 +15,8 @@ from ..events import EventCallback, emit
 from ..messages import PRIVATE_MESSAGE_KINDS, ChatMessage
 from ..store import Claim, Fenced, History, TurnState, release_session, to_chat
 from ..store.reads import turn_deadline
-from ..tools.base import Tool
-from .handles import turn_handle
+from ..tools.tool import Tool
+from .current_turn import turn_handle
 from .streaming import DeltaSink
 
 if TYPE_CHECKING:

@@ -32,9 +32,9 @@ from ..messages import MessageKind, TextPart, ToolCallPart, ToolResultPart
 from ..store import Ledger
 from ..store.controls import steering_receipts
 from ..store.events import stamp
-from ..store.fields import statement_time
 from ..store.reads import children_by_execution, executions_by_call, running_among, turn_controls
-from ..tools.base import Tool, ToolContext
+from ..store.turn_columns import statement_time
+from ..tools.tool import Tool, ToolContext
 from . import budget
 from .calls import CallOutcome, precheck, response_calls
 from .context import Suspended, TurnContext

@@ -25,8 +25,8 @@ from ..store import (
     create_turn,
     keyed_write,
 )
-from ..store.arguments import delta_callback, model_problem, require_subject
 from ..store.claims import Prepare
+from ..store.input_checks import delta_callback, model_problem, require_subject
 from .submission import dispatch
 
 if TYPE_CHECKING:

@@ -42,9 +42,9 @@ from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
 from ..models import Conversation, Delivery, Message, Turn, Wait
 from ..store import deliveries, lock_conversation
-from ..store.arguments import require_text
 from ..store.compiled import CompiledRead
 from ..store.deliveries import COMPLETION_PREFIX
+from ..store.input_checks import require_text
 from ..store.turns import set_options
 from .authorization import authorize, is_allowed
 from .creation import new_turn

@@ -50,7 +50,7 @@ from ..store import (
     visible_history,
     worker_identity,
 )
-from ..store.arguments import delta_callback
+from ..store.input_checks import delta_callback
 from . import budget, controls, sources
 from .calls import turn_tools
 from .context import ControlPending, HandBack, Suspended, TurnContext

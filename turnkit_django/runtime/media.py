@@ -51,7 +51,6 @@ from ..base.error_records import ErrorRecord
 from ..base.serialization import JsonObject, decimal_json
 from ..base.states import TERMINAL_TURN_STATUSES, Phase, TurnStatus
 from ..clients import AnthropicClient, ModelResponse, OpenAIClient
-from ..clients.base import BaseClient
 from ..clients.media import (
     Capability,
     ImageRequest,
@@ -62,6 +61,7 @@ from ..clients.media import (
     supports,
 )
 from ..clients.media_input import media_count, to_media, to_media_list
+from ..clients.protocol import BaseClient
 from ..conf import turnkit_settings
 from ..events import EventCallback
 from ..exceptions import (

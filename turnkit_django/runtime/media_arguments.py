@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from ..base.serialization import JsonObject, json_value, unstorable
 from ..clients.media_input import byte_limit
 from ..exceptions import ConfigurationError, MediaError
-from ..store.arguments import model_problem
+from ..store.input_checks import model_problem
 
 
 def required_text(value: object, operation: str, name: str) -> str:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypedDict, T
 
 from ..base.ids import new_id
 from ..base.serialization import JsonObject, JsonValue
-from ..clients.base import Usage
 from ..clients.media import (
     GeneratedImage,
     ImageRequest,
@@ -25,6 +24,7 @@ from ..clients.media import (
     MediaRequest,
     web_url,
 )
+from ..clients.protocol import Usage
 from ..exceptions import MediaError, ModelError
 from ..messages import ImagePart, MediaAnalysisPart, MessageKind, Part, load_parts
 from ..store.media import image_url, save_image

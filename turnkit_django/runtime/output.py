@@ -25,7 +25,7 @@ from ..base.states import Phase, TurnStatus
 from ..exceptions import LostClaim
 from ..messages import TextPart
 from ..store import Charge, Ledger, LedgerDelta, TurnState, repair
-from ..store.fields import TerminalFields
+from ..store.turn_columns import TerminalFields
 from . import budget, internal
 from .context import ControlPending, TurnContext
 from .deliveries import callback_decision, finished, handed_on

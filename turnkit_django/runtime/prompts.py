@@ -23,7 +23,7 @@ from ..agents.prompting import (
     escape,
 )
 from ..exceptions import ConfigurationError
-from .handles import turn_handle
+from .current_turn import turn_handle
 
 if TYPE_CHECKING:
     from ..models import Conversation, Turn

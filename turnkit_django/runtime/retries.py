@@ -34,7 +34,7 @@ from ..base.serialization import JsonObject, JsonValue
 from ..exceptions import LostClaim
 from ..messages import ToolCallPart
 from ..store import record_attempt
-from ..tools.base import Tool
+from ..tools.tool import Tool
 from .context import TurnContext
 
 if TYPE_CHECKING:

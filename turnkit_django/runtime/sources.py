@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from ..agents import AgentDefinition
 from ..base.serialization import JsonObject
-from ..tools.base import Tool
+from ..tools.tool import Tool
 from .context import TurnContext
 
 logger = logging.getLogger("turnkit_django.runtime")

@@ -32,8 +32,8 @@ from ..messages import ToolCallPart
 from ..observability import tracing
 from ..store import LedgerDelta, Terminal
 from ..store.reads import executions_by_call
-from ..tools.base import Tool, ToolContext
 from ..tools.coordination import CoordinationTool
+from ..tools.tool import Tool, ToolContext
 from . import budget, completion, coordination, delegation, fanout, retries
 from .calls import CallOutcome, precheck, response_calls, turn_tools, unknown_tool
 from .context import ControlPending, ToolBinding, TurnContext

@@ -34,8 +34,8 @@ from ..runtime.authorization import authorize, is_allowed
 from ..runtime.calls import turn_tools
 from ..runtime.submission import dispatch
 from ..store import AlreadyDecided, TurnState, database_now, decide_approval
-from ..store.arguments import optional_text
 from ..store.events import stamp
+from ..store.input_checks import optional_text
 from ..store.interventions import awaiting_approval
 
 

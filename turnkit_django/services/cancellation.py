@@ -44,7 +44,7 @@ from ..models import Turn
 from ..runtime.authorization import authorize
 from ..runtime.deliveries import callback_decision, completion_callback, deliver, hand_on
 from ..store import Newcomers, cancel_plan, cancel_tree, sweep_tree
-from ..store.arguments import flag
+from ..store.input_checks import flag
 
 logger = logging.getLogger("turnkit_django.cancel")
 

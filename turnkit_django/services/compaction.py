@@ -18,7 +18,7 @@ from ..runtime.compaction import (
     summary_text,
 )
 from ..store import NewMessage, append_summary, refuse_if_busy, to_chat
-from ..store.arguments import optional_count, optional_text
+from ..store.input_checks import optional_count, optional_text
 
 
 def compact_conversation(conversation_id: str, agent: AgentDefinition, *,

@@ -23,7 +23,7 @@ from ..models import Turn
 from ..runtime.authorization import authorize
 from ..runtime.submission import dispatch
 from ..store import controls, interventions
-from ..store.arguments import flag, idempotency_key, require_text
+from ..store.input_checks import flag, idempotency_key, require_text
 
 
 def selected(target: Turn, *, cascade: bool) -> list[Turn]:

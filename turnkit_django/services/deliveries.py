@@ -10,8 +10,8 @@ from ..exceptions import InputError
 from ..models import Conversation, Delivery, Turn
 from ..runtime import deliveries
 from ..runtime.deliveries import deliver, wake
-from ..store.arguments import idempotency_key
 from ..store.deliveries import RESERVED_PREFIXES
+from ..store.input_checks import idempotency_key
 
 #: What the ``Delivery.key`` column holds: an application's key is stored as given.
 DELIVERY_KEY_LENGTH = 255

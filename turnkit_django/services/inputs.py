@@ -21,8 +21,8 @@ from ..models import Conversation, Delivery, Message, Turn
 from ..runtime.authorization import authorize
 from ..runtime.deliveries import send_message
 from ..store import InputKeyTaken, append_input
-from ..store.arguments import idempotency_key
 from ..store.deliveries import POST_PREFIX
+from ..store.input_checks import idempotency_key
 from ..store.transcript import to_chat
 
 

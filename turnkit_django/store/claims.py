@@ -33,7 +33,6 @@ from ..models import Conversation, Event, Lease, Message, Turn
 from . import steps
 from .compiled import CompiledRead
 from .events import message_events
-from .fields import TurnFields
 from .limits import Limits
 from .locks import (
     LEDGER_FIELDS,
@@ -47,6 +46,7 @@ from .locks import (
     read_ledger,
 )
 from .transcript import TAIL, NewMessage, build_messages, insert_rows, visible_tail
+from .turn_columns import TurnFields
 from .turn_state import TurnState
 from .turns import TURN_FIELDS as _TURN_FIELDS
 from .turns import NewTurn, apply_transition, build_turn, refuse_transition

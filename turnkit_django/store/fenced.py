@@ -27,11 +27,11 @@ from ..models import Conversation, Event, Message, ToolExecution, Turn
 from . import steps
 from .claims import Claim
 from .events import TRANSITION_EVENTS, build_event, message_events
-from .fields import Charge, TerminalFields, TurnFields
 from .locks import Ledger, LedgerDelta, lock_tree
 from .rows import copied, new_row
 from .steps import StepWrites
 from .transcript import NewMessage, build_messages, insert_rows
+from .turn_columns import Charge, TerminalFields, TurnFields
 from .turn_state import TurnState
 from .turns import apply_transition, row_columns
 

@@ -28,8 +28,8 @@ from ..base.states import TurnStatus
 from ..exceptions import ConfigurationError
 from ..models import Conversation, Turn
 from .compiled import CompiledRead
-from .fields import TurnFields
 from .limits import Limits
+from .turn_columns import TurnFields
 
 #: The advisory lock key of the wait graph (one key for the whole database).
 GRAPH_LOCK_KEY = zlib.crc32(b"turnkit.wait_graph")

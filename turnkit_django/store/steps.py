@@ -37,9 +37,9 @@ from ..models import Conversation, Event, Lease, Message, ToolExecution, Turn, W
 from . import leases, sql
 from .compiled import CompiledRead
 from .cursors import server_cursor
-from .fields import TurnFields
 from .locks import Ledger, LedgerDelta
 from .sql import Unsupported
+from .turn_columns import TurnFields
 
 #: The SQLSTATE ``turnkit_step_guard()`` raises with (see migration 0007).
 GUARD_FAILED = "TK409"

@@ -29,11 +29,11 @@ from . import leases, steps
 from .compiled import CompiledRead
 from .cursors import hot_cursor
 from .events import message_events
-from .fields import TurnFields
 from .limits import Limits
 from .locks import database_now, lock_tree
 from .sql import Unsupported
 from .transcript import ClosedCall, NewMessage, build_messages, insert_rows, repair
+from .turn_columns import TurnFields
 from .waits import submit_status
 
 M = TypeVar("M", bound=Model)

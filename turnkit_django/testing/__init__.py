@@ -25,10 +25,10 @@ from django.test import TestCase, override_settings
 from django.utils.module_loading import import_string
 
 from ..base.serialization import JsonObject, JsonValue
-from ..clients.base import BaseClient, ModelRequest, ModelResponse, Usage
-from ..clients.base import requests_blocked as _blocked
 from ..clients.evaluation import EvaluationRequest, EvaluatorReply
 from ..clients.media import GeneratedImage, ImageRequest, ImageResult, MediaAnalysis, MediaRequest
+from ..clients.protocol import BaseClient, ModelRequest, ModelResponse, Usage
+from ..clients.protocol import requests_blocked as _blocked
 from ..exceptions import ModelError
 from ..messages import DataPart, Part, TextPart, ToolCallPart
 from .chunks import Answer, Chunked

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 
-from ..clients.base import ModelRequest, ModelResponse
+from ..clients.protocol import ModelRequest, ModelResponse
 from ..conf.deltas import ChunkCallback
 from ..messages import ToolCallPart
 

@@ -60,7 +60,7 @@ from ..base.states import FINISHED_TOOL_STATUSES, Phase, TurnStatus
 from ..messages import MEDIA_KINDS
 from ..models import Conversation, Delivery, Message, ToolExecution, Turn
 from .report import Report, Violation
-from .rows import DeliveryRow, ExecutionRow, MessageRow, TurnRow
+from .snapshots import DeliveryRow, ExecutionRow, MessageRow, TurnRow
 from .verify_graph import check_graph
 
 #: Each invariant the checker proves, in one line (``turnkit_verify --help`` lists them).

@@ -9,9 +9,9 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from .base import FunctionTool, Tool, ToolContext, tool
 from .coordination import launch_agent, send_message, wait_for
 from .sources import ToolSource
+from .tool import FunctionTool, Tool, ToolContext, tool
 
 if TYPE_CHECKING:  # the checker sees the lazy names' real types
     from .files import ReadFile, ReadOnlyTool

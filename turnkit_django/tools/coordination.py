@@ -30,7 +30,7 @@ from typing import Annotated, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..base.ids import ID_LENGTH
-from .base import NAME_LENGTH, Tool, ToolContext
+from .tool import NAME_LENGTH, Tool, ToolContext
 
 #: The most turns one ``wait_for`` call may name: each is checked for a cycle under the
 #: store-wide wait-graph lock, and each result goes back to the model.

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..base.serialization import JsonObject, JsonValue
 from ..exceptions import ConfigurationError, ToolError
-from .base import Tool, ToolContext
+from .tool import Tool, ToolContext
 
 MAX_BYTES = 100_000
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

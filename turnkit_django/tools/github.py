@@ -40,8 +40,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..base.serialization import JsonObject, JsonValue
 from ..clients._http import as_object, member, members
 from ..exceptions import ConfigurationError, ToolError
-from .base import ToolContext
 from .files import MAX_BYTES, ReadOnlyTool, positive_int, text_prefix
+from .tool import ToolContext
 
 _OWNER = r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}"
 REPOSITORY = re.compile(rf"^{_OWNER}/[A-Za-z0-9._-]{{1,100}}$")

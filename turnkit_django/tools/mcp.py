@@ -35,11 +35,11 @@ from pydantic import BaseModel, ConfigDict
 
 from ..base.serialization import JsonObject, JsonValue
 from ..clients._http import client_secrets, redact, safe_url
-from ..clients.base import ToolSpec
+from ..clients.protocol import ToolSpec
 from ..exceptions import ConfigurationError, ToolError
 from . import mcp_session
-from .base import NAME_LENGTH, Recovery, Tool, ToolContext
 from .sources import ToolSource
+from .tool import NAME_LENGTH, Recovery, Tool, ToolContext
 
 logger = logging.getLogger("turnkit_django.tools")
 _NAME = re.compile(rf"^[a-zA-Z][a-zA-Z0-9_-]{{0,{NAME_LENGTH - 1}}}$")

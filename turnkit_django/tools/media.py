@@ -39,7 +39,7 @@ from ..exceptions import ConfigurationError, MediaError, ToolError
 from ..messages import ImagePart, MessageKind, load_parts
 from ..models import Message
 from ..store.media import open_image
-from .base import Tool, ToolContext
+from .tool import Tool, ToolContext
 
 #: How many of a conversation's newest image messages ``PaintImage`` searches for a reference.
 REFERENCE_WINDOW = 200

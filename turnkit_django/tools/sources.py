@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..base.serialization import JsonObject
-from .base import Tool
+from .tool import Tool
 
 
 class ToolSource:

@@ -9,7 +9,7 @@ from django.core.management.base import CommandError, CommandParser
 from ...models import Turn
 from ...services import cancel
 from ..arguments import principal as principal_option
-from ..base import TurnkitCommand, id_hint
+from ..command import TurnkitCommand, id_hint
 
 
 class Command(TurnkitCommand):

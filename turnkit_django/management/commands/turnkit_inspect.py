@@ -17,11 +17,11 @@ from ...console.timeline import (
     turn_summary,
     turn_transcript,
 )
-from ...console.transcript import render, transcript, tree_lines
+from ...console.transcript_text import render, transcript, tree_lines
 from ...models import Conversation, Turn
 from ...store import provider_waits
 from ...store.events import stamp
-from ..base import TurnkitCommand, id_hint, unstorable_id
+from ..command import TurnkitCommand, id_hint, unstorable_id
 
 
 class Command(TurnkitCommand):

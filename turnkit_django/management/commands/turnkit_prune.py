@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from ...services import prune
 from ..arguments import COUNT, DAYS
-from ..base import TurnkitCommand
+from ..command import TurnkitCommand
 
 
 class Command(TurnkitCommand):

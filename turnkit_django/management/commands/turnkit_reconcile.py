@@ -13,7 +13,7 @@ from ...base import failpoints
 from ...conf import turnkit_settings
 from ...services import cancel_sweep, reconcile
 from ..arguments import COUNT, SECONDS
-from ..base import TurnkitCommand
+from ..command import TurnkitCommand
 
 #: The settings one reconcile pass and cancel sweep read.
 READ_BY_A_PASS = ("LEASE", "MAINTENANCE_BATCH_SIZE", "TIMEOUT", "MAX_RECOVERY_ATTEMPTS")

@@ -24,7 +24,7 @@ from ...models import Turn
 from ...observability.metrics import live_turns
 from ...store import database_now, provider_waits
 from ..arguments import SECONDS
-from ..base import TurnkitCommand
+from ..command import TurnkitCommand
 
 #: The most recovered turns read to count their recoveries in the window (their fence logs).
 RECOVERED_ROWS = 10_000

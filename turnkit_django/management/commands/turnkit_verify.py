@@ -9,7 +9,7 @@ from django.core.management.base import CommandError, CommandParser, DjangoHelpF
 
 from ...models import Conversation, Turn
 from ...testing.verify import INVARIANTS, verify
-from ..base import TurnkitCommand, id_hint, unstorable_id
+from ..command import TurnkitCommand, id_hint, unstorable_id
 
 
 class HelpFormatter(DjangoHelpFormatter, RawDescriptionHelpFormatter):

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..base.error_records import ErrorRecord
 from ..base.serialization import JsonMapping, JsonObject, JsonValue, render_result
-from ..clients.base import ToolSpec
+from ..clients.protocol import ToolSpec
 from ..exceptions import ConfigurationError, ToolError
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 Used by ``manage.py turnkit_inspect`` and the demo; in a shell::
 
-    from turnkit_django.console.transcript import show
+    from turnkit_django.console.transcript_text import show
     show(load_run("turn_..."))
 
 Lines are cut to :data:`WIDTH` with ``…``; ``full=True`` keeps every character (long texts and
