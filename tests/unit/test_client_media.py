@@ -290,3 +290,22 @@ def test_anthropic_refuses_media_it_cannot_read() -> None:
         client.view_media(MediaRequest((to_media(b"\x00", mime_type="video/mp4"),), "Watch",
                                        model="claude-sonnet-5-5"))
     assert wire.requests == []
+
+
+def test_capabilities_are_read_from_declared_flags_only():
+    from turnkit_django.clients import BaseClient, supports
+
+    class Sniffable(BaseClient):
+        def stream(self, request, on_chunk):  # a method, but no declaration
+            return self.complete(request)
+
+    class Declares(BaseClient):
+        supports_streaming = True
+
+    class Truthy(BaseClient):
+        supports_streaming = 1  # type: ignore[assignment]
+
+    assert not supports(Sniffable(), "streaming")
+    assert supports(Declares(), "streaming")
+    assert not supports(Truthy(), "streaming")
+    assert not supports(object(), "thinking")

@@ -12,7 +12,16 @@ from .anthropic import AnthropicClient
 from .evaluation import EvaluationRequest, Evaluator, EvaluatorReply
 from .openai import OpenAIClient
 from .openai_evaluator import OpenAIEvaluator
-from .protocol import BaseClient, Client, ModelRequest, ModelResponse, ToolSpec, Usage
+from .protocol import (
+    BaseClient,
+    Capability,
+    Client,
+    ModelRequest,
+    ModelResponse,
+    ToolSpec,
+    Usage,
+    supports,
+)
 
 _lock = threading.Lock()
 _default: Client | None = None
@@ -63,6 +72,7 @@ setting_changed.connect(_settings_changed)
 __all__ = [
     "AnthropicClient",
     "BaseClient",
+    "Capability",
     "Client",
     "EvaluationRequest",
     "Evaluator",
@@ -77,4 +87,5 @@ __all__ = [
     "default_client",
     "is_test_client",
     "reset_default_client",
+    "supports",
 ]

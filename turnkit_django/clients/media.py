@@ -26,8 +26,9 @@ from urllib.parse import urlsplit, urlunsplit
 from ..base.serialization import JsonObject, JsonValue, decimal_json
 from ..exceptions import ConfigurationError, MediaError
 from ..messages import ChatMessage, Part, TextPart
-from .protocol import ModelRequest, ModelResponse, Usage
+from .protocol import ModelRequest, ModelResponse, Usage, supports
 
+#: The media capabilities (see :data:`~turnkit_django.clients.protocol.Capability`).
 Capability = Literal["paint", "view_media"]
 Source = Literal["path", "url", "bytes", "file"]
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
@@ -283,11 +284,6 @@ def analysis_from(response: ModelResponse) -> MediaAnalysis:
     return MediaAnalysis(text=response.text, data=response.output_data, model=response.model,
                          usage=response.usage, reported_cost=response.reported_cost,
                          provider=response.provider)
-
-
-def supports(client: object, capability: Capability) -> bool:
-    """Whether ``client`` declares ``capability`` (its ``supports_<capability>`` flag)."""
-    return getattr(client, f"supports_{capability}", False) is True
 
 
 def require(client: _Client, capability: Capability) -> _Client:

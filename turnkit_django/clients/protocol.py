@@ -12,7 +12,7 @@ import importlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from ..base.serialization import JsonMapping, JsonObject
 from ..conf.deltas import ChunkCallback
@@ -159,6 +159,19 @@ class ModelResponse(PartsView):
     @property
     def thinking(self) -> list[ThinkingPart]:
         return [p for p in self.parts if isinstance(p, ThinkingPart)]
+
+
+#: What a client may declare it can do, each as a ``supports_<capability>`` class flag (the
+#: defaults are :class:`BaseClient`'s). Read them with :func:`supports`, never by sniffing methods.
+Capability = Literal[
+    "thinking", "structured_output", "prompt_caching", "paint", "view_media", "streaming",
+]
+
+
+def supports(client: object, capability: Capability) -> bool:
+    """Whether ``client`` declares ``capability``: its ``supports_<capability>`` flag is ``True``
+    (a client without the flag, such as a plain :class:`Client`, declares nothing)."""
+    return getattr(client, f"supports_{capability}", False) is True
 
 
 @runtime_checkable

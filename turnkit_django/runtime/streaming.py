@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 
 from ..clients import Client, ModelRequest, ModelResponse
+from ..clients.protocol import supports
 from ..conf import turnkit_settings
 from ..conf.delta_channel import Channel, LocalChannel, RedisChannel
 from ..conf.deltas import Delta, DeltaCallback, DeltaKind
@@ -123,10 +124,10 @@ def delta_sink(on_delta: DeltaCallback | None, turn_id: str, fence: int,
 def model_call(client: Client, sink: DeltaSink | None) -> Callable[[ModelRequest], ModelResponse]:
     """How to call ``client``: streamed to ``sink`` when someone listens, the client can and
     ``TURNKIT["STREAMING"]`` allows it; else a plain ``complete``."""
-    if sink is None or not turnkit_settings.STREAMING or not getattr(
-            client, "supports_streaming", False) or not sink.listening:
+    if sink is None or not turnkit_settings.STREAMING or not supports(client, "streaming") or (
+            not sink.listening):
         return client.complete
-    stream = client.stream  # type: ignore[attr-defined]  # declared by supports_streaming
+    stream = client.stream  # type: ignore[attr-defined]  # declared by supports("streaming")
     return lambda request: stream(request, sink)
 
 
