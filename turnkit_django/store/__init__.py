@@ -4,8 +4,13 @@
   wait-graph lock, the database clock;
 * :mod:`.claims`: claims and heartbeats; :mod:`.fenced`: :class:`~.fenced.Fenced`, the writes
   a worker makes to the turn it executes, and :mod:`.steps`, a step as one statement;
+* :mod:`.admission`: a tenant's limit and a cascade cancel, which keep a pending turn unclaimed;
+  :mod:`.execution_writes`: a claim's writes to its tool executions;
+* :mod:`.guard`: the guard of a write sent without the lock; :mod:`.turn_statements`: a turn's
+  creation, transitions, submit and claim, each one statement;
 * :mod:`.turns`: creating conversations and turns, and every status change as a named
   transition (:func:`~.turns.apply_transition`);
+* :mod:`.row_reader`: a row read back, or set from a write's ``RETURNING``, without the ORM;
 * :mod:`.transcript`: gap-free message sequences, the messages a turn sees, transcript repair;
 * :mod:`.state`: the typed loop state persisted in ``Turn.state``;
 * :mod:`.wait_for`: an application wait's edges and an inline turn's joined results;

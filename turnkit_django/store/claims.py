@@ -3,7 +3,8 @@
 A worker holds a :class:`Claim` with the fence it got (:func:`claim_turn` for a pending turn,
 :func:`create_claimed` for an inline run created claimed); its writes go through
 :class:`~.fenced.Fenced`. Cancel, reconcile and completion move the fence, so a stale worker can
-never write again (P6).
+never write again (P6). What else keeps a pending turn from being claimed (its tenant's limit,
+a cascade cancel above it) is :mod:`.admission`, re-exported here.
 """
 
 from __future__ import annotations
@@ -26,11 +27,10 @@ from django.utils import timezone
 
 from ..base.serialization import JsonObject
 from ..base.states import TERMINAL_TURN_STATUSES, TurnStatus
-from ..conf import turnkit_settings
 from ..exceptions import LostClaim
 from ..messages import Part
 from ..models import Conversation, Event, Lease, Message, Turn
-from . import steps
+from .admission import cancelled_above, tenant_full, tenant_limit
 from .compiled import CompiledRead
 from .events import message_events
 from .limits import Limits
@@ -40,7 +40,6 @@ from .locks import (
     LedgerDelta,
     LedgerRow,
     database_now,
-    lock_tenant,
     lock_tree,
     lock_tree_of,
     read_ledger,
@@ -48,6 +47,7 @@ from .locks import (
 from .transcript import TAIL, NewMessage, build_messages, insert_rows, visible_tail
 from .turn_columns import TurnFields
 from .turn_state import TurnState
+from .turn_statements import claim_write, insert_claimed
 from .turns import TURN_FIELDS as _TURN_FIELDS
 from .turns import NewTurn, apply_transition, build_turn, refuse_transition
 
@@ -123,7 +123,7 @@ def claim_turn(turn_id: str, worker: str, *, root_id: str | None = None,
         fields, delta, lease = _claim_fields(turn, ledger, worker, prepare)
         if connection.vendor == "postgresql":  # one statement
             root_fields = delta.fields() if not turn.is_root else {}
-            if not steps.claim_write(turn.pk, root_id, fields, root_fields, lease):
+            if not claim_write(turn.pk, root_id, fields, root_fields, lease):
                 refuse_transition(turn.pk, "claim")
         else:
             if not turn.is_root and delta:
@@ -187,59 +187,11 @@ def _claim_as_read(turn_id: str, worker: str, prepare: Prepare | None, root_id: 
         fields, delta, lease = _claim_fields(turn, ledger, worker, prepare)
     except Exception:  # decided on a row that may be stale: decide again under the lock
         return _UNDECIDED
-    if not steps.claim_write(turn.pk, ledger.root_id, fields,
-                             {} if turn.is_root else delta.fields(), lease, version=str(version),
-                             known=None if turn.is_root else ledger):
+    if not claim_write(turn.pk, ledger.root_id, fields,
+                       {} if turn.is_root else delta.fields(), lease, version=str(version),
+                       known=None if turn.is_root else ledger):
         return _UNDECIDED
     return _claimed(turn, fields, ledger, worker)
-
-
-def tenant_limit(turn: Turn) -> int | None:
-    """How many running background turns ``turn``'s tenant may have (``TENANT_LIMITS``), or
-    None when no tenant limit applies to it (none set up, no tenant, an inline turn)."""
-    limits = turnkit_settings.TENANT_LIMITS
-    if limits is None or turn.tenant is None or turn.submitted_at is None:
-        return None
-    return limits.concurrency
-
-
-def tenant_full(turn: Turn) -> bool:
-    """Whether ``turn``'s tenant already has its ``TENANT_LIMITS`` of running turns: then the
-    claim leaves it pending, as a busy lane does, and the end of one of them rings it (see
-    ``services.recovery.ring_tenant``). Decided under the tenant lock, held until the claim
-    commits, so two claims of one tenant never both count a free place: a count in the
-    claim's statement alone would not do, each seeing the running turns as of its own start."""
-    limit, tenant = tenant_limit(turn), turn.tenant
-    if limit is None or tenant is None:
-        return False
-    lock_tenant(tenant)
-    return Turn.objects.tenant_running(tenant).count() >= limit
-
-
-def cancelled_above(turn: Turn) -> bool:
-    """Whether a turn above ``turn`` (its parent, theirs, ... or, for a root-level task, its
-    root) was cancelled with its descendants: a cascade larger than one batch leaves the rest
-    to ``cancel_sweep``, and until the sweep reaches it such a turn is never claimed, so
-    nothing of it runs after the cancel returned. One indexed read of the tree's cascade marks
-    (none, almost always), the tree's parent links only when there is one; a child's claim
-    without the lock learns from its root's ledger read whether there is one, and only then
-    asks."""
-    if turn.is_root:
-        return False
-    tree = Turn.objects.filter(root_turn_id=turn.root_turn_id)
-    marked = set(tree.filter(status=TurnStatus.CANCELLED, options__cancel_cascade=True)
-                 .values_list("pk", flat=True))
-    if not marked:
-        return False
-    parents = dict(tree.values_list("pk", "parent_turn_id"))
-    root, seen = turn.root_turn_id, set[str]()
-    above: str | None = turn.parent_turn_id or root
-    while above is not None and above not in seen:
-        if above in marked:
-            return True
-        seen.add(above)
-        above = parents.get(above) or (root if above != root else None)
-    return False
 
 
 def _claim_fields(turn: Turn, ledger: Ledger, worker: str, prepare: Prepare | None,
@@ -348,8 +300,7 @@ def create_claimed(spec: NewTurn, conversation: Conversation, parts: Sequence[Pa
     lease = Lease(turn_id=turn.pk, fence=1, worker=worker, heartbeat_at=start)
     events = [] if message is None else message_events(turn.pk, turn.pk, [message])
     if connection.vendor == "postgresql":
-        now, sequence = steps.insert_claimed(conversation, message, turn, lease, lifetime,
-                                             events)
+        now, sequence = insert_claimed(conversation, message, turn, lease, lifetime, events)
     else:
         with transaction.atomic():
             if conversation._state.adding:

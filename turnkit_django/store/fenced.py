@@ -4,7 +4,8 @@
 raises :class:`LostClaim` when it changed; nothing inside the block is written then.
 :meth:`Fenced.step` sends a step as one statement guarded by the ledger the worker last saw
 (:mod:`.steps`), falling back to ``atomic()`` when the guard does not hold. Every owned write
-(messages, tool executions, the turn's state and status) is a method of :class:`Fenced`.
+(messages, tool executions, the turn's state and status) is a method of :class:`Fenced`; those
+of its tool executions come from :class:`~.execution_writes.ExecutionWrites`.
 """
 
 from __future__ import annotations
@@ -20,15 +21,16 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from ..base.serialization import JsonMapping, JsonObject, JsonValue
-from ..base.states import TRANSITIONS, ToolStatus, TurnStatus
+from ..base.states import TRANSITIONS, TurnStatus
 from ..exceptions import LostClaim
-from ..messages import MessageKind, Part, ToolCallPart
-from ..models import Conversation, Event, Message, ToolExecution, Turn
+from ..messages import MessageKind, Part
+from ..models import Conversation, Event, Message, Turn
 from . import steps
 from .claims import Claim
 from .events import TRANSITION_EVENTS, build_event, message_events
+from .execution_writes import ExecutionWrites
 from .locks import Ledger, LedgerDelta, lock_tree
-from .rows import copied, new_row
+from .rows import copied
 from .steps import StepWrites
 from .transcript import NewMessage, build_messages, insert_rows
 from .turn_columns import Charge, TerminalFields, TurnFields
@@ -44,7 +46,7 @@ def _claim_ended() -> TurnFields:
     return {"fence": F("fence") + 1, "claimed_by": ""}
 
 
-class Fenced:
+class Fenced(ExecutionWrites):
     """Fenced writes for one claim: in a :meth:`step`, or inside :meth:`atomic`.
 
     The claim's worker keeps one per claim: it remembers the tree's ledger as the worker last
@@ -356,53 +358,6 @@ class Fenced:
             self._writes.delta.add(delta)
         else:
             Turn.objects.filter(pk=self.claim.root_id).update(**delta.fields())
-
-    # -- tool executions ----------------------------------------------------------------
-
-    def open_execution(self, call: ToolCallPart, status: str, **fields: object) -> ToolExecution:
-        """Create the execution row of ``call`` (the intent, or a result decided at once)."""
-        execution = new_row(ToolExecution, turn_id=self.claim.turn_id, fence=self.claim.fence,
-                            tool_call_id=call.id, tool_name=call.name,
-                            arguments=call.arguments, status=status, **fields)
-        if self._writes is not None:
-            self._writes.created.append(execution)
-        else:
-            execution.save(force_insert=True)
-        return execution
-
-    def move_execution(self, execution_id: str, expected: Iterable[str], status: str,
-                       **fields: object) -> bool:
-        """Compare-and-set a tool execution's status; False if it was not in ``expected``
-        (inside a step, a move that does not hold makes the step decide again under the
-        lock, so it answers True)."""
-        changes = {"status": status, "fence": self.claim.fence, "updated_at": Now(), **fields}
-        if self._writes is not None:
-            self._writes.moves.append(steps.Move(execution_id, tuple(expected), changes))
-            return True
-        return bool(ToolExecution.objects.filter(pk=execution_id, status__in=list(expected))
-                    .update(**changes))
-
-    def put_back(self, execution_id: str, **fields: object) -> bool:
-        """A call whose intent was written but which never started goes back to ``pending``
-        with its attempt undone: cancelled now, it was "not executed" (not "outcome unknown");
-        started later, it counts the one attempt that ran."""
-        return self.move_execution(execution_id, [ToolStatus.RUNNING], ToolStatus.PENDING,
-                                   attempts=F("attempts") - 1, **fields)
-
-    def restart_execution(self, execution_id: str, *, started: bool = True) -> bool:
-        """Start a pending execution again (a replay-safe call reset by recovery, a wait);
-        ``started=False``: its intent only, :meth:`start_call` records the start."""
-        return self.move_execution(execution_id, [ToolStatus.PENDING, ToolStatus.RUNNING],
-                                   ToolStatus.RUNNING, started_at=Now() if started else None,
-                                   attempts=F("attempts") + 1)
-
-    def start_call(self, execution_id: str) -> None:
-        """Record, in one statement, that a call that is not replay-safe starts now: a call
-        whose worker died before it provably never ran (recovery runs it)."""
-        if not ToolExecution.objects.filter(pk=execution_id, status=ToolStatus.RUNNING,
-                                            fence=self.claim.fence, started_at__isnull=True
-                                            ).update(started_at=Now()):
-            raise LostClaim(self.claim.turn_id, self.claim.fence)
 
 
 _UNDECIDED: Any = object()

@@ -154,8 +154,8 @@ def lock_tree_of(turn_id: str) -> Ledger | None:
 def read_ledger(root_id: str) -> tuple[Ledger, bool] | None:
     """The tree's ledger as a read without the lock finds it (None: no such turn), and whether
     a turn of the tree was cancelled with its descendants (a cascade mark: a child's claim
-    then looks further, :func:`.claims.cancelled_above`). Only for a write that holds only
-    while the root's row still has that ledger (:func:`.steps.claim_write`)."""
+    then looks further, :func:`.admission.cancelled_above`). Only for a write that holds only
+    while the root's row still has that ledger (:func:`.turn_statements.claim_write`)."""
     found = _LEDGER.rows(root_id)
     if not found:
         return None

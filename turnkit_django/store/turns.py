@@ -7,16 +7,15 @@ any other status raises :class:`InvalidTransition` and nothing is written.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
-from django.db.models import Exists, Field, Model, OuterRef, QuerySet
+from django.db.models import Exists, Model, OuterRef, QuerySet
 from django.db.models.functions import Now
 
 from ..base.ids import new_id
@@ -25,18 +24,17 @@ from ..base.states import TRANSITIONS, TurnStatus
 from ..exceptions import InvalidTransition
 from ..messages import Part
 from ..models import Conversation, Event, ToolExecution, Turn, Wait
-from . import leases, steps
+from . import leases
 from .compiled import CompiledRead
-from .cursors import hot_cursor
 from .events import message_events
 from .limits import Limits
 from .locks import database_now, lock_tree
+from .row_reader import adopt, converted, reload, row_columns
 from .sql import Unsupported
 from .transcript import ClosedCall, NewMessage, build_messages, insert_rows, repair
 from .turn_columns import TurnFields
+from .turn_statements import insert_claimed, submit_write, transition_write
 from .waits import submit_status
-
-M = TypeVar("M", bound=Model)
 
 
 def apply_transition(turn_id: str, name: str, *, expected_fence: int | None = None,
@@ -48,7 +46,7 @@ def apply_transition(turn_id: str, name: str, *, expected_fence: int | None = No
     """
     if connection.vendor == "postgresql":
         try:
-            if not steps.transition_write(turn_id, name, fields, expected_fence):
+            if not transition_write(turn_id, name, fields, expected_fence):
                 refuse_transition(turn_id, name)
             return
         except Unsupported:
@@ -144,8 +142,8 @@ def create_turn(spec: NewTurn, conversation: Conversation, parts: Sequence[Part]
         turn = build_turn(spec, conversation, 0)  # its input's sequence comes back
         lifetime = _lifetime(turn) if submit else None
         events = [] if message is None else message_events(turn.root_turn_id, turn.pk, [message])
-        now, sequence = steps.insert_claimed(conversation, message, turn, None, lifetime, events,
-                                             submitted=submit)
+        now, sequence = insert_claimed(conversation, message, turn, None, lifetime, events,
+                                       submitted=submit)
         if submit:
             _submitted_at(turn, now)
     else:
@@ -202,79 +200,6 @@ def build_turn(spec: NewTurn, conversation: Conversation, sequence: int) -> Turn
     )
 
 
-# --------------------------------------------------------------------------- reading back
-
-
-def reload(row: M) -> M:
-    """Read ``row`` again from the database into the same instance (``refresh_from_db()``
-    without its query compilation, for the hot path's one read after a run); raises
-    ``DoesNotExist`` when it is gone."""
-    model = type(row)
-    reader = _reader(model, connection.vendor)
-    with hot_cursor(connection) as cursor:
-        cursor.execute(reader.select, [row.pk])
-        found = cursor.fetchone()
-    if found is None:
-        raise model.DoesNotExist(  # type: ignore[attr-defined]
-            f"{model.__name__} {row.pk!r} no longer exists")
-    return adopt(row, found)
-
-
-def adopt(row: M, values: Sequence[Any]) -> M:
-    """Set ``row`` to ``values`` (its :func:`row_columns`, read or returned by a write)."""
-    model = type(row)
-    for column, value in zip(_reader(model, connection.vendor).fields, _converted(model, values),
-                             strict=True):
-        if column.is_relation and getattr(row, column.attname) != value \
-                and column.is_cached(row):  # type: ignore[attr-defined]
-            column.delete_cached_value(row)  # type: ignore[attr-defined]
-        setattr(row, column.attname, value)
-    row._state.adding, row._state.db = False, connection.alias
-    return row
-
-
-def row_columns(model: type[Model]) -> str:
-    """The columns of a row of ``model`` as :func:`adopt` takes them (quoted, in order)."""
-    return _reader(model, connection.vendor).columns
-
-
-def _converted(model: type[Model], values: Sequence[Any]) -> list[Any]:
-    """A row of ``model`` as :func:`_reader`'s columns select it, converted as the ORM does."""
-    out = []
-    for value, convert in zip(values, _reader(model, connection.vendor).converters, strict=True):
-        for converter, expression in convert:
-            value = converter(value, expression, connection)
-        out.append(value)
-    return out
-
-
-class _Reader(NamedTuple):
-    fields: tuple[Field[Any, Any], ...]
-    columns: str  # the fields' columns, as a SELECT (or RETURNING) list
-    select: str  # one row by primary key
-    converters: tuple[tuple[tuple[Callable[..., Any], Any], ...], ...]  # per column
-
-
-@functools.cache
-def _reader(model: type[Model], vendor: str) -> _Reader:
-    """How a row of ``model`` is read without the ORM: its fields and columns, the SELECT of one
-    row by primary key, and each column's converters (the backend's, then the field's), as
-    the ORM applies them."""
-    ops = connection.ops
-    table = model._meta.db_table
-    fields = tuple(model._meta.concrete_fields)
-    columns = ", ".join(ops.quote_name(str(f.column)) for f in fields)
-    pk = str(model._meta.pk.column) if model._meta.pk is not None else "id"
-    select = (f"SELECT {columns} FROM {ops.quote_name(table)} "  # noqa: S608 (identifiers only)
-              f"WHERE {ops.quote_name(pk)} = %s")
-    converters = []
-    for f in fields:
-        col = f.get_col(table)
-        converters.append(tuple((c, col) for c in
-                                [*ops.get_db_converters(col), *f.get_db_converters(connection)]))
-    return _Reader(fields, columns, select, tuple(converters))
-
-
 # --------------------------------------------------------------------------- transitions
 
 
@@ -284,15 +209,14 @@ def submit(turn: Turn, *, callback_conversation_id: str | None = None) -> tuple[
     Under the tree lock: ``submitted_at`` is set once, the callback recorded, and the turn goes
     to ``pending`` (waits met; their results are given to it now) or ``waiting``. The caller
     rings the doorbell when it was new. On PostgreSQL a root turn without a callback is first
-    submitted by one guarded update (:func:`.steps.submit_write`), which takes the same row
-    lock; the lock's path decides whatever that guard does not hold for.
+    submitted by one guarded update (:func:`.turn_statements.submit_write`), which takes the
+    same row lock; the lock's path decides whatever that guard does not hold for.
     """
     if turn.is_root and callback_conversation_id is None and connection.vendor == "postgresql":
         # The common case, one statement: a root without waits, submitted once.
-        written = steps.submit_write(turn.pk, turn.options, _lifetime(turn),
-                                     _reader(Turn, connection.vendor).columns)
+        written = submit_write(turn.pk, turn.options, _lifetime(turn), row_columns(Turn))
         if written is not None:
-            return Turn.from_db(connection.alias, TURN_FIELDS, _converted(Turn, written)), True
+            return Turn.from_db(connection.alias, TURN_FIELDS, converted(Turn, written)), True
     with transaction.atomic():
         if turn.is_root:  # its own row is the tree lock: locked and read in one statement
             found = _SUBMITTED_ROOT.rows(turn.pk)
