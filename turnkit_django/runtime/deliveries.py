@@ -29,26 +29,25 @@ import logging
 from collections.abc import Mapping
 from datetime import datetime
 from functools import partial
-from typing import Any
-
-from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from typing import TYPE_CHECKING, Any
 
 from ..agents import get_agent
 from ..base.serialization import JsonMapping, json_value
 from ..base.states import TurnStatus
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
-from ..models import Conversation, Delivery, Message, Turn, Wait
 from ..store import deliveries, lock_conversation
-from ..store.compiled import CompiledRead
+from ..store.commits import after_commit
 from ..store.deliveries import COMPLETION_PREFIX
 from ..store.input_checks import require_text
+from ..store.reads import conversation_principal, turn_by_id
 from ..store.turns import set_options
 from .authorization import authorize, is_allowed
 from .creation import new_turn
 from .submission import dispatch
+
+if TYPE_CHECKING:
+    from ..models import Conversation, Delivery, Turn
 
 logger = logging.getLogger("turnkit_django.deliveries")
 
@@ -117,10 +116,9 @@ def callback_decision(turn: Turn) -> bool | None:
     destination = (turn.options or {}).get("callback_conversation")
     if turn.submitted_at is None or not destination:
         return None
-    owner = Conversation.objects.filter(pk=destination).values_list("principal", flat=True)
     return is_allowed("callback", principal=turn.principal, turn_id=turn.pk,
                       destination_conversation_id=destination,
-                      destination_principal=owner.first())
+                      destination_principal=conversation_principal(destination))
 
 
 def completion_callback(turn: Turn, allowed: bool | None) -> Delivery | None:
@@ -158,10 +156,10 @@ def finished(turn: Turn, *, callback_allowed: bool | None, locked: bool = False,
         return None
     delivery = None
     if (turn.options or {}).get("callback_conversation"):  # its envelope, as just written
-        delivery = completion_callback(Turn.objects.get(pk=turn.pk), callback_allowed)
+        delivery = completion_callback(turn_by_id(turn.pk), callback_allowed)
     hand_on(turn.conversation_id, locked=locked)
     if delivery is not None and delivery.delivered_at is None:
-        transaction.on_commit(partial(_deliver_later, delivery.pk))
+        after_commit(partial(_deliver_later, delivery.pk))
     return delivery
 
 
@@ -196,23 +194,13 @@ def deliver_pending(limit: int) -> list[str]:
     Reads only pending rows (the partial index on undelivered deliveries). A delivery that fails
     is logged and left pending for a later pass; the next pass starts after the last one tried.
     """
-    pending = Delivery.objects.pending().order_by("created_at", "id")
-    after = _Rotation.after
-    rows: list[tuple[datetime, str]] = []
-    if after is not None:
-        rows = list(pending.filter(Q(created_at__gt=after[0])
-                                   | Q(created_at=after[0], id__gt=after[1]))
-                    .values_list("created_at", "id")[:limit])
-    if len(rows) < limit:
-        seen = {pk for _, pk in rows}
-        rows += [r for r in pending.values_list("created_at", "id")[:limit - len(rows)]
-                 if r[1] not in seen]
+    rows = deliveries.pending_rows(limit, _Rotation.after)
     delivered: list[str] = []
     for created_at, delivery_id in rows:
         _Rotation.after = (created_at, delivery_id)
         try:
             deliver(delivery_id)
-        except Delivery.DoesNotExist:
+        except deliveries.NoSuchDelivery:
             continue
         except Exception:
             logger.exception("could not deliver %r; a later maintenance pass retries", delivery_id)
@@ -229,7 +217,7 @@ def deliver_pending(limit: int) -> list[str]:
 def is_busy(conversation_id: str) -> bool:
     """Whether a turn of the conversation is pending (even unsubmitted), running, waiting or
     paused: its input is frozen, so a delivery now is buffered for the next turn."""
-    return Turn.objects.filter(conversation_id=conversation_id).active().exists()
+    return deliveries.conversation_busy(conversation_id)
 
 
 def wake(conversation: Conversation | str) -> Turn | None:
@@ -254,7 +242,7 @@ def hand_on(conversation_id: str, *, locked: bool = False) -> Turn | None:
     """
     if not locked:
         lock_conversation(conversation_id)
-    following, busy, buffered = _lane(conversation_id)
+    following, busy, buffered = deliveries.lane(conversation_id)
     if following is not None:  # the lane is busy: nothing to wake
         dispatch(following)
         return None
@@ -275,10 +263,10 @@ def handed_on(turn: Turn) -> bool | None:
     doorbell and releases what waits.
     """
     try:
-        found = _ENDED.rows(turn.conversation_id, turn.pk)
-        if not found:
+        found = deliveries.ended_lane(turn.conversation_id, turn.pk)
+        if found is None:
             return None
-        following, busy, buffered, waited_for = found[0]
+        following, busy, buffered, waited_for = found
         if following is not None:
             dispatch(following)
         elif buffered and not busy:
@@ -290,40 +278,11 @@ def handed_on(turn: Turn) -> bool | None:
     return bool(waited_for)
 
 
-def _lane(conversation_id: str) -> tuple[str | None, bool, bool]:
-    """The conversation's next queued turn, whether a turn of it is active, and whether a
-    delivered message lies past its newest turn's input: one query, compiled once."""
-    found = _LANE.rows(conversation_id)
-    return (None, False, False) if not found else (found[0][0], bool(found[0][1]),
-                                                   bool(found[0][2]))
-
-
-def _lane_read(conversation_id: str, turn_id: str | None = None) -> QuerySet[Conversation, Any]:
-    """The lane's state (see :func:`_lane`); with ``turn_id``, whether turns wait for it."""
-    turns = Turn.objects.filter(conversation_id=OuterRef("pk"))
-    consumed = Coalesce(Subquery(turns.order_by("-created_at", "-id")
-                                 .values("context_sequence")[:1]), 0)
-    buffered = Message.objects.deliveries_after(OuterRef("pk"), consumed)
-    read = Conversation.objects.filter(pk=conversation_id).annotate(
-        following=Subquery(turns.queued_in_lane().values("pk")[:1]),
-        busy=Exists(turns.active()), buffered=Exists(buffered))
-    if turn_id is None:
-        return read.values_list("following", "busy", "buffered")
-    return read.annotate(waited_for=Exists(Wait.objects.filter(target_id=turn_id))).values_list(
-        "following", "busy", "buffered", "waited_for")
-
-
-_LANE = CompiledRead(_lane_read, 1)
-#: The read of :func:`handed_on`.
-_ENDED = CompiledRead(_lane_read, 2)
-
-
 def _wake_locked(row: Conversation) -> Turn | None:
     """:func:`wake` for a caller that holds the conversation lock."""
     if is_busy(row.pk):
         return None
-    latest = (Turn.objects.filter(conversation_id=row.pk).order_by("-created_at", "-id")
-              .values("context_sequence", "submitted_at").first())
+    latest = deliveries.latest_turn(row.pk)
     consumed = latest["context_sequence"] if latest else 0
     trigger = _trigger(row.pk, consumed)
     if trigger is None:
@@ -353,9 +312,9 @@ def _trigger(conversation: str, consumed: int) -> tuple[str, str, Turn | None, T
     application input buffered the continuation is a new root; else it joins the tree of the
     delivery it answers, the oldest buffered one (``live[0]``, its ``woken_by``).
     """
-    buffered = list(Message.objects.deliveries_after(conversation, consumed)
-                    .values_list("pk", "metadata")[:turnkit_settings.MAINTENANCE_BATCH_SIZE])
-    senders = Turn.objects.select_related("root_turn").in_bulk(
+    buffered = deliveries.buffered_messages(conversation, consumed,
+                                            turnkit_settings.MAINTENANCE_BATCH_SIZE)
+    senders = deliveries.turns_with_roots(
         {turn_id for _, metadata in buffered if (turn_id := _sender(metadata))})
     found = [(pk, metadata, _in_tree(metadata, senders)) for pk, metadata in buffered]
     live = [item for item in found if not _from_cancelled_tree(item[2])]

@@ -17,10 +17,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import close_old_connections, connection
-
 from ..exceptions import LostClaim
 from ..store import Claim, heartbeat, heartbeat_all
+from ..store.connections import (
+    close_old_sessions,
+    close_session,
+    holds_session,
+    in_transaction,
+    open_session,
+)
 
 logger = logging.getLogger("turnkit_django.runtime")
 
@@ -53,7 +58,7 @@ class Heartbeat:
     def beat(self) -> None:
         """One beat, on the heartbeat thread (its session kept only as ``CONN_MAX_AGE``
         allows), its session taken before the claim's lock (see :func:`beat_all`)."""
-        connection.ensure_connection()
+        open_session()
         with self._beating:
             if self._stopped:
                 return
@@ -71,7 +76,7 @@ class Heartbeat:
             except Exception:
                 logger.exception("heartbeat failed for turn %r", self.claim.turn_id)
             finally:
-                close_old_connections()
+                close_old_sessions()
 
     def _stop(self) -> None:
         self._stopped = True
@@ -89,7 +94,7 @@ def beat_all(beats: list[Heartbeat]) -> None:
     deadlock with it until the pool's timeout once the turns held every session."""
     held: list[Heartbeat] = []
     try:
-        connection.ensure_connection()
+        open_session()
         for beat in beats:
             beat._beating.acquire()
             if beat._stopped:
@@ -119,8 +124,8 @@ def beat_all(beats: list[Heartbeat]) -> None:
     finally:
         for beat in held:
             beat._beating.release()
-        if not connection.in_atomic_block:  # the heartbeat thread's own session, never a caller's
-            close_old_connections()
+        if not in_transaction():  # the heartbeat thread's own session, never a caller's
+            close_old_sessions()
 
 
 class _Schedule:
@@ -165,7 +170,7 @@ class _Schedule:
             with self._changed:
                 while True:
                     now = time.monotonic()
-                    self._session = connection.connection is not None
+                    self._session = holds_session()
                     due = [beat for beat in self._beats if beat.due <= now]
                     idle = not self._beats and self._session
                     if due or idle:
@@ -183,7 +188,7 @@ class _Schedule:
                     self.wakes += 1
             # Outside the lock: a turn starts or ends without waiting for the database.
             if idle:  # no turn left to beat for: its session goes too
-                connection.close()
+                close_session()
             if due:
                 beat_all(due)
 

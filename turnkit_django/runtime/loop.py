@@ -17,9 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from django.db import transaction
+from typing import TYPE_CHECKING, Any
 
 from ..agents import AgentDefinition, get_agent
 from ..base import shutdown
@@ -32,7 +30,6 @@ from ..conf.deltas import DeltaCallback
 from ..events import EventCallback
 from ..exceptions import AtomicBlockError, BudgetExceeded, LostClaim, ModelError, TurnkitError
 from ..messages import Part
-from ..models import ToolExecution, Turn
 from ..observability import tracing
 from ..store import (
     Claim,
@@ -50,7 +47,9 @@ from ..store import (
     visible_history,
     worker_identity,
 )
+from ..store.commits import in_application_atomic_block
 from ..store.input_checks import delta_callback
+from ..store.reads import loaded_last_sequence, running_among, turn_with_conversation
 from . import budget, controls, sources
 from .calls import turn_tools
 from .context import ControlPending, HandBack, Suspended, TurnContext
@@ -62,6 +61,9 @@ from .output import fail, output_step
 from .streaming import delta_sink
 from .submission import dispatch
 from .tools import tools_step
+
+if TYPE_CHECKING:
+    from ..models import Turn
 
 logger = logging.getLogger("turnkit_django.runtime")
 
@@ -103,11 +105,9 @@ def run(ctx: TurnContext) -> None:
 
 def hand_back(ctx: TurnContext) -> None:
     """Give the turn back for another worker to resume now (its worker shuts down)."""
-    not_started = ToolExecution.objects.filter(pk__in=ctx.started, turn_id=ctx.row.pk).running(
-    ).values_list("pk", flat=True)
     try:
         with ctx.fenced.atomic():
-            ctx.fenced.hand_back(list(not_started))
+            ctx.fenced.hand_back(running_among(ctx.row.pk, ctx.started))
             dispatch(ctx.row.pk)
     except LostClaim:
         return
@@ -128,9 +128,6 @@ def on_claim(turn: Turn, ledger: Ledger) -> tuple[TurnState | None, LedgerDelta]
     return state.replace(reservation=reservation), delta
 
 
-_CONVERSATION = Turn._meta.get_field("conversation")
-
-
 def context(claim: Claim, row: Turn, agent: AgentDefinition, *, client: Client,
             on_event: EventCallback | None = None, ledger: Ledger | None = None,
             history: History | None = None) -> TurnContext:
@@ -138,7 +135,7 @@ def context(claim: Claim, row: Turn, agent: AgentDefinition, *, client: Client,
     (``ledger``: the tree's ledger as the claim left it; ``history``: the transcript, when the
     caller has it)."""
     # A claim read the row with its conversation's: its last message is known from there.
-    known = row.conversation.last_sequence if _CONVERSATION.is_cached(row) else None
+    known = loaded_last_sequence(row)
     fenced = Fenced(claim, ledger, last_sequence=known)
     fenced.controls_pending = row.controls_pending  # a control recorded before the claim
     return TurnContext(
@@ -160,8 +157,7 @@ def refuse_atomic_block(operation: str, instead: str = AtomicBlockError.SUBMIT, 
     The block a test case wraps each test in does not count (Django's durable blocks make the
     same exception), so tests can run turns inline.
     """
-    blocks = transaction.get_connection().atomic_blocks
-    if blocks and not getattr(blocks[-1], "_from_testcase", False):
+    if in_application_atomic_block():
         raise AtomicBlockError(operation, instead, reason=reason)
 
 
@@ -288,7 +284,7 @@ class _NoClient:
 
 def preview(turn_id: str, agent: AgentDefinition) -> ModelRequest:
     """The exact next model request of a turn, built without calling the model or writing."""
-    row = Turn.objects.select_related("conversation").get(pk=turn_id)
+    row = turn_with_conversation(turn_id)
     claim = Claim(row.pk, row.root_turn_id, row.conversation_id, row.fence, "preview")
     return build_request(context(claim, row, agent, client=_NoClient(agent, row)))
 

@@ -11,12 +11,12 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
 from django.utils.module_loading import import_string
 
 from ..conf import turnkit_settings
 from ..exceptions import ConfigurationError
 from ..store import tenants, turns
+from ..store.commits import after_commit
 from .authorization import authorize
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def dispatch(turn_id: str, *, submitted: Turn | None = None) -> None:
                                                    "turnkit_outcome": "not_dispatched"})
             logger.debug("dispatching turn %s failed", turn_id, exc_info=True)
 
-    transaction.on_commit(send)
+    after_commit(send)
 
 
 def tenant_has_room(turn: Turn) -> bool:

@@ -11,17 +11,22 @@ turn of an idle destination) is the caller's ``wake``, called holding the conver
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..base.serialization import JsonMapping, JsonObject, canonical
 from ..events import emit
 from ..exceptions import DeliveryConflict
 from ..messages import TextPart
-from ..models import Conversation, Delivery, Message, Turn
+from ..models import Conversation, Delivery, Message, Turn, Wait
+from .compiled import CompiledRead
 from .locks import lock_conversation
 from .transcript import NewMessage, insert_messages
 
@@ -33,6 +38,10 @@ TOOL_PREFIX = "turnkit:"
 #: The namespaces of the keys turnkit makes itself: an application's key in one of them could
 #: take another turn's callback key, or another conversation's post key, first.
 RESERVED_PREFIXES = (COMPLETION_PREFIX, POST_PREFIX, TOOL_PREFIX)
+
+
+#: Raised when a delivery id names no delivery.
+NoSuchDelivery = Delivery.DoesNotExist
 
 
 def delivery_by_key(key: str) -> Delivery | None:
@@ -154,5 +163,84 @@ def wake_conversation(conversation_id: str, wake: Wake) -> Turn | None:
         return wake(lock_conversation(conversation_id))
 
 
-__all__ = ["COMPLETION_PREFIX", "AlreadyDelivered", "Delivered", "Wake", "append_delivered",
-           "create", "deliver", "delivery_by_key", "wake_conversation"]
+# --------------------------------------------------------------------------- reads
+
+
+def pending_rows(limit: int, after: tuple[datetime, str] | None) -> list[tuple[datetime, str]]:
+    """Read up to ``limit`` pending deliveries as ``(created_at, id)``, oldest first, starting
+    after ``after`` and then from the oldest again (only pending rows: the partial index)."""
+    pending = Delivery.objects.pending().order_by("created_at", "id")
+    rows: list[tuple[datetime, str]] = []
+    if after is not None:
+        rows = list(pending.filter(Q(created_at__gt=after[0])
+                                   | Q(created_at=after[0], id__gt=after[1]))
+                    .values_list("created_at", "id")[:limit])
+    if len(rows) < limit:
+        seen = {pk for _, pk in rows}
+        rows += [r for r in pending.values_list("created_at", "id")[:limit - len(rows)]
+                 if r[1] not in seen]
+    return rows
+
+
+def conversation_busy(conversation_id: str) -> bool:
+    """Read whether a turn of the conversation is pending (even unsubmitted), running, waiting
+    or paused."""
+    return Turn.objects.filter(conversation_id=conversation_id).active().exists()
+
+
+def _lane_read(conversation_id: str, turn_id: str | None = None) -> QuerySet[Conversation, Any]:
+    """The lane's state (see :func:`lane`); with ``turn_id``, whether turns wait for it."""
+    turns = Turn.objects.filter(conversation_id=OuterRef("pk"))
+    consumed = Coalesce(Subquery(turns.order_by("-created_at", "-id")
+                                 .values("context_sequence")[:1]), 0)
+    buffered = Message.objects.deliveries_after(OuterRef("pk"), consumed)
+    read = Conversation.objects.filter(pk=conversation_id).annotate(
+        following=Subquery(turns.queued_in_lane().values("pk")[:1]),
+        busy=Exists(turns.active()), buffered=Exists(buffered))
+    if turn_id is None:
+        return read.values_list("following", "busy", "buffered")
+    return read.annotate(waited_for=Exists(Wait.objects.filter(target_id=turn_id))).values_list(
+        "following", "busy", "buffered", "waited_for")
+
+
+_LANE = CompiledRead(_lane_read, 1)
+_ENDED = CompiledRead(_lane_read, 2)
+
+
+def lane(conversation_id: str) -> tuple[str | None, bool, bool]:
+    """Read the conversation's next queued turn, whether a turn of it is active, and whether a
+    delivered message lies past its newest turn's input: one query, compiled once."""
+    found = _LANE.rows(conversation_id)
+    return (None, False, False) if not found else (found[0][0], bool(found[0][1]),
+                                                   bool(found[0][2]))
+
+
+def ended_lane(conversation_id: str, turn_id: str) -> tuple[Any, ...] | None:
+    """:func:`lane`, and whether turns wait for ``turn_id``: ``(following, busy, buffered,
+    waited_for)``, None when the conversation is gone. One query, compiled once."""
+    found = _ENDED.rows(conversation_id, turn_id)
+    return found[0] if found else None
+
+
+def latest_turn(conversation_id: str) -> Mapping[str, Any] | None:
+    """Read the ``context_sequence`` and ``submitted_at`` of the conversation's newest turn."""
+    return (Turn.objects.filter(conversation_id=conversation_id).order_by("-created_at", "-id")
+            .values("context_sequence", "submitted_at").first())
+
+
+def buffered_messages(conversation_id: str, consumed: int,
+                      limit: int) -> list[tuple[str, JsonMapping]]:
+    """Read up to ``limit`` delivered messages past ``consumed``: ``(id, metadata)``."""
+    return list(Message.objects.deliveries_after(conversation_id, consumed)
+                .values_list("pk", "metadata")[:limit])
+
+
+def turns_with_roots(turn_ids: Collection[str]) -> dict[str, Turn]:
+    """Read the turns ``turn_ids`` that exist, each with its root turn, keyed by id."""
+    return Turn.objects.select_related("root_turn").in_bulk(turn_ids)
+
+
+__all__ = ["COMPLETION_PREFIX", "AlreadyDelivered", "Delivered", "NoSuchDelivery", "Wake",
+           "append_delivered", "buffered_messages", "conversation_busy", "create", "deliver",
+           "delivery_by_key", "ended_lane", "lane", "latest_turn", "pending_rows",
+           "turns_with_roots", "wake_conversation"]

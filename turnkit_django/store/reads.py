@@ -71,6 +71,17 @@ def turn_principals(turn_ids: Sequence[str]) -> dict[str, Any]:
     return dict(Turn.objects.filter(pk__in=turn_ids).values_list("pk", "principal"))
 
 
+def turn_by_id(turn_id: str) -> Turn:
+    """Read the turn ``turn_id`` (Turn.DoesNotExist when there is none)."""
+    return Turn.objects.get(pk=turn_id)
+
+
+def conversation_principal(conversation_id: str) -> Any:
+    """Read the principal of the conversation ``conversation_id`` (None when there is none)."""
+    return (Conversation.objects.filter(pk=conversation_id)
+            .values_list("principal", flat=True).first())
+
+
 def turns_by_id(turn_ids: Sequence[str]) -> dict[str, Turn]:
     """Read the turns ``turn_ids`` that exist, keyed by id."""
     return Turn.objects.in_bulk(turn_ids)
@@ -81,7 +92,22 @@ def conversation_by_id(conversation_id: str) -> Conversation | None:
     return Conversation.objects.filter(pk=conversation_id).first()
 
 
+def turn_with_conversation(turn_id: str) -> Turn:
+    """Read the turn ``turn_id`` with its conversation (Turn.DoesNotExist if none)."""
+    return Turn.objects.select_related("conversation").get(pk=turn_id)
+
+
+_CONVERSATION = Turn._meta.get_field("conversation")
+
+
+def loaded_last_sequence(turn: Turn) -> int | None:
+    """The ``last_sequence`` of the turn's conversation when the row was read with it (a
+    claim's read); None otherwise, without a query."""
+    return turn.conversation.last_sequence if _CONVERSATION.is_cached(turn) else None
+
+
 __all__ = ["agent_and_parent", "any_active", "child_ids", "child_turn",
-           "children_by_execution", "conversation_by_id", "executions_by_call",
-           "message_by_id", "running_among", "turn_controls", "turn_deadline",
-           "turn_principals", "turns_by_id"]
+           "children_by_execution", "conversation_by_id", "conversation_principal",
+           "executions_by_call", "loaded_last_sequence", "message_by_id", "running_among",
+           "turn_by_id", "turn_controls", "turn_deadline", "turn_principals",
+           "turn_with_conversation", "turns_by_id"]
