@@ -22,7 +22,9 @@
 * :mod:`.cancellation`: a cancel (:func:`~.cancellation.cancel_tree`) and a cascade sweep
   (:func:`~.cancellation.sweep_tree`), each one locked transaction;
 * :mod:`.summaries`: a manual compaction's summary, appended to an idle conversation;
-* :mod:`.media`: the bytes of generated images, in a Django storage.
+* :mod:`.media`: the bytes of generated images, in a Django storage;
+* :mod:`.commits`: work after the commit (:func:`~.commits.after_commit`) and whether an
+  application's ``atomic()`` block is open; :mod:`.connections`: the heartbeat thread's session.
 
 A test walks the package's source and fails on an ORM write outside this package.
 """
