@@ -33,8 +33,8 @@ from .subagents import SubAgentTool
 from .tool_policy import ToolPolicy, check_tool_policy
 
 if TYPE_CHECKING:
-    from ..api.handles import TurnHandle
     from ..events import EventCallback
+    from ..tools.turn_view import TurnView
 
 Schema = type[BaseModel] | JsonObject | None
 THINKING_KEYS = frozenset({"budget", "effort", "adaptive", "display", "type"})
@@ -153,7 +153,7 @@ class AgentDefinition:
         output_policy: object = None,
         output_policy_mode: str = "fail",
         output_retries: int = 0,
-        context_contributors: Sequence[Callable[[TurnHandle], object]] = (),
+        context_contributors: Sequence[Callable[[TurnView], object]] = (),
         compaction: bool | JsonObject | None = None,
         orchestrator: bool = False,
         tool_policy: ToolPolicy | None = None,

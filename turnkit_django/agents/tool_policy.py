@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
@@ -29,9 +28,7 @@ from ..base.error_records import ErrorRecord
 from ..base.serialization import JsonObject
 from ..exceptions import ConfigurationError
 from ..tools.tool import Tool
-
-if TYPE_CHECKING:
-    from ..api.handles import TurnHandle
+from ..tools.turn_view import TurnView
 
 logger = logging.getLogger("turnkit_django.tools")
 
@@ -51,7 +48,7 @@ class ToolCall:
     args: BaseModel
     tool: Tool
     #: The :class:`turnkit_django.Turn` handle of the calling turn.
-    turn: TurnHandle
+    turn: TurnView
     principal: object = None
     context: JsonObject = field(default_factory=dict)
 

@@ -413,7 +413,7 @@ def load_conversation(conversation_id: str) -> ConversationHandle:
     return ConversationHandle(row)
 
 
-# Tools, output policies and context contributors receive these handles for the running turn.
+# Tools, policies and contributors get these handles (mypy checks TurnHandle is a TurnView).
 provide(TurnHandle)
 
 __all__ = ["Agent", "ConversationHandle", "ConversationOptions", "Run", "RunOptions",

@@ -16,6 +16,7 @@ from ..messages import PRIVATE_MESSAGE_KINDS, ChatMessage
 from ..store import Claim, Fenced, History, TurnState, release_session, to_chat
 from ..store.reads import turn_deadline
 from ..tools.tool import Tool
+from ..tools.turn_view import TurnView
 from .current_turn import turn_handle
 from .streaming import DeltaSink
 
@@ -155,7 +156,7 @@ class TurnContext:
         if self.background and shutdown.stopping():
             raise HandBack(self.row.pk)
 
-    def handle(self, binding: ToolBinding | None = None) -> Any:
+    def handle(self, binding: ToolBinding | None = None) -> TurnView:
         """The public turn handle given to tools (with their ``binding``) and output policies: it
         acts as the running turn (evaluations, output metadata, media) through this context."""
         return turn_handle(self.row, self.agent, self, binding)

@@ -4,7 +4,8 @@ Tools (``ToolContext.turn``), output policies and context contributors receive t
 :class:`turnkit_django.Turn` handle, so they can read the turn and act on it like application
 code. That class lives in the entry-point layer, above the runtime; it registers itself here when
 :mod:`turnkit_django.api.handles` is imported (the app config imports it in ``ready()``, so every
-process has it).
+process has it). Below that layer the handle is typed as the
+:class:`~turnkit_django.tools.turn_view.TurnView` protocol, which the class must satisfy.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigurationError
+from ..tools.turn_view import TurnView
 
 if TYPE_CHECKING:
     from ..models import Turn
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
 #: ``factory(row, agent, running, binding=...)``: ``running`` is the TurnContext of the execution
 #: that hands the handle to user code (tools, output policies), or None; ``binding`` (a tool's
 #: handle only) the ToolBinding its media calls write under.
-HandleFactory = Callable[..., Any]
+HandleFactory = Callable[..., TurnView]
 _factory: HandleFactory | None = None
 
 
@@ -30,7 +32,8 @@ def provide(factory: HandleFactory) -> None:
     _factory = factory
 
 
-def turn_handle(row: Turn, agent: Any = None, running: Any = None, binding: Any = None) -> Any:
+def turn_handle(row: Turn, agent: Any = None, running: Any = None,
+                binding: Any = None) -> TurnView:
     """The public handle of ``row`` for a tool, a policy or a context contributor; ``running``
     (the claimed turn's context) lets a tool or a policy act as the running turn, ``binding``
     lets a tool's media calls write under its execution."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from .coordination import launch_agent, send_message, wait_for
 from .sources import ToolSource
 from .tool import FunctionTool, Tool, ToolContext, tool
+from .turn_view import TurnView
 
 if TYPE_CHECKING:  # the checker sees the lazy names' real types
     from .files import ReadFile, ReadOnlyTool
@@ -32,5 +33,5 @@ def __getattr__(name: str) -> object:
 
 __all__ = ["FunctionTool", "GitHubTool", "ImageTool", "MCPServer", "PaintImage", "ReadFile",
            "ReadOnlyTool",
-           "Tool", "ToolContext", "ToolSource", "ViewMediaTool", "launch_agent",
+           "Tool", "ToolContext", "ToolSource", "TurnView", "ViewMediaTool", "launch_agent",
            "send_message", "tool", "wait_for"]

@@ -7,7 +7,7 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_type_hints, overload
+from typing import Any, ClassVar, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -15,9 +15,7 @@ from ..base.error_records import ErrorRecord
 from ..base.serialization import JsonMapping, JsonObject, JsonValue, render_result
 from ..clients.protocol import ToolSpec
 from ..exceptions import ConfigurationError, ToolError
-
-if TYPE_CHECKING:
-    from ..api.handles import TurnHandle
+from .turn_view import TurnView
 
 Recovery = Literal["unknown", "replay_safe"]
 Terminal = bool | str | Callable[[Any], str]
@@ -35,10 +33,11 @@ _NAME = re.compile(rf"^[a-zA-Z][a-zA-Z0-9_-]{{0,{NAME_LENGTH - 1}}}$")
 class ToolContext:
     """What a tool knows about the call it serves. ``principal`` comes from the application.
 
-    ``turn`` is the :class:`turnkit_django.Turn` handle of the turn running the tool.
+    ``turn`` is the :class:`turnkit_django.Turn` handle of the turn running the tool (typed as
+    the :class:`~turnkit_django.tools.turn_view.TurnView` protocol).
     """
 
-    turn: TurnHandle
+    turn: TurnView
     conversation_id: str
     execution_id: str
     tool_call_id: str
