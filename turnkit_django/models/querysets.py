@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.db import models
 from django.db.models import Count, Exists, F, OuterRef, Q, Subquery, Window
@@ -19,8 +19,23 @@ from django.db.models.query import ModelIterable
 from ..base.states import ACTIVE_TURN_STATUSES, BUSY_TURN_STATUSES, ToolStatus, TurnStatus
 from ..messages import PRIVATE_MESSAGE_KINDS, PRIVATE_PART_KINDS
 
-if TYPE_CHECKING:
-    from . import Turn
+
+class TurnRow(Protocol):
+    """What the reads below use of a ``Turn`` row (the models import this module, so it names
+    no model)."""
+
+    @property
+    def pk(self) -> Any: ...
+
+    @property
+    def conversation_id(self) -> str: ...
+
+    @property
+    def submitted_at(self) -> datetime | None: ...
+
+    @property
+    def context_sequence(self) -> int: ...
+
 
 _ACTIVE = [str(s) for s in ACTIVE_TURN_STATUSES]
 _BUSY = [str(s) for s in BUSY_TURN_STATUSES]
@@ -108,7 +123,7 @@ class TurnQuerySet(models.QuerySet):
         """Submitted pending turns, in the order their lane runs them."""
         return self.background().pending().order_by("submitted_at", "id")
 
-    def blocking_lane_of(self, turn: Turn) -> TurnQuerySet:
+    def blocking_lane_of(self, turn: TurnRow) -> TurnQuerySet:
         """Turns that keep ``turn`` from being claimed: another turn of its conversation is busy,
         or an older submitted turn is still pending (the lane is FIFO)."""
         older = Q(status=TurnStatus.PENDING, submitted_at__isnull=False) & (
@@ -184,7 +199,7 @@ class _ProviderSafe(ModelIterable):
 
 
 class MessageQuerySet(models.QuerySet):
-    def visible_to(self, turn: Turn) -> MessageQuerySet:
+    def visible_to(self, turn: TurnRow) -> MessageQuerySet:
         """The messages ``turn`` sees: its conversation up to its frozen input, plus its own."""
         return self.filter(conversation_id=turn.conversation_id).filter(
             Q(sequence__lte=turn.context_sequence) | Q(turn_id=turn.pk)).order_by("sequence")
