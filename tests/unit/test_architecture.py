@@ -247,6 +247,22 @@ def test_there_is_no_import_cycle_counting_imports_inside_functions(graph):
     assert _cycles(graph) == []
 
 
+#: Cycles still allowed while another branch removes them (the lead empties this on merge).
+KNOWN_TYPE_CHECKING_CYCLES = [
+    # clients/openai <-> openai_media: fixed on another branch
+    ["turnkit_django.clients.openai", "turnkit_django.clients.openai_media"],
+]
+
+
+def test_there_is_no_import_cycle_counting_type_checking_imports():
+    # Annotations name types through the layers too (a tool's ``ctx.turn`` is a TurnView
+    # protocol beside ToolContext, not the api's TurnHandle), so even imports under
+    # ``if TYPE_CHECKING:`` make no cycle.
+    full = grimp.build_graph("turnkit_django", exclude_type_checking_imports=False)
+    cycles = [c for c in _cycles(full) if c not in KNOWN_TYPE_CHECKING_CYCLES]
+    assert cycles == []
+
+
 def test_the_cycle_finder_sees_a_cycle():
     graph = grimp.ImportGraph()
     for module in ("pkg", "pkg.a", "pkg.b", "pkg.c"):

@@ -2,19 +2,20 @@
 
 :class:`AgentDefinition` is everything the runtime needs to know about an agent; it does no
 I/O. The public :class:`turnkit_django.Agent` adds the ways to use one (``run``, ``prepare``,
-``submit``, ``conversation``) on top of it.
+``submit``, ``conversation``) on top of it. :class:`SubAgentTool`, the tool a parent delegates
+to a sub-agent through, lives here too: it and the definition name each other.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
+import string
 from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..base.serialization import JsonObject
 from ..clients import Client, default_client
@@ -23,93 +24,25 @@ from ..exceptions import ConfigurationError, InputError
 from ..store.input_checks import model_problem
 from ..store.limits import Limits, check_limits, resolve_limits
 from ..tools.sources import ToolSource
-from ..tools.tool import Tool
+from ..tools.tool import Tool, ToolContext
 from . import policies, prompting
 from .compaction import check_options as check_compaction
 from .jsonschema import problems
-from .schema_check import schema_problem
+from .option_checks import (
+    AGENT_NAME,
+    THINKING_KEYS,
+    LimitOverrides,
+    Schema,
+    check_name,
+    check_thinking,
+    schema_json,
+)
 from .skills import LOAD_SKILL, LoadSkillTool, Skill, as_skills, check_keys
-from .subagents import SubAgentTool
 from .tool_policy import ToolPolicy, check_tool_policy
 
 if TYPE_CHECKING:
     from ..events import EventCallback
     from ..tools.turn_view import TurnView
-
-Schema = type[BaseModel] | JsonObject | None
-THINKING_KEYS = frozenset({"budget", "effort", "adaptive", "display", "type"})
-#: Sub-agents become tools named after them, so agent names follow the providers' tool names.
-AGENT_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")
-
-
-class LimitOverrides(TypedDict):
-    """An agent's own limits (None: the TURNKIT setting), the keywords of ``resolve_limits``."""
-
-    max_iterations: int | None
-    max_tool_executions: int | None
-    max_tool_executions_by_name: dict[str, int] | None
-    max_spend: Decimal | str | float | None
-    max_depth: int | None
-    timeout: float | None
-
-
-def schema_json(schema: Schema, where: str = "a schema") -> JsonObject | None:
-    """Return the JSON schema of a pydantic model class or a well-formed schema dict."""
-    if schema is None:
-        return None
-    if isinstance(schema, dict):
-        if problem := schema_problem(schema):
-            raise ConfigurationError(f"{where} is not a valid JSON schema: {problem}; fix it, "
-                                     "or pass a pydantic model class")
-        return schema
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        return schema.model_json_schema()
-    raise ConfigurationError(
-        f"a schema must be a pydantic model class or a JSON schema dict, got {schema!r}"
-    )
-
-
-def check_thinking(value: object, where: str) -> None:
-    """Validate a thinking configuration: None, False, or a dict such as ``{"budget": 4000}``."""
-    if value is None or value is False:
-        return
-    if not isinstance(value, dict) or not value:
-        raise ConfigurationError(
-            f"{where}: thinking must be a non-empty dict such as {{'budget': 4000}} or "
-            f"{{'effort': 'low'}}, got {value!r}"
-        )
-    unknown = set(value) - THINKING_KEYS
-    if unknown:
-        raise ConfigurationError(
-            f"{where}: unknown thinking options {sorted(unknown, key=repr)}; "
-            f"use {sorted(THINKING_KEYS)}"
-        )
-    budget = value.get("budget")
-    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)
-                               or budget <= 0):
-        raise ConfigurationError(f"{where}: thinking budget must be a positive integer of tokens")
-    for key, kind, shown in (("effort", str, "a level name such as 'low'"),
-                             ("display", str, "a str such as 'summarized'"),
-                             ("type", str, "the provider's thinking type, such as 'enabled'"),
-                             ("adaptive", bool, "True or False")):
-        option = value.get(key)
-        if option is not None and (not isinstance(option, kind)
-                                   or (kind is str and not str(option).strip())):
-            raise ConfigurationError(f"{where}: thinking {key} must be {shown}, got "
-                                     f"{option!r:.40}")
-
-
-def check_name(name: object) -> str:
-    """Return ``name`` if it can name an agent (and the tool a parent calls it by)."""
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigurationError("an agent needs a non-empty name")
-    if not AGENT_NAME.fullmatch(name):
-        raise ConfigurationError(
-            f"agent name {name!r} is not allowed: use 1-64 letters, digits, '_' or '-', "
-            "starting with a letter (sub-agents become tools, and providers only accept such "
-            "tool names)"
-        )
-    return name
 
 
 def _named(value: object) -> object:
@@ -378,5 +311,89 @@ class AgentDefinition:
         return f"<Agent {self.name!r}>"
 
 
-__all__ = ["AgentDefinition", "LimitOverrides", "SubAgentTool", "check_name", "check_thinking",
-           "schema_json"]
+TaskBuilder = str | Callable[[Any], str]
+
+
+class TaskArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    task: str = Field(description="The complete task for the sub-agent; it sees nothing else.")
+
+
+class SubAgentTool(Tool):
+    """Exposes an agent as a tool: by default named after it, taking one ``task`` string.
+
+    ``SubAgentTool(agent, name=, description=, args=Model, task=template_or_callable)`` is typed
+    delegation: the model fills ``args`` (validated like any tool's arguments) and ``task`` turns
+    them into the child's task. Subclasses may set ``agent``, ``Args`` and ``task`` as class
+    attributes and override :meth:`task_for`.
+    """
+
+    Args: type[BaseModel] = TaskArgs
+    builtin: ClassVar[str | None] = "sub_agent"
+    agent: AgentDefinition
+    task: TaskBuilder | None = None
+
+    def __init__(self, agent: AgentDefinition | None = None, *, name: str | None = None,
+                 description: str | None = None, args: type[BaseModel] | None = None,
+                 task: TaskBuilder | None = None) -> None:
+        chosen = agent if agent is not None else getattr(type(self), "agent", None)
+        if chosen is None or not hasattr(chosen, "reachable_agents"):
+            raise ConfigurationError(
+                f"{type(self).__name__} needs the agent it delegates to: "
+                f"SubAgentTool(agent, ...) or a class attribute `agent = ...`, got {chosen!r}"
+            )
+        self.agent = chosen
+        self.name = name or type(self).name or chosen.name
+        self.description = (description or type(self).description or chosen.description
+                            or f"Delegate a task to the {chosen.name} agent.")
+        if args is not None:
+            if not (isinstance(args, type) and issubclass(args, BaseModel)):
+                raise ConfigurationError(f"sub-agent tool {self.name!r}: args must be a pydantic "
+                                         f"model class, got {args!r}")
+            self.Args = args
+        if task is not None:
+            self.task = task
+
+    @property
+    def typed(self) -> bool:
+        """Whether the tool takes its own arguments rather than one ``task`` string."""
+        return self.Args is not TaskArgs
+
+    def task_for(self, args: BaseModel) -> str:
+        """Build the child's task from the validated arguments."""
+        builder = self.task
+        if builder is None:
+            return str(args.task)  # type: ignore[attr-defined]
+        if isinstance(builder, str):
+            return builder.format(**args.model_dump())
+        return builder(args)
+
+    def check(self) -> None:
+        super().check()
+        fields = set(self.Args.model_fields)
+        overridden = type(self).task_for is not SubAgentTool.task_for
+        if self.task is None and "task" not in fields and not overridden:
+            raise ConfigurationError(
+                f"sub-agent tool {self.name!r} has arguments {sorted(fields)} but no way to "
+                "build the child's task: pass task='... {field} ...' (a template over the "
+                "arguments) or task=callable(args) -> str, or override task_for()"
+            )
+        if isinstance(self.task, str):
+            names = {f.split(".")[0].split("[")[0]
+                     for _, f, _, _ in string.Formatter().parse(self.task) if f}
+            unknown = sorted(names - fields)
+            if unknown:
+                raise ConfigurationError(
+                    f"sub-agent tool {self.name!r}: the task template names {unknown}, which "
+                    f"are not arguments of {self.Args.__name__} (fields: {sorted(fields)})"
+                )
+        elif self.task is not None and not callable(self.task):
+            raise ConfigurationError(f"sub-agent tool {self.name!r}: task must be a template "
+                                     f"string or a callable(args) -> str, got {self.task!r}")
+
+    def call(self, ctx: ToolContext, args: Any) -> Any:  # pragma: no cover - runtime handles it
+        raise NotImplementedError("sub-agent calls are executed by the runtime")
+
+
+__all__ = ["AGENT_NAME", "THINKING_KEYS", "AgentDefinition", "LimitOverrides", "Schema",
+           "SubAgentTool", "TaskArgs", "TaskBuilder", "check_name", "check_thinking", "schema_json"]
