@@ -6,6 +6,10 @@ is the public :class:`turnkit_django.Turn` handle; that class lives in the entry
 the lower layers and their user code rely on, so ``agents/`` and ``tools/`` annotate with it and
 import nothing from above. ``TurnHandle`` satisfies it (checked where the handle registers itself
 with :mod:`turnkit_django.runtime.current_turn`); the object is still the full handle.
+
+Every public member of the handle is named here, so code typed against ``ctx.turn`` checks as it
+did when it was typed as the handle. The few whose types live above this layer (the agent's
+definition and audit, the cost breakdown) are typed ``Any``.
 """
 
 from __future__ import annotations
@@ -15,9 +19,15 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 from ..base.serialization import JsonMapping, JsonObject
 from ..clients.evaluation import Evaluation, Evaluator, Question
 from ..clients.media import ImageResult, MediaAnalysis
+from ..clients.protocol import ModelRequest, Usage
 
 if TYPE_CHECKING:
-    from ..models import Turn
+    from decimal import Decimal
+
+    from django.db.models import QuerySet
+
+    from ..events import EventCallback
+    from ..models import Event, Message, ToolExecution, Turn
 
 
 class TurnView(Protocol):
@@ -58,6 +68,61 @@ class TurnView(Protocol):
 
     @property
     def evaluation_receipts(self) -> list[JsonObject]: ...
+
+    # What the handle reads.
+    @property
+    def agent(self) -> Any: ...
+
+    @property
+    def audit(self) -> Any: ...
+
+    @property
+    def cost(self) -> Decimal | None: ...
+
+    def cost_breakdown(self) -> Any: ...
+
+    @property
+    def error(self) -> JsonObject | None: ...
+
+    @property
+    def output_data(self) -> Any: ...
+
+    @property
+    def output_text(self) -> str: ...
+
+    @property
+    def usage(self) -> Usage: ...
+
+    def messages(self) -> QuerySet[Message]: ...
+
+    def tool_executions(self) -> QuerySet[ToolExecution]: ...
+
+    def events(self, after: int = 0, *, limit: int | None = None,
+               principal: object = ...) -> QuerySet[Event]: ...
+
+    def preview(self) -> ModelRequest: ...
+
+    # What the handle does.
+    def execute(self, *, on_event: EventCallback | None = None) -> Self: ...
+
+    def submit(self, callback: Any = None) -> Self: ...
+
+    def wait_for(self, *targets: Any, principal: Any = ...) -> Self: ...
+
+    def pause(self, *, principal: object = None, cascade: bool = False) -> Self: ...
+
+    def resume(self, *, principal: object = None, cascade: bool = False) -> Self: ...
+
+    def steer(self, text: str, *, key: str, principal: object = None,
+              descendants: bool = False) -> JsonObject: ...
+
+    def approve(self, call_id: str, *, principal: object = None,
+                arguments: JsonObject | None = None) -> ToolExecution: ...
+
+    def deny(self, call_id: str, *, reason: str = "",
+             principal: object = None) -> ToolExecution: ...
+
+    def pending_approvals(self, *, principal: object = None) -> list[ToolExecution]: ...
 
 
 __all__ = ["TurnView"]
