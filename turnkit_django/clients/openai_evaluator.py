@@ -41,7 +41,8 @@ from ._http import (
     safe_url,
 )
 from .evaluation import EvaluationRequest, EvaluatorReply, answer_schema
-from .openai import OpenAIClient, _reported_cost, _usage
+from .openai import OpenAIClient
+from .openai_chat import reported_cost, usage_from
 
 SCHEMA_VERSION = "turnkit-evaluation-1"
 INSTRUCTIONS = (
@@ -166,9 +167,9 @@ class OpenAIEvaluator:
             raise EvaluationError(f"{label} did not answer with a JSON object",
                                   status="malformed", http_status=status)
         reported = isinstance(data.get("usage"), dict)
-        usage = _usage(member(data, "usage"))
+        usage = usage_from(member(data, "usage"))
         model = str(data.get("model") or request.model)
-        cost = _reported_cost(member(data, "usage"))
+        cost = reported_cost(member(data, "usage"))
         try:
             answers = self._answers(data)
         except (ModelError, ValueError, KeyError, TypeError, IndexError):

@@ -29,9 +29,9 @@ import base64
 import binascii
 import json
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from ..base.serialization import JsonObject, JsonValue
+from ..base.serialization import JsonMapping, JsonObject, JsonValue
 from ..exceptions import MediaError, ModelError
 from ..messages import ProviderPart
 from ._http import error_message, member, text_or_none
@@ -45,20 +45,40 @@ from .media import (
     analysis_from,
     analysis_request,
 )
-from .protocol import Usage, json_int
-
-if TYPE_CHECKING:
-    from .openai import OpenAIClient
+from .openai_http import Files
+from .protocol import ModelRequest, ModelResponse, Usage, json_int
 
 PROVIDER = "openai"
 DEFAULT_IMAGE_MODEL = "gpt-image-1"
 _FORMATS = {"png": "image/png", "jpeg": "image/jpeg", "jpg": "image/jpeg", "webp": "image/webp"}
 
 
+class MediaClient(Protocol):
+    """What ``paint`` and ``view_media`` use of the ``OpenAIClient`` they are given."""
+
+    image_model: str
+    image_timeout: float
+
+    def _ready(self) -> str | None: ...
+
+    def _url(self, path: str) -> str: ...
+
+    def _label(self) -> str: ...
+
+    def _secrets(self) -> tuple[str, ...]: ...
+
+    def _post(self, url: str, key: str | None, *, json: JsonMapping | None = None,
+              data: dict[str, str] | None = None, files: Files | None = None,
+              headers: dict[str, str] | None = None, timeout: float | None = None,
+              retry_read_timeouts: bool = True) -> JsonObject: ...
+
+    def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+
 # --------------------------------------------------------------------------- paint
 
 
-def paint(client: OpenAIClient, request: ImageRequest) -> ImageResult:
+def paint(client: MediaClient, request: ImageRequest) -> ImageResult:
     """Generate or edit images for ``request``; see the module docstring."""
     key = client._ready()
     model = request.model or client.image_model
@@ -158,7 +178,7 @@ def image_usage(usage: object) -> Usage:
 # --------------------------------------------------------------------------- view_media
 
 
-def view_media(client: OpenAIClient, request: MediaRequest) -> MediaAnalysis:
+def view_media(client: MediaClient, request: MediaRequest) -> MediaAnalysis:
     """Answer ``request.objective`` about its images and PDFs through chat completions."""
     parts = [ProviderPart(PROVIDER, content_part(media)) for media in request.media]
     response = client.complete(analysis_request(request, parts))
