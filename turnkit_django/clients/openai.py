@@ -45,6 +45,7 @@ from ._http import (
 )
 from .media import ImageRequest, ImageResult, MediaAnalysis, MediaRequest
 from .openai_chat import PROVIDER, OpenAIChat
+from .openai_chat import STOP_REASONS as STOP_REASONS  # importable from here, as before
 from .openai_http import API_KEY_ENV, OpenAIHTTP
 from .openai_stream import OpenAIStreaming
 from .protocol import BaseClient, ModelRequest, ModelResponse
