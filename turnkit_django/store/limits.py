@@ -14,7 +14,8 @@ from decimal import Decimal
 from typing import Protocol
 
 from ..base.serialization import JsonMapping, JsonObject
-from ..conf import InvalidSetting, _by_name, _count, _seconds, _spend, turnkit_settings
+from ..conf import InvalidSetting, turnkit_settings
+from ..conf.setting_values import _by_name, _count, _seconds, _spend
 from ..exceptions import ConfigurationError
 
 
