@@ -9,10 +9,8 @@ whatever ``settings.TURNKIT`` holds.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import date, datetime
 from typing import Any
 
 from django.conf import settings
@@ -27,6 +25,8 @@ from .base.beat import beat_problem
 from .base.brokers import FILESYSTEM_HINT, broker_problem, filesystem_problem
 from .clients import default_client, is_test_client
 from .clients.cost import validate_rates
+from .clients.model_deprecations import end_of_life as end_of_life  # importable from here
+from .clients.model_deprecations import model_messages, sdk_deprecations
 from .conf import problems, turnkit_settings
 from .exceptions import ConfigurationError
 
@@ -118,32 +118,7 @@ def check_sqlite_mode(app_configs: Sequence[Any] | None = None,
 
 
 # --------------------------------------------------------------------------- models
-
-
-def sdk_deprecations() -> dict[str, str]:
-    """The installed ``anthropic`` SDK's own table of deprecated models: name -> end-of-life.
-
-    Empty when the SDK is not installed or has no such table (then nothing is reported).
-    """
-    try:
-        from anthropic._data import DEPRECATED_MODELS  # noqa: PLC0415 - optional SDK
-    except ImportError:
-        try:  # older SDKs kept the table next to the Messages resource
-            from anthropic.resources.messages import DEPRECATED_MODELS  # noqa: PLC0415
-        except ImportError:
-            return {}
-    return dict(DEPRECATED_MODELS)
-
-
-def end_of_life(text: str) -> date | None:
-    """Parse the SDK's end-of-life text ("November 30th, 2026"); None if it is not a date."""
-    cleaned = re.sub(r"(\d+)(st|nd|rd|th)\b", r"\1", text.strip())
-    for pattern in ("%B %d, %Y", "%b %d, %Y", "%Y-%m-%d"):
-        try:
-            return datetime.strptime(cleaned, pattern).date()
-        except ValueError:
-            continue
-    return None
+# The SDK's table of retired models and the W004/W005 messages: clients/model_deprecations.py.
 
 
 def _agent_compaction() -> list[CheckMessage]:
@@ -172,28 +147,6 @@ def configured_models() -> dict[str, str]:
         if agent.model:
             models.setdefault(agent.model, f"agent {name!r}")
     return models
-
-
-def model_messages(models: dict[str, str], table: dict[str, str],
-                   today: date) -> list[CheckMessage]:
-    """W004 for models the SDK lists as deprecated, W005 for those past their end of life."""
-    messages: list[CheckMessage] = []
-    for model, where in models.items():
-        if model not in table:
-            continue
-        eol = end_of_life(table[model])
-        hint = ("Switch to a current model (turnkit's default is "
-                "'claude-sonnet-5-5'); see the provider's model deprecations page.")
-        if eol is not None and eol <= today:
-            messages.append(Warning(
-                f"{where} is {model!r}, which reached end of life on {eol:%Y-%m-%d} according "
-                "to the installed anthropic SDK: requests for it fail.", hint=hint,
-                id="turnkit.W005"))
-        else:
-            messages.append(Warning(
-                f"{where} is {model!r}, which the installed anthropic SDK lists as deprecated "
-                f"(end of life: {table[model]}).", hint=hint, id="turnkit.W004"))
-    return messages
 
 
 @register(Tags.compatibility, TAG)
