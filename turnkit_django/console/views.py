@@ -19,7 +19,8 @@ it was started for (its principal is the one the view gives) and to users with t
 
 A tree can span conversations of other principals (a delivery's continuation acts for the
 destination's principal inside the sender's tree): the stream shows only the events of the
-conversations the reader may read (:func:`readable`), each decided when it appears and again when
+conversations the reader may read (:func:`readable`; who may read what is in
+:mod:`turnkit_django.console.run_access`), each decided when it appears and again when
 a turn acting for another principal joins it (a refused one stays refused).
 
 While a model call of the tree streams, its chunks arrive between the durable frames as
@@ -59,20 +60,13 @@ from django.urls import reverse
 from django.views import View
 
 from ..base.databases import unit
-from ..base.serialization import unstorable
-from ..conf import turnkit_settings
 from ..conf.deltas import Delta
 from ..exceptions import InputError
 from ..models import Event, Turn
-from ..runtime.authorization import TRANSCRIPT_PERMISSION, is_allowed
-from ..services.reading import Readable, TreeConversation
+from ..services.reading import Readable
 from ..services.streaming import FenceFilter, subscribe
 from ..store.input_checks import cursor
-
-
-def principal_of(request: HttpRequest) -> Any:
-    """The principal the views act for: the logged-in user's id."""
-    return {"user": request.user.pk}
+from .run_access import allowed_run, principal_of, readable
 
 
 def _cursor(request: HttpRequest) -> int | None:
@@ -84,49 +78,6 @@ def _cursor(request: HttpRequest) -> int | None:
         return cursor(raw, "the event stream")
     except InputError:
         return None
-
-
-def _allowed(request: HttpRequest, run_id: str, principal: Any) -> Turn:
-    """The run's root turn, if the user may read it (else 404: nothing is disclosed)."""
-    if not request.user.is_authenticated:
-        raise Http404("no such run")
-    # An id no database can store names no run (PostgreSQL refuses the query: a 500).
-    root = None if unstorable(run_id) is not None \
-        else Turn.objects.filter(pk=run_id, root_turn_id=run_id).first()
-    if root is None:
-        raise Http404("no such run")
-    if turnkit_settings.AUTHORIZATION_POLICY is None:  # no policy: the run's own user, or staff
-        allowed = (root.principal is not None and root.principal == principal) \
-            or request.user.has_perm(TRANSCRIPT_PERMISSION)
-    else:
-        allowed = is_allowed("read_messages", principal=principal, turn_id=root.pk,
-                             conversation_id=root.conversation_id, turn_principal=root.principal)
-    if not allowed:
-        raise Http404("no such run")
-    return root
-
-
-def readable(request: HttpRequest, root: Turn, principal: Any) -> Readable:
-    """Which of the tree's conversations the stream shows (see :class:`Readable`).
-
-    With a policy, its ``read_messages`` answer for each conversation. Without one, as for the
-    run itself: a user with ``turnkit.view_transcript`` sees every conversation, any other user
-    those in which every turn of the tree acts for them (a continuation a delivery woke in
-    another user's conversation acts for that user: its events are not shown). The run's own
-    conversation was allowed by :func:`_allowed`.
-    """
-    def own(conversation: TreeConversation) -> bool:
-        return conversation.id == root.conversation_id or all(
-            p == principal for p in conversation.turn_principals)
-
-    if turnkit_settings.AUTHORIZATION_POLICY is not None:
-        decide = None
-    elif request.user.has_perm(TRANSCRIPT_PERMISSION):
-        def decide(conversation: TreeConversation) -> bool:
-            return True
-    else:
-        decide = own
-    return Readable(root.pk, principal, decide)
 
 
 def _news(run_id: str, after: int) -> tuple[bool, bool]:
@@ -248,7 +199,7 @@ class EventStream(View):
         """The stream's starting point (None: the client's cursor is not an event id); 404 if
         the reader may not read the run."""
         principal = self.principal(request)
-        root = _allowed(request, run_id, principal)
+        root = allowed_run(request, run_id, principal)
         after = _cursor(request)
         if after is None:
             return None
@@ -269,7 +220,7 @@ class EventStream(View):
         request.user = self.current_user(request)
         principal = self.principal(request)
         try:
-            root = _allowed(request, cursor.run_id, principal)
+            root = allowed_run(request, cursor.run_id, principal)
         except Http404:
             return False
         if principal != cursor.principal:
@@ -398,7 +349,7 @@ class RunPage(View):
         return principal_of(request)
 
     def get(self, request: HttpRequest, run_id: str) -> HttpResponse:
-        root = _allowed(request, run_id, self.principal(request))
+        root = allowed_run(request, run_id, self.principal(request))
         stream = reverse("turnkit:run-events", kwargs={"run_id": root.pk})
         return render(request, "turnkit_django/run.html",
                       {"run": root, "stream_url": stream})
