@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from turnkit_django import register
-from turnkit_django.api.specialists import painter
+from turnkit_django.specialists import painter
 from turnkit_django.testing import FunctionMediaClient
 
 #: Image credits by user; the demo starts with one for "demo".

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from turnkit_django import ToolError
-from turnkit_django.api.specialists import librarian
 from turnkit_django.models import Event, Message, ToolExecution
+from turnkit_django.specialists import librarian
 from turnkit_django.testing import ScriptedClient, call, reply
 from turnkit_django.tools.github import GitHubTool
 

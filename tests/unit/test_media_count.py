@@ -12,8 +12,8 @@ import pytest
 from tests.unit.test_entry_point_audit import rows
 from turnkit_django import Agent, ConfigurationError, ToolContext, ViewMediaTool
 from turnkit_django.api.media import MAX_MEDIA_ITEMS, to_media_list
-from turnkit_django.api.specialists import painter
 from turnkit_django.exceptions import MediaError
+from turnkit_django.specialists import painter
 from turnkit_django.testing import PNG, FunctionMediaClient, ScriptedClient, call, reply
 from turnkit_django.tools import PaintImage
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from turnkit_django import tool
-from turnkit_django.api.specialists import librarian, oracle, painter
 from turnkit_django.exceptions import ConfigurationError
+from turnkit_django.specialists import librarian, oracle, painter
 
 MODEL = "claude-sonnet-5-5"
 

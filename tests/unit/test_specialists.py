@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from turnkit_django import Agent, Skill, ToolError, tool
-from turnkit_django.api.specialists import librarian, oracle, painter
 from turnkit_django.exceptions import ConfigurationError
 from turnkit_django.messages import ImagePart, load_parts
 from turnkit_django.models import Message
+from turnkit_django.specialists import librarian, oracle, painter
 from turnkit_django.testing import PNG, FunctionMediaClient, ScriptedClient, call, reply
 from turnkit_django.tools import ReadFile, launch_agent
 from turnkit_django.tools.github import GitHubTool

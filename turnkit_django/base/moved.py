@@ -46,7 +46,6 @@ MOVED: dict[str, str] = {
     "turnkit_django.serialization": "turnkit_django.base.serialization",
     "turnkit_django.setting_errors": "turnkit_django.conf.setting_errors",
     "turnkit_django.shutdown": "turnkit_django.base.shutdown",
-    "turnkit_django.specialists": "turnkit_django.api.specialists",
     "turnkit_django.states": "turnkit_django.base.states",
     "turnkit_django.terminal": "turnkit_django.base.terminal",
     "turnkit_django.throttles": "turnkit_django.base.throttles",

@@ -27,14 +27,14 @@ from typing import Any
 
 import httpx
 
-from ..agents.skills import as_skills
-from ..base.serialization import JsonObject
-from ..exceptions import ConfigurationError
-from ..tools.files import MAX_BYTES, ReadFile
-from ..tools.github import GitHubTool
-from ..tools.media import Gate, PaintImage, Resolver
-from ..tools.tool import Tool
-from .handles import Agent
+from .agents.skills import as_skills
+from .api.handles import Agent
+from .base.serialization import JsonObject
+from .exceptions import ConfigurationError
+from .tools.files import MAX_BYTES, ReadFile
+from .tools.github import GitHubTool
+from .tools.media import Gate, PaintImage, Resolver
+from .tools.tool import Tool
 
 ORACLE_INSTRUCTIONS = (
     "You are an expert adviser. Read what you need with your tools before you answer, give "
