@@ -259,3 +259,96 @@ def history(data: dict[str, Any]) -> str:
                 f"ratio {worst[0]:.2f}), with {finished} finished turns:", "", "```",
                 op["grown"]["heaviest"][:2000], "", op["grown"]["plan"], "```"]
     return "\n".join(out)
+
+
+def _families(statements: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """calls and total ms per statement family (bench/wal_breakdown.py); statements run inside
+    others (their time also counted in the outer one's) marked "(nested)"."""
+    out: dict[str, list[float]] = {}
+    for s in statements:
+        key = s["family"] + ("" if s["toplevel"] else " (nested)")
+        calls, ms = out.setdefault(key, [0, 0.0])
+        out[key] = [calls + s["calls"], ms + s["ms"]]
+    return out
+
+
+def wal(data: dict[str, Any]) -> str:
+    """Where an inline turn's WAL and server time go (bench/wal_breakdown.py)."""
+    n, warm, cold = data["turns"], data["warm"], data["cold"]
+    head = (f"**Where an inline turn's WAL and server time go** (per turn; warm: {n} inline "
+            f"turns of workload T in steady state, cold: {n} right after a CHECKPOINT, first: "
+            "the first turn after a CHECKPOINT)")
+    blocks = [warm, cold, data["first"]]
+
+    def row(label: str, value: Any, digits: int = 0) -> list[str]:
+        return [label] + [num(value(b) / b["turns"], digits) for b in blocks]
+
+    def plan_ms(b: dict[str, Any]) -> float:
+        return float(sum(st["plan_ms"] for st in b["statements"]))
+
+    def exec_ms(b: dict[str, Any]) -> float:
+        return float(sum(st["ms"] for st in b["statements"] if st["toplevel"]))
+
+    summary = table(
+        ["per turn", "warm", "cold", "first"],
+        [row("WAL bytes (LSN distance)", lambda b: b["wal"]),
+         row("of which records", lambda b: b["record_bytes"]),
+         row("of which full-page images", lambda b: b["by_record"].get(
+             "full-page images", [0, 0])[0]),
+         row("of which padding and page headers", lambda b: b["wal"] - b["record_bytes"]),
+         row("WAL records", lambda b: b["records"], 1),
+         row("full-page images (count)", lambda b: b["fpi"], 1),
+         row("commits", lambda b: b["xacts"], 1),
+         row("WAL writes / syncs", lambda b: b["wal_io"][0], 1)[:1]
+         + [f"{num(b['wal_io'][0] / b['turns'], 1)} / {num(b['wal_io'][1] / b['turns'], 1)}"
+            for b in blocks],
+         row("WAL write + sync ms", lambda b: b["wal_io"][2] + b["wal_io"][3], 2),
+         row("backend CPU ms (schedstat)", lambda b: b["server_cpu_ms"], 2),
+         row("user / system ms (clock ticks)", lambda b: 0)[:1]
+         + [f"{num(b['server_user_ms'] / b['turns'], 2)} / "
+            f"{num(b['server_sys_ms'] / b['turns'], 2)}" for b in blocks],
+         row("statements' execution ms (top level)", exec_ms, 3),
+         row("statements' planning ms", plan_ms, 3)],
+        right=(1, 2, 3))
+    rel_rows = []
+    for name, (size, fpi, records) in warm["by_relation"].items():
+        cold_size = cold["by_relation"].get(name, [0, 0, 0])
+        rel_rows.append([name, num(size / n), num(records / n, 1), num(fpi / n),
+                         num(cold_size[0] / n), num(cold_size[1] / n)])
+    relations = table(["relation (first block of the record)", "B/turn", "records/turn",
+                       "of which FPI B", "cold B/turn", "cold FPI B"], rel_rows,
+                      right=range(1, 6))
+    tab_wal = table(
+        ["table with its indexes and TOAST", "B/turn", "of which the table itself", "cold B/turn"],
+        [[name, num(size / n), num(heap / n), num(cold["by_table"].get(name, [0, 0])[0] / n)]
+         for name, (size, heap) in warm["by_table"].items()], right=(1, 2, 3))
+    names = list(warm["by_record"]) + [k for k in cold["by_record"] if k not in warm["by_record"]]
+    rec_rows = [[name, num(warm["by_record"].get(name, [0, 0])[0] / n),
+                 num(warm["by_record"].get(name, [0, 0])[1] / n, 1),
+                 num(cold["by_record"].get(name, [0, 0])[0] / n)] for name in names]
+    records = table(["record type (FPI bytes apart)", "B/turn", "records/turn", "cold B/turn"],
+                    rec_rows, right=(1, 2, 3))
+    pairs = table(["relation and record type (warm, FPI apart), top 15", "B/turn", "records/turn",
+                   "B/record"],
+                  [[name, num(size / n), num(count / n, 1), num(size / count if count else 0)]
+                   for name, (size, count) in list(warm["by_pair"].items())[:15]],
+                  right=(1, 2, 3))
+    fam = _families(warm["statements"])
+    top = sorted(fam.items(), key=lambda kv: -kv[1][1])[:10]
+    top_level_ms = sum(s["ms"] for s in warm["statements"] if s["toplevel"])
+    fk = [v for k, v in fam.items() if k.startswith("FK check")]
+    stmt_rows = [[f"`{k}`", num(c / n, 1), num(ms / c if c else 0, 3), num(ms / n, 3)]
+                 for k, (c, ms) in top]
+    stmts = table(["statement family (warm)", "calls/turn", "ms/call", "ms/turn"], stmt_rows,
+                  right=(1, 2, 3))
+    stmt_note = (f"Top-level statements' server time: {num(top_level_ms / n, 3)} ms/turn; "
+                 f"foreign-key checks {num(sum(c for c, _ in fk) / n, 1)} a turn, "
+                 f"{num(sum(ms for _, ms in fk) / n, 3)} ms/turn.")
+    tab_rows = [[name, num(warm["inserted"].get(name, 0) / n, 1),
+                 num(upd / n, 1), num(warm["hot"].get(name, 0) / n, 1)]
+                for name, upd in sorted(warm["updated"].items())
+                if upd or warm["inserted"].get(name)]
+    tables = table(["table (warm)", "inserted/turn", "updated/turn", "of which HOT"], tab_rows,
+                   right=(1, 2, 3))
+    return "\n\n".join([head, summary, tab_wal, relations, records, pairs, stmts, stmt_note,
+                        tables])

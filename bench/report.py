@@ -19,7 +19,7 @@ from bench.common import load
 PARTS = {"steps": render.steps, "sqlite": render.steps, "growth": render.growth,
          "throughput": render.throughput, "inflight": render.inflight, "peers": render.peers,
          "tenants": render.tenants, "streaming": render.streaming, "kill": render.kill,
-         "history": render.history}
+         "history": render.history, "wal": render.wal}
 
 
 def header(results: dict[str, dict[str, Any]]) -> str:

@@ -19,6 +19,9 @@
 #   history     10,000 active turns, then 1,000,000 finished turns added by SQL: the admin lists,
 #               reconcile, prune and run.events() before and after, with the heaviest statement's
 #               plan (bench/history.py; not in the default list: BENCH_HISTORY_TURNS to shrink)
+#   wal         where an inline turn's WAL (by relation and record type, pg_walinspect) and server
+#               time (by statement family) go, rows per table (bench/wal_breakdown.py; not in
+#               the default list)
 #   peers       LangGraph, DBOS, turnkit-django and the floor side by side (bench/peers.py;
 #               needs .venv-peers: `make bench-peers`)
 # Default: steps sqlite growth streaming throughput inflight (what `make bench` runs).
@@ -36,8 +39,8 @@ parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(steps sqlite growth streaming throughput inflight)
 for part in "${parts[@]}"; do
     case $part in
-        steps | sqlite | growth | streaming | throughput | inflight | tenants | kill | history | peers) ;;
-        *) echo "bench: unknown part '$part' (steps, sqlite, growth, streaming, throughput, inflight, tenants, kill, history, peers)" >&2; exit 2 ;;
+        steps | sqlite | growth | streaming | throughput | inflight | tenants | kill | history | wal | peers) ;;
+        *) echo "bench: unknown part '$part' (steps, sqlite, growth, streaming, throughput, inflight, tenants, kill, history, wal, peers)" >&2; exit 2 ;;
     esac
 done
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
@@ -67,7 +70,7 @@ trap 'services_stop_started || true' EXIT
 trap 'echo "bench: interrupted" >&2; exit 130' INT
 trap 'echo "bench: terminated" >&2; exit 143' TERM HUP
 
-if want steps || want growth || want streaming || want throughput || want inflight || want tenants || want kill || want history || want peers; then
+if want steps || want growth || want streaming || want throughput || want inflight || want tenants || want kill || want history || want wal || want peers; then
     export TURNKIT_PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'
 pg_stat_statements.track = all
 pg_stat_statements.track_utility = on
@@ -103,6 +106,7 @@ want inflight && run "live turns on one threads worker" "$PYTHON" bench/inflight
 want tenants && run "fairness between tenants" "$PYTHON" bench/tenants.py
 want kill && run "SIGKILL of a threads worker holding live turns" "$PYTHON" bench/kill.py
 want history && run "history: 10,000 active turns, then a million finished" "$PYTHON" bench/history.py
+want wal && run "where an inline turn's WAL and server time go" "$PYTHON" bench/wal_breakdown.py
 if want peers; then
     run "peers" "$PEERS_PYTHON" bench/peers.py --turnkit-python "$PYTHON"
 fi
