@@ -350,5 +350,7 @@ def wal(data: dict[str, Any]) -> str:
                 if upd or warm["inserted"].get(name)]
     tables = table(["table (warm)", "inserted/turn", "updated/turn", "of which HOT"], tab_rows,
                    right=(1, 2, 3))
+    events = "Event rows per turn by type: " + ", ".join(
+        f"{kind} {num(count, 1)}" for kind, count in data.get("events", {}).items()) + "."
     return "\n\n".join([head, summary, tab_wal, relations, records, pairs, stmts, stmt_note,
-                        tables])
+                        tables, events])

@@ -223,6 +223,15 @@ def block(observer: pgstats.Observer, database: str, url: str, turns: int, *,
     }
 
 
+def events_per_turn() -> dict[str, float]:
+    """Event rows per turn by type, over every turn the database holds (all alike)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM turnkit_turn")
+        turns = int(cursor.fetchone()[0])
+        cursor.execute("SELECT type, count(*) FROM turnkit_event GROUP BY type ORDER BY type")
+        return {kind: count / turns for kind, count in cursor.fetchall()}
+
+
 def main() -> None:
     turns = int(os.environ.get("BENCH_WAL_TURNS", "100"))
     warmup = int(os.environ.get("BENCH_WAL_WARMUP", "5"))
@@ -251,7 +260,7 @@ def main() -> None:
         inline_turn()
     warm = block(observer, database, url, turns, checkpoint=False)
     data = {"turns": turns, "warmup": warmup, "settings": observer.settings(),
-            "first": first, "cold": cold, "warm": warm}
+            "first": first, "cold": cold, "warm": warm, "events": events_per_turn()}
     observer.close()
     save("wal", data)
     print(render.wal(data))
