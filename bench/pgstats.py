@@ -260,10 +260,10 @@ def measured(observer: Observer, database: str, *, tables: TableWatch | None = N
     flushes = list(flush_with)
     if checkpoint:
         observer.checkpoint()
-    if tables is not None:
-        tables.reset()
     for publish in flushes:  # what they did before the block is published before it
         publish()
+    if tables is not None:  # after the flush: a reset first would let earlier rows count
+        tables.reset()
     observer.reset_statements()
     xacts, lsn, fpi = observer.xact_commit(database), observer.wal_lsn(), observer.wal_fpi()
     out: list[Block] = []
