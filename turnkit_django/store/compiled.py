@@ -9,21 +9,26 @@ column reads as a dict and a timestamp as an aware datetime, exactly as through 
 
 Only ``values_list()`` querysets whose variable parts are plain parameters qualify; a
 placeholder that the ORM would transform (a ``LIKE`` pattern, a list) is refused when the read
-is first compiled, so a wrong read cannot be cached.
+is first compiled, so a wrong read cannot be cached. :class:`CompiledUpdate` does the same for a
+compare-and-set ``queryset.update(**changes)`` a turn sends at every tool call.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models import QuerySet
+from django.db.models.sql.subqueries import UpdateQuery
 
 from .cursors import hot_cursor
 
 _PLACEHOLDER = "\x00turnkit-compiled-{}\x00"
+#: The placeholder of an integer value (``ints=``): in range of every integer field (the ORM
+#: compiles an out-of-range comparison to nothing), and held by no fence.
+_INT_PLACEHOLDER = 2_147_483_000
 #: A compiled read: its SQL, the slot of each parameter (an index into the values, or None for a
 #: constant), the constants, and the converters of its columns.
 _Compiled = tuple[str, tuple[int | None, ...], tuple[object, ...],
@@ -76,25 +81,82 @@ class CompiledRead:
 
     def _compile(self, using: str) -> _Compiled:
         placeholders = [_PLACEHOLDER.format(index) for index in range(self._arity)]
-        queryset = self._build(*placeholders)
-        compiler = queryset.query.get_compiler(using=using)
-        sql, params = compiler.as_sql()
-        slots: list[int | None] = []
-        for param in params:
-            if isinstance(param, str) and param in placeholders:
-                slots.append(placeholders.index(param))
-            elif isinstance(param, str) and "\x00turnkit-compiled-" in param:
+        compiler = self._build(*placeholders).query.get_compiler(using=using)
+        sql, slots, constants = _slotted(compiler.as_sql(), placeholders, self._arity)
+        expressions = [column[0] for column in compiler.select]
+        return sql, slots, constants, sorted(compiler.get_converters(expressions).items())
+
+
+class CompiledUpdate:
+    """``build(*values).update(**changes)`` compiled once per database: :meth:`execute`
+    returns the rows it changed. ``changes`` are constants (values or expressions such as
+    ``Now()``); the values at the positions in ``ints`` are integers (a fence), the rest
+    strings. Sent as :mod:`.cursors` sends hot statements, and, like ``update()``, marking an
+    enclosing atomic block for rollback when it fails."""
+
+    def __init__(self, build: Callable[..., QuerySet[Any, Any]], changes: dict[str, object],
+                 arity: int = 1, *, ints: Sequence[int] = ()) -> None:
+        self._build = build
+        self._changes = changes
+        self._arity = arity
+        self._ints = frozenset(ints)
+        self._compiled: dict[str, tuple[str, tuple[int | None, ...], tuple[object, ...],
+                                        tuple[Callable[[Any], Any] | None, ...]]] = {}
+        self._lock = threading.Lock()
+
+    def execute(self, *values: object, using: str = "default") -> int:
+        compiled = self._compiled.get(using)
+        if compiled is None:
+            with self._lock:
+                compiled = self._compiled.setdefault(using, self._compile(using))
+        sql, slots, constants, types = compiled
+        params = [constant if slot is None else values[slot] if types[slot] is None
+                  else types[slot](values[slot])  # type: ignore[misc]
+                  for slot, constant in zip(slots, constants, strict=True)]
+        with transaction.mark_for_rollback_on_error(using), \
+                hot_cursor(connections[using]) as cursor:
+            cursor.execute(sql, params)
+            return int(cursor.rowcount)
+
+    def _compile(self, using: str) -> tuple[str, tuple[int | None, ...], tuple[object, ...],
+                                            tuple[Callable[[Any], Any] | None, ...]]:
+        placeholders: list[object] = [
+            _INT_PLACEHOLDER - index if index in self._ints else _PLACEHOLDER.format(index)
+            for index in range(self._arity)]
+        query = cast(UpdateQuery, self._build(*placeholders).query.chain(UpdateQuery))
+        query.add_update_values(self._changes)
+        query.annotations = {}  # as QuerySet.update()
+        compiled = query.get_compiler(using=using).as_sql()
+        sql, slots, constants = _slotted(compiled, placeholders, self._arity)
+        # an integer goes as the ORM sent its placeholder (psycopg's Int8 on PostgreSQL)
+        types: list[Callable[[Any], Any] | None] = [None] * self._arity
+        for slot, param in zip(slots, compiled[1], strict=True):
+            if slot is not None and slot in self._ints:
+                types[slot] = type(param)
+        return sql, slots, constants, tuple(types)
+
+
+def _slotted(compiled: tuple[str, Sequence[object]], placeholders: Sequence[object],
+             arity: int) -> tuple[str, tuple[int | None, ...], tuple[object, ...]]:
+    """The statement's SQL, the slot of each parameter (None: a constant), the constants."""
+    sql, params = compiled
+    index = {placeholder: slot for slot, placeholder in enumerate(placeholders)}
+    slots: list[int | None] = []
+    for param in params:
+        found = None
+        if isinstance(param, str):
+            found = index.get(param)
+            if found is None and "\x00turnkit-compiled-" in param:
                 raise ValueError(f"a compiled read's value was transformed ({param!r}): "
                                  "read it through the ORM instead")
-            else:
-                slots.append(None)
-        if sorted(set(s for s in slots if s is not None)) != list(range(self._arity)):
-            raise ValueError("a compiled read must use each of its values as a parameter")
-        expressions = [column[0] for column in compiler.select]
-        converters = sorted(compiler.get_converters(expressions).items())
-        constants: Sequence[object] = [None if slot is not None else param
-                                       for slot, param in zip(slots, params, strict=True)]
-        return sql, tuple(slots), tuple(constants), converters
+        elif isinstance(param, int) and not isinstance(param, bool):
+            found = index.get(int(param))
+        slots.append(found)
+    if sorted(set(s for s in slots if s is not None)) != list(range(arity)):
+        raise ValueError("a compiled read must use each of its values as a parameter")
+    constants = [None if slot is not None else param
+                 for slot, param in zip(slots, params, strict=True)]
+    return sql, tuple(slots), tuple(constants)
 
 
-__all__ = ["CompiledRead"]
+__all__ = ["CompiledRead", "CompiledUpdate"]

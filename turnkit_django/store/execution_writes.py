@@ -18,6 +18,7 @@ from ..messages import ToolCallPart
 from ..models import ToolExecution
 from . import steps
 from .claims import Claim
+from .compiled import CompiledUpdate
 from .rows import new_row
 from .steps import StepWrites
 
@@ -69,10 +70,15 @@ class ExecutionWrites:
     def start_call(self, execution_id: str) -> None:
         """Record, in one statement, that a call that is not replay-safe starts now: a call
         whose worker died before it provably never ran (recovery runs it)."""
-        if not ToolExecution.objects.filter(pk=execution_id, status=ToolStatus.RUNNING,
-                                            fence=self.claim.fence, started_at__isnull=True
-                                            ).update(started_at=Now()):
+        if not _START_CALL.execute(execution_id, self.claim.fence):
             raise LostClaim(self.claim.turn_id, self.claim.fence)
+
+
+#: The start of a call, at every call that is not replay-safe: compiled once per process.
+_START_CALL = CompiledUpdate(
+    lambda execution_id, fence: ToolExecution.objects.filter(
+        pk=execution_id, status=ToolStatus.RUNNING, fence=fence, started_at__isnull=True),
+    {"started_at": Now()}, 2, ints=(1,))
 
 
 __all__ = ["ExecutionWrites"]
