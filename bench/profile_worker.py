@@ -105,6 +105,21 @@ WEAK: list[tuple[str, str, str]] = [
 ]
 
 
+_codes: dict[Any, tuple[str | None, str | None, str, bool]] = {}
+
+
+def _code(code: Any) -> tuple[str | None, str | None, str, bool]:
+    """A code object's strong and weak group, turnkit name, and whether it is psycopg's."""
+    found = _codes.get(code)
+    if found is None:
+        path = code.co_filename.replace(os.sep, "/")
+        name = (f"{path.rsplit('turnkit_django/', 1)[1]}:{code.co_name}"
+                if "turnkit_django/" in path else "")
+        found = _codes[code] = (_match(STRONG, path, code.co_name),
+                                _match(WEAK, path, code.co_name), name, "/psycopg/" in path)
+    return found
+
+
 def _match(rules: list[tuple[str, str, str]], path: str, name: str) -> str | None:
     for fragment, function, group in rules:
         if fragment in path and function in ("*", name):
@@ -112,26 +127,23 @@ def _match(rules: list[tuple[str, str, str]], path: str, name: str) -> str | Non
     return None
 
 
-def in_driver(frame: Any) -> bool:
-    """Whether the sample is in psycopg: sending a statement or waiting for the server."""
-    return "/psycopg/" in frame.f_code.co_filename.replace(os.sep, "/")
-
-
 def group_of(frame: Any) -> tuple[str, str]:
     """The group of a sampled stack, and the innermost turnkit function in it."""
     where, weak = "", None
     while frame is not None:
-        code = frame.f_code
-        path = code.co_filename.replace(os.sep, "/")
-        if not where and "turnkit_django/" in path:
-            where = f"{path.rsplit('turnkit_django/', 1)[1]}:{code.co_name}"
-        strong = _match(STRONG, path, code.co_name)
+        strong, weak_here, name, _ = _code(frame.f_code)
+        where = where or name
         if strong is not None:
             return strong, where
-        if weak is None:
-            weak = _match(WEAK, path, code.co_name)
+        weak = weak or weak_here
         frame = frame.f_back
     return weak or OTHER, where
+
+
+def outer_of(frame: Any) -> str:
+    """The innermost frame's file and function (any library's)."""
+    code = frame.f_code
+    return f"{code.co_filename.rsplit('/', 2)[-2:]}:{code.co_name}"
 
 
 class Sampler:
@@ -143,12 +155,20 @@ class Sampler:
         self.groups: Counter[str] = Counter()
         self.driver: Counter[str] = Counter()
         self.where: dict[str, Counter[str]] = {}
+        self.python: Counter[str] = Counter()  # outside psycopg, by innermost frame
+        self.overhead = 0.0  # seconds in the handler, taken off the wall time
 
     def _sample(self, signum: int, frame: Any) -> None:
-        group, where = group_of(frame)
-        self.groups[group] += 1
-        self.driver[group] += in_driver(frame)
-        self.where.setdefault(group, Counter())[where] += 1
+        entered = time.perf_counter()
+        if frame is not None and frame.f_code.co_filename != __file__:  # not a nested sample
+            group, where = group_of(frame)
+            driver = _code(frame.f_code)[3]
+            self.groups[group] += 1
+            self.driver[group] += driver
+            self.where.setdefault(group, Counter())[where] += 1
+            if not driver:
+                self.python[f"{where or '-'} < {outer_of(frame)}"] += 1
+        self.overhead += time.perf_counter() - entered
 
     def start(self) -> None:
         signal.signal(signal.SIGALRM, self._sample)
@@ -184,13 +204,14 @@ def main() -> None:
         trace(task_id, (turn_id,), {}, request(task_id, turn_id))
     sampler = Sampler()
     half = warm + n // 2
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     sampler.start()
     for turn_id in ids[warm:half]:
         task_id = str(uuid.uuid4())
         trace(task_id, (turn_id,), {}, request(task_id, turn_id))
     sampler.stop()
-    sampled_ms = (time.perf_counter() - started) / (half - warm) * 1000
+    sampled_ms = (time.perf_counter() - started - sampler.overhead) / (half - warm) * 1000
+    cpu_ms = (time.process_time() - cpu - sampler.overhead) / (half - warm) * 1000
     profile = cProfile.Profile()
     started = time.perf_counter()
     for turn_id in ids[half:]:
@@ -206,7 +227,8 @@ def main() -> None:
         profile.dump_stats(os.environ["BENCH_PROFILE_OUT"])
     stats = pstats.Stats(profile)
     total = sum(sampler.groups.values())
-    print(f"{half - warm} turns sampled ({total} samples): {sampled_ms:.2f} ms a turn (wall)\n")
+    print(f"{half - warm} turns sampled ({total} samples): {sampled_ms:.2f} ms a turn (wall), "
+          f"{cpu_ms:.2f} ms of this process's CPU\n")
     print("| per background turn | ms | of which in psycopg | share |\n|---|---:|---:|---:|")
     for group in GROUP_ORDER:
         share, driver = sampler.groups[group] / total, sampler.driver[group] / total
@@ -218,6 +240,9 @@ def main() -> None:
         top = ", ".join(f"{where or '-'} {count / total * sampled_ms:.2f}"
                         for where, count in sampler.where.get(group, Counter()).most_common(6))
         print(f"{group}: {top}")
+    print("\noutside psycopg, by innermost turnkit function < innermost function (ms a turn):")
+    for where, count in sampler.python.most_common(30):
+        print(f"  {count / total * sampled_ms:.3f} {where}")
     print(f"\n{len(ids) - half} turns under cProfile: {profiled_ms:.2f} ms a turn (wall)")
     stats.sort_stats("cumulative").print_stats(60)
     stats.sort_stats("tottime").print_stats(40)
