@@ -98,6 +98,7 @@ WEAK: list[tuple[str, str, str]] = [
     ("turnkit_django/runtime/results.py", "*", WRITES),
     ("turnkit_django/runtime/output.py", "*", WRITES),
     ("turnkit_django/store/", "*", WRITES),
+    ("turnkit_django/runtime/loop.py", "*", OTHER),
     ("turnkit_django/services/turns.py", "*", FOLLOW),
     ("turnkit_django/tasks.py", "*", CELERY),
     ("celery/", "*", CELERY),
