@@ -6,12 +6,13 @@ from __future__ import annotations
 from unittest import mock
 
 import pytest
+from django.db import connection
 from django.db.models.functions import Now
 from django.db.models.sql.compiler import SQLUpdateCompiler
 
 from turnkit_django import Agent, tool
 from turnkit_django.base.states import ToolStatus
-from turnkit_django.models import ToolExecution, Turn
+from turnkit_django.models import Conversation, ToolExecution, Turn
 from turnkit_django.store.compiled import CompiledUpdate
 from turnkit_django.testing import ScriptedClient, call, reply
 
@@ -59,3 +60,35 @@ def test_the_start_of_a_call_is_not_compiled_again_at_each_call():
     started = [c for c in compiled.call_args_list
                if any(field.name == "started_at" for field, _, _ in c.args[0].query.values)]
     assert started == []
+
+
+#: The ORM updates a warm inline turn of model, tool, model still compiles, each a statement
+#: whose shape varies with the step, so there is no one statement to compile: the turn's state
+#: with whatever charge and ledger delta the step brings (JSON values, a field set per step),
+#: the move of a call's execution (its fields per outcome) and the ORM's transition (its fields
+#: per transition). All are the path SQLite always takes (the locked one, ``Fenced.atomic``); on
+#: PostgreSQL a step is one statement built by store.steps and a warm turn compiles none.
+_VARIES_WITH_THE_STEP = {
+    ("turnkit_turn", ("state", "usage", "cost_unknown", "tree_tool_executions",
+                      "tree_tool_counts")),
+    ("turnkit_toolexecution", ("status", "fence", "updated_at", "completed_at", "result")),
+    ("turnkit_turn", ("state", "tree_iterations")),
+    ("turnkit_turn", ("status", "updated_at", "state", "output_text", "output_data",
+                      "completed_at", "fence", "claimed_by", "usage", "cost_unknown")),
+}
+
+
+def test_a_warm_inline_turn_compiles_only_the_updates_whose_shape_varies():
+    _agent("compiled_inline_warm").run("first")
+    with mock.patch.object(SQLUpdateCompiler, "as_sql", autospec=True,
+                           side_effect=SQLUpdateCompiler.as_sql) as compiled:
+        run = _agent("compiled_inline").run("second")
+
+    assert run.status == "completed"
+    updates = [(c.args[0].query.model._meta.db_table,
+                tuple(field.name for field, _, _ in c.args[0].query.values))
+               for c in compiled.call_args_list]
+    expected = set() if connection.vendor == "postgresql" else _VARIES_WITH_THE_STEP
+    assert sorted(updates) == sorted(expected)
+    assert Conversation.objects.get(pk=run.conversation_id).updated_at >= Turn.objects.get(
+        pk=run.id).completed_at

@@ -27,6 +27,7 @@ from ..messages import MessageKind, Part
 from ..models import Conversation, Event, Message, Turn
 from . import steps
 from .claims import Claim
+from .compiled import CompiledUpdate
 from .events import TRANSITION_EVENTS, build_event, message_events
 from .execution_writes import ExecutionWrites
 from .locks import Ledger, LedgerDelta, lock_tree
@@ -345,8 +346,7 @@ class Fenced(ExecutionWrites):
             apply_transition(self.claim.turn_id, transition, expected_fence=None,
                              updated_at=Now(), **changes)
             if transition in _TERMINAL:
-                Conversation.objects.filter(pk=self.claim.conversation_id).update(
-                    updated_at=Now())
+                _TOUCH_CONVERSATION.execute(self.claim.conversation_id)
         if root:
             Turn.objects.filter(pk=self.claim.root_id).update(**root)
 
@@ -369,6 +369,10 @@ class _Refused(Exception):
 
 #: Transitions that end a turn: the conversation's ``updated_at`` (idle since) moves with them.
 _TERMINAL = frozenset({"publish", "fail"})
+#: The conversation's ``updated_at`` at the end of a turn written under the lock (every turn on
+#: SQLite): compiled once per process.
+_TOUCH_CONVERSATION = CompiledUpdate(lambda pk: Conversation.objects.filter(pk=pk),
+                                     {"updated_at": Now()})
 
 
 __all__ = ["Charge", "Fenced"]
