@@ -10,6 +10,7 @@ message to its conversation (the message model's default ordering did).
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -51,6 +52,9 @@ def plan(query: str, *, nested: bool = False) -> str:
         cursor.execute("ANALYZE turnkit_turn")
         cursor.execute("ANALYZE turnkit_conversation")
         cursor.execute("SET LOCAL enable_seqscan = off")  # deterministic on a small table
+        # An index scan, not a bitmap scan of the same index (which one the planner takes
+        # for a short list depends on the statistics of the moment).
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
         if nested:  # probe each candidate's active turns (a hash would read all of them)
             cursor.execute("SET LOCAL enable_hashjoin = off")
             cursor.execute("SET LOCAL enable_mergejoin = off")
@@ -70,7 +74,8 @@ def test_the_candidates_and_their_active_turns_are_read_through_the_partial_inde
     assert explained.count("Index Cond: (conversation_id = ") == 2, explained
     explained = plan(active)
     assert "Scan using turnkit_turn_active_conv" in explained, explained
-    assert "Index Cond: (conversation_id = ANY " in explained, explained
+    # Django 6.1 compares the column as text: ``((conversation_id)::text = ANY ...``.
+    assert re.search(r"Index Cond: \(\(?conversation_id\)?(::text)? = ANY ", explained), explained
     assert "Sort" not in explained, explained
     assert "ORDER BY" not in active
 
